@@ -155,10 +155,10 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
                 pairs.append(ex)
         src = tokenizer([p[0] for p in pairs], padding=True, truncation=True, max_length=max_source_len, return_tensors="pt")
         tgt = tokenizer([p[1] for p in pairs], padding=True, return_tensors="pt")["input_ids"]
-        from rag.models.marginal import generator_nll
+        from rag.models.seq2seq import target_logprobs
 
-        logits = model(input_ids=src["input_ids"], attention_mask=src["attention_mask"], decoder_input_ids=tgt).logits
-        loss = generator_nll(logits, tgt, tokenizer.pad_token_id).mean()
+        ll, _ = target_logprobs(model, src["input_ids"], src["attention_mask"], tgt, tokenizer.pad_token_id)
+        loss = -ll.sum(1).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -41,8 +41,21 @@ def rag_sequence_nll(seq_logits: torch.Tensor, doc_scores: torch.Tensor, target:
     b, k = doc_scores.shape
     tgt = _shift_left(target, pad_id)  # [B, T]
     t = tgt.shape[1]
-    tgt_k = tgt.unsqueeze(1).expand(b, k, t).reshape(b * k, t)
-    ll, smooth_obj = _token_logprobs(seq_logits, tgt_k, epsilon > 0)
+    ll, smooth_obj = _token_logprobs(seq_logits, tgt.unsqueeze(1).expand(b, k, t).reshape(b * k, t), epsilon > 0)
+    return rag_sequence_nll_from_logprobs(ll, smooth_obj, seq_logits.size(-1), doc_scores, target, pad_id, epsilon,
+                                          exclude_bos_score, bos_id)
+
+
+def rag_sequence_nll_from_logprobs(ll: torch.Tensor, smooth_obj: torch.Tensor | None, vocab: int, doc_scores: torch.Tensor,
+                                   target: torch.Tensor, pad_id: int, epsilon: float = 0.0, exclude_bos_score: bool = False,
+                                   bos_id: int | None = None) -> torch.Tensor:
+    """``rag_sequence_nll`` from the target tokens' log-probabilities ``ll`` [B*K, T] (position t
+    scores target[t + 1]) and, for label smoothing, ``smooth_obj`` [B*K, T] (the sum over the
+    vocabulary of log p at each position): what :func:`target_logprobs` computes without
+    materialising [B*K, T, V] logits."""
+    b, k = doc_scores.shape
+    tgt = _shift_left(target, pad_id)  # [B, T]
+    t = tgt.shape[1]
     ll = ll.view(b, k, t)
     doc_lp = torch.log_softmax(doc_scores, dim=1)  # [B, K]
     pad = tgt.eq(pad_id).unsqueeze(1)  # [B, 1, T]
@@ -56,11 +69,10 @@ def rag_sequence_nll(seq_logits: torch.Tensor, doc_scores: torch.Tensor, target:
     nll = -torch.logsumexp(seq_ll, dim=1)
     if epsilon <= 0:
         return nll
-    v = seq_logits.size(-1)
     # smoothing objective: sum over positions and vocabulary of log p(z|x) + log p(w|...), as transformers
-    smooth_obj = smooth_obj.view(b, k, t).masked_fill(pad, 0.0).sum(2) + doc_lp * v
+    smooth_obj = smooth_obj.view(b, k, t).masked_fill(pad, 0.0).sum(2) + doc_lp * vocab
     smooth_loss = -torch.logsumexp(smooth_obj, dim=1)
-    return (1.0 - epsilon) * nll + (epsilon / v) * smooth_loss
+    return (1.0 - epsilon) * nll + (epsilon / vocab) * smooth_loss
 
 
 def rag_token_logprobs(seq_logits: torch.Tensor, doc_scores: torch.Tensor) -> torch.Tensor:
@@ -76,18 +88,25 @@ def rag_token_nll(seq_logits: torch.Tensor, doc_scores: torch.Tensor, target: to
     b, k = doc_scores.shape
     tgt = _shift_left(target, pad_id)
     t = tgt.shape[1]
-    pad = tgt.eq(pad_id)
-    doc_lp = torch.log_softmax(doc_scores, dim=1)[:, :, None]  # [B, K, 1]
     if epsilon <= 0:
-        tgt_k = tgt.unsqueeze(1).expand(b, k, t).reshape(b * k, t)
-        ll, _ = _token_logprobs(seq_logits, tgt_k, False)
-        tok_ll = torch.logsumexp(ll.view(b, k, t) + doc_lp, dim=1)  # [B, T]
-        return -tok_ll.masked_fill(pad, 0.0).sum(1)
+        ll, _ = _token_logprobs(seq_logits, tgt.unsqueeze(1).expand(b, k, t).reshape(b * k, t), False)
+        return rag_token_nll_from_logprobs(ll, doc_scores, target, pad_id)
+    pad = tgt.eq(pad_id)
     rag_lp = rag_token_logprobs(seq_logits, doc_scores)  # [B, T, V]
     tok_ll = rag_lp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1).masked_fill(pad, 0.0)
     smooth = rag_lp.sum(-1).masked_fill(pad, 0.0)
     v = rag_lp.size(-1)
     return (1.0 - epsilon) * (-tok_ll.sum(1)) + (epsilon / v) * (-smooth.sum(1))
+
+
+def rag_token_nll_from_logprobs(ll: torch.Tensor, doc_scores: torch.Tensor, target: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """``rag_token_nll`` without label smoothing from the target tokens' log-probabilities [B*K, T]
+    (the marginal of the target token needs only its own probability under each document)."""
+    b, k = doc_scores.shape
+    tgt = _shift_left(target, pad_id)
+    doc_lp = torch.log_softmax(doc_scores, dim=1)[:, :, None]  # [B, K, 1]
+    tok_ll = torch.logsumexp(ll.view(b, k, tgt.shape[1]) + doc_lp, dim=1)  # [B, T]
+    return -tok_ll.masked_fill(tgt.eq(pad_id), 0.0).sum(1)
 
 
 def generator_nll(logits: torch.Tensor, target: torch.Tensor, pad_id: int, epsilon: float = 0.0) -> torch.Tensor:

@@ -15,7 +15,9 @@ import torch
 
 from rag.data.corpus import Passages
 from rag.models.decoding import Hypothesis, beam_search
-from rag.models.marginal import _token_logprobs, generator_nll, rag_sequence_nll, rag_token_nll
+from rag.models import seq2seq
+from rag.models.marginal import (_token_logprobs, rag_sequence_nll_from_logprobs, rag_token_nll,
+                                 rag_token_nll_from_logprobs)
 
 TITLE_SEP = " / "  # as transformers' RagConfig.title_sep
 DOC_SEP = " // "  # as transformers' RagConfig.doc_sep
@@ -59,7 +61,7 @@ class Prediction:
 class RagSystem(torch.nn.Module):
     def __init__(self, generator, tokenizer, model: str, passages: Passages | None = None, question_encoder=None,
                  doc_emb: np.ndarray | None = None, index=None, bm25=None, score_scale: float = 1.0,
-                 max_source_len: int = 192, max_target_len: int = 48):
+                 max_source_len: int = 192, max_target_len: int = 48, rows_per_chunk: int = seq2seq.DEFAULT_ROWS_PER_CHUNK):
         super().__init__()
         if model not in ("sequence", "token", "bart"):
             raise ValueError(f"unknown model kind {model!r}")
@@ -74,6 +76,7 @@ class RagSystem(torch.nn.Module):
         self.score_scale = score_scale
         self.max_source_len = max_source_len
         self.max_target_len = max_target_len
+        self.rows_per_chunk = rows_per_chunk  # generator inputs run in length-sorted chunks (rag.models.seq2seq)
         self.pad_id = tokenizer.pad_token_id
         self.bos_id = tokenizer.bos_token_id
         self.eos_id = tokenizer.eos_token_id
@@ -115,19 +118,28 @@ class RagSystem(torch.nn.Module):
     # ------------------------------------------------------------------ training
     def loss(self, questions: list[str], target_ids: torch.Tensor, k: int, epsilon: float = 0.0) -> torch.Tensor:
         """Mean negative (marginal) log-likelihood of ``target_ids`` ([B, T], BOS first)."""
-        if self.model_kind == "bart":
-            src, mask = self._tokenize_sources(questions)
-            logits = self.generator(input_ids=src, attention_mask=mask, decoder_input_ids=target_ids).logits
-            return generator_nll(logits, target_ids, self.pad_id, epsilon).mean()
-        retrieved = self.retrieve(questions, k)
+        retrieved = None if self.model_kind == "bart" else self.retrieve(questions, k)
         src, mask = self._tokenize_sources(self.source_texts(questions, retrieved))
-        dec = target_ids.repeat_interleave(k, dim=0)
-        logits = self.generator(input_ids=src, attention_mask=mask, decoder_input_ids=dec).logits
-        if self.model_kind == "sequence":
-            nll = rag_sequence_nll(logits, retrieved.scores, target_ids, self.pad_id, epsilon)
+        scores = retrieved.scores if retrieved is not None else None
+        return self.marginal_nll(src, mask, scores, target_ids, epsilon).mean()
+
+    def marginal_nll(self, src: torch.Tensor, mask: torch.Tensor, doc_scores: torch.Tensor | None, target_ids: torch.Tensor,
+                     epsilon: float = 0.0) -> torch.Tensor:
+        """Per-example NLL given the tokenized generator inputs [B*K, L] (question-major) and the
+        doc scores [B, K] (None for the BART baseline: one input per question)."""
+        if doc_scores is None:
+            doc_scores, dec = torch.zeros(target_ids.shape[0], 1, device=src.device), target_ids
         else:
-            nll = rag_token_nll(logits, retrieved.scores, target_ids, self.pad_id, epsilon)
-        return nll.mean()
+            dec = target_ids.repeat_interleave(doc_scores.shape[1], dim=0)
+        if self.model_kind == "token" and epsilon > 0:  # smoothing over the marginal needs every vocabulary entry
+            logits = seq2seq.logits(self.generator, src, mask, dec, self.rows_per_chunk)
+            return rag_token_nll(logits, doc_scores, target_ids, self.pad_id, epsilon)
+        ll, smooth = seq2seq.target_logprobs(self.generator, src, mask, dec, self.pad_id, epsilon > 0, self.rows_per_chunk)
+        if self.model_kind == "token":
+            return rag_token_nll_from_logprobs(ll, doc_scores, target_ids, self.pad_id)
+        # RAG-Sequence; with one document and p(z|x) = 1 it is the plain generator NLL (BART)
+        vocab = self.generator.get_output_embeddings().weight.shape[0]
+        return rag_sequence_nll_from_logprobs(ll, smooth, vocab, doc_scores, target_ids, self.pad_id, epsilon)
 
     def forward(self, questions: list[str], target_ids: torch.Tensor, k: int, epsilon: float = 0.0) -> torch.Tensor:
         """``loss``, so DistributedDataParallel can wrap the system (its hooks run on forward)."""
@@ -139,7 +151,7 @@ class RagSystem(torch.nn.Module):
         retrieved = None if self.model_kind == "bart" else self.retrieve(questions, k)
         kk = 1 if retrieved is None else k
         src, mask = self._tokenize_sources(self.source_texts(questions, retrieved))
-        hidden = self.generator.get_encoder()(input_ids=src, attention_mask=mask).last_hidden_state
+        hidden = seq2seq.encode(self.generator, src, mask, self.rows_per_chunk)
         if retrieved is None:
             doc_lp = hidden.new_zeros(len(questions), 1)
         else:
@@ -175,18 +187,15 @@ class RagSystem(torch.nn.Module):
         if self.model_kind == "sequence" and method in ("thorough", "fast"):
             return self._predictions(enc, self._rag_sequence_decode(enc, beams, max_new_tokens, thorough=method == "thorough"))
         beams = 1 if method == "greedy" else beams
-        kk = enc.k
-
-        def step(prefix, owner):
-            if self.model_kind == "bart":
-                return self._decoder_logprobs(enc, owner.to(self.device), prefix)
-            rows = (owner.to(self.device)[:, None] * kk + torch.arange(kk, device=self.device)).reshape(-1)
-            lp = self._decoder_logprobs(enc, rows, prefix.repeat_interleave(kk, dim=0)).view(len(owner), kk, -1)
-            if self.model_kind == "sequence":
-                # RAG-Sequence with greedy/beam: decode the top document alone (not marginalized)
-                return lp[:, 0]
-            return torch.logsumexp(lp + enc.doc_lp[owner.to(self.device)][:, :, None], dim=1)
-
+        kk, dev = enc.k, self.device
+        if self.model_kind == "bart":
+            step = CachedStep(self, enc, lambda owner: owner[:, None], lambda lp, owner: lp[:, 0])
+        elif self.model_kind == "sequence":
+            # RAG-Sequence with greedy/beam: decode the top document alone (not marginalized)
+            step = CachedStep(self, enc, lambda owner: owner[:, None] * kk, lambda lp, owner: lp[:, 0])
+        else:  # RAG-Token: the next-token distribution marginalized over the K documents
+            step = CachedStep(self, enc, lambda owner: owner[:, None] * kk + torch.arange(kk, device=dev),
+                              lambda lp, owner: torch.logsumexp(lp + enc.doc_lp[owner][:, :, None], dim=1))
         found = beam_search(step, len(questions), beams, max_new_tokens, self.bos_id, self.eos_id)
         return self._predictions(enc, [h[0] for h in found])
 
@@ -197,8 +206,8 @@ class RagSystem(torch.nn.Module):
         fast: a hypothesis missing from a document's beam has probability 0 there.
         """
         b, kk = enc.doc_lp.shape
-        per_doc = beam_search(lambda prefix, owner: self._decoder_logprobs(enc, owner.to(self.device), prefix),
-                              b * kk, beams, max_new_tokens, self.bos_id, self.eos_id)
+        step = CachedStep(self, enc, lambda owner: owner[:, None], lambda lp, owner: lp[:, 0])
+        per_doc = beam_search(step, b * kk, beams, max_new_tokens, self.bos_id, self.eos_id)
         return self.marginalize_beams(enc, per_doc, thorough)
 
     def marginalize_beams(self, enc: Encoded, per_doc: list[list[Hypothesis]], thorough: bool) -> list[Hypothesis]:
@@ -253,3 +262,45 @@ class RagSystem(torch.nn.Module):
         lp = self._decoder_logprobs(enc, torch.arange(n, device=self.device), prefix).view(len(questions), enc.k, -1)
         lab = lp[:, :, label_token_ids]  # [B, K, L]
         return torch.logsumexp(lab + enc.doc_lp[:, :, None], dim=1).cpu(), enc
+
+
+class CachedStep:
+    """The step function :func:`beam_search` calls, with the generator's key/value cache.
+
+    step(prefix [N, t], owner [N]) -> log-probs [N, V]. Each step runs the decoder on the newest
+    token only (cross-attention keys/values over the encoder states are computed once), instead of
+    re-running the whole prefix. Beam search hands over bare prefixes; each prefix's parent row is
+    found by the prefix minus its last token, and the cache rows are reordered to match.
+    ``rows_of(owner)`` gives, per prefix row, the encoder rows it is decoded against ([N, R]:
+    R = K documents for RAG-Token, 1 otherwise); ``combine(lp [N, R, V], owner)`` turns their
+    log-probs into the step's distribution.
+    """
+
+    def __init__(self, system: RagSystem, enc: Encoded, rows_of, combine):
+        self.system, self.enc, self.rows_of, self.combine = system, enc, rows_of, combine
+        self.cache = None
+        self.index: dict[tuple, int] = {}
+
+    @torch.inference_mode()
+    def __call__(self, prefix: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
+        from transformers.modeling_outputs import BaseModelOutput
+
+        dev = self.system.device
+        owner = owner.to(dev)
+        rows = self.rows_of(owner)  # [N, R]
+        n, r = rows.shape
+        flat = rows.reshape(-1)
+        keys = list(zip(owner.tolist(), map(tuple, prefix.tolist())))
+        if self.cache is None or prefix.shape[1] == 1:
+            inp, past = prefix.to(dev), None
+        else:
+            parent = torch.tensor([self.index[(o, p[:-1])] for o, p in keys], dtype=torch.long)
+            self.cache.reorder_cache((parent[:, None] * r + torch.arange(r)).reshape(-1).to(dev))
+            inp, past = prefix[:, -1:].to(dev), self.cache
+        out = self.system.generator(encoder_outputs=BaseModelOutput(last_hidden_state=self.enc.hidden[flat]),
+                                    attention_mask=self.enc.mask[flat], decoder_input_ids=inp.repeat_interleave(r, dim=0),
+                                    past_key_values=past, use_cache=True)
+        self.cache = out.past_key_values
+        self.index = {key: i for i, key in enumerate(keys)}
+        lp = torch.log_softmax(out.logits[:, -1].float(), dim=-1).view(n, r, -1)
+        return self.combine(lp, owner)

@@ -1,0 +1,102 @@
+"""Generator passes that skip padding: length-sorted row chunks, and logits only where scored.
+
+A RAG batch feeds the generator B*K "title / passage // question" inputs of unequal length,
+padded to the longest. :func:`encode` and :func:`target_logprobs` sort the rows by length and
+run the generator on chunks of ``rows_per_chunk`` rows, each cut to its own longest row, so
+little compute goes to padding (the outputs are the same: padded positions are masked out of
+every attention). :func:`target_logprobs` also drops the last decoder position (it predicts
+the padding after the target) and, for BART-family generators, applies the output projection
+only at positions whose next token is scored, instead of materialising [B*K, T, V] logits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+DEFAULT_ROWS_PER_CHUNK = 16
+
+
+def length_chunks(mask: torch.Tensor, rows_per_chunk: int) -> list[torch.Tensor]:
+    """Row indices sorted by length (longest first), split into chunks of ``rows_per_chunk``."""
+    order = torch.argsort(mask.sum(1), descending=True, stable=True)
+    step = max(1, int(rows_per_chunk))
+    return [order[i:i + step] for i in range(0, len(order), step)]
+
+
+def _cut(ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor):
+    width = max(1, int(mask[rows].sum(1).max()))
+    return ids[rows, :width], mask[rows, :width]
+
+
+def encode(generator, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+           rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK) -> torch.Tensor:
+    """Encoder states [N, L, d] of the generator (zeros at padding), computed chunk by chunk."""
+    encoder = generator.get_encoder()
+    chunks = length_chunks(attention_mask, rows_per_chunk)
+    if len(chunks) == 1:
+        return encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    out = None
+    for rows in chunks:
+        ids, mask = _cut(input_ids, attention_mask, rows)
+        h = encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        if out is None:
+            out = h.new_zeros(input_ids.shape[0], input_ids.shape[1], h.shape[-1])
+        out[rows, : h.shape[1]] = h
+    return out
+
+
+def _bart_like(generator) -> bool:
+    """Logits = lm_head(decoder states) + final_logits_bias (BartForConditionalGeneration and kin)."""
+    return (hasattr(generator, "model") and hasattr(generator, "final_logits_bias")
+            and getattr(generator, "lm_head", None) is not None)
+
+
+def target_logprobs(generator, input_ids: torch.Tensor, attention_mask: torch.Tensor, target: torch.Tensor, pad_id: int,
+                    smooth: bool = False, rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK):
+    """log p(target[n, t+1] | input n, target[n, :t+1]) -> ll [N, T] (0 where the next token is
+    padding) and, if ``smooth``, the sum over the vocabulary of log p at each position [N, T].
+
+    ``target`` [N, T] starts with the decoder start token; the results equal gathering from
+    ``log_softmax(generator(input_ids, attention_mask, decoder_input_ids=target).logits)``.
+    """
+    n, t = target.shape
+    nxt = torch.cat([target[:, 1:], target.new_full((n, 1), pad_id)], 1)
+    scored = nxt.ne(pad_id)  # positions whose prediction is scored
+    used = int(scored.any(0).nonzero().max()) + 1 if bool(scored.any()) else 1  # trailing all-pad positions dropped
+    dec_in = target[:, :used]
+    bart = _bart_like(generator)
+    rows_at, cols_at, lls, sms = [], [], [], []
+    for rows in length_chunks(attention_mask, rows_per_chunk):
+        ids, mask = _cut(input_ids, attention_mask, rows)
+        keep = scored[rows, :used]  # [n, used]
+        if bart:
+            h = generator.model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec_in[rows]).last_hidden_state
+            logits = generator.lm_head(h[keep]) + generator.final_logits_bias.to(h.dtype)[0]
+        else:
+            logits = generator(input_ids=ids, attention_mask=mask, decoder_input_ids=dec_in[rows]).logits[keep]
+        logits = logits.float()  # [M, V]
+        lse = torch.logsumexp(logits, dim=-1)
+        local, col = keep.nonzero(as_tuple=True)
+        lls.append(logits.gather(-1, nxt[rows[local], col].unsqueeze(-1)).squeeze(-1) - lse)
+        if smooth:
+            sms.append(logits.sum(-1) - logits.shape[-1] * lse)
+        rows_at.append(rows[local])
+        cols_at.append(col)
+    at = (torch.cat(rows_at), torch.cat(cols_at))
+    ll = torch.zeros(n, t, device=target.device, dtype=torch.float32).index_put(at, torch.cat(lls))
+    sm = torch.zeros(n, t, device=target.device, dtype=torch.float32).index_put(at, torch.cat(sms)) if smooth else None
+    return ll, sm
+
+
+def logits(generator, input_ids: torch.Tensor, attention_mask: torch.Tensor, decoder_input_ids: torch.Tensor,
+           rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK) -> torch.Tensor:
+    """Full generator logits [N, T, V], computed on length-sorted chunks (for losses that need
+    every vocabulary entry, e.g. RAG-Token with label smoothing)."""
+    parts, order = [], []
+    for rows in length_chunks(attention_mask, rows_per_chunk):
+        ids, mask = _cut(input_ids, attention_mask, rows)
+        parts.append(generator(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_input_ids[rows]).logits)
+        order.append(rows)
+    inverse = torch.empty_like(torch.cat(order))
+    inverse[torch.cat(order)] = torch.arange(len(inverse), device=inverse.device)
+    return torch.cat(parts)[inverse]

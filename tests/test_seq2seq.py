@@ -1,0 +1,79 @@
+"""Padding-skipping generator passes (rag.models.seq2seq) equal the plain full-logits pass."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from ddp_worker import make_generator, make_tokenizer
+
+from rag.models import seq2seq
+from rag.models.marginal import _shift_left, _token_logprobs, generator_nll
+
+SOURCES = ["paris is the capital of france", "rome", "who was born in berlin , the city of germany and the river",
+           "the river of london is in england", "madrid", "what country is spain in ? the capital of spain is madrid"]
+TARGETS = ["paris", "rome is in italy", "germany", "the river of london", "spain and madrid", "a"]
+
+
+@pytest.fixture(scope="module")
+def parts():
+    torch.set_num_threads(1)
+    tok = make_tokenizer()
+    gen = make_generator(len(tok), seed=3)
+    src = tok(SOURCES, padding=True, return_tensors="pt")
+    tgt = tok(TARGETS, padding=True, return_tensors="pt")["input_ids"]
+    assert bool(tgt.eq(1).any()) and len(set(src["attention_mask"].sum(1).tolist())) > 3  # padding on both sides
+    return tok, gen, src["input_ids"], src["attention_mask"], tgt
+
+
+@pytest.mark.parametrize("rows_per_chunk", [1, 2, 4, 64])
+def test_target_logprobs_equal_the_full_logits(parts, rows_per_chunk):
+    tok, gen, ids, mask, tgt = parts
+    torch.set_grad_enabled(False)
+    logits = gen(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits
+    nxt = _shift_left(tgt, tok.pad_token_id)
+    ref_ll, ref_sm = _token_logprobs(logits, nxt, True)
+    pad = nxt.eq(tok.pad_token_id)
+    ll, sm = seq2seq.target_logprobs(gen, ids, mask, tgt, tok.pad_token_id, smooth=True, rows_per_chunk=rows_per_chunk)
+    assert ll.shape == tgt.shape and sm.shape == tgt.shape
+    assert float((ll - ref_ll.masked_fill(pad, 0)).abs().max()) < 1e-5
+    assert float((sm - ref_sm.masked_fill(pad, 0)).abs().max()) < 1e-3  # sums over the vocabulary
+    assert bool(ll[pad].eq(0).all())
+    # the generic path (any seq2seq model: full logits, then the scored positions) agrees too
+    generic = torch.nn.Module()
+    generic.forward = lambda **kw: gen(**kw)
+    ll2, _ = seq2seq.target_logprobs(generic, ids, mask, tgt, tok.pad_token_id, rows_per_chunk=rows_per_chunk)
+    assert float((ll2 - ll).abs().max()) < 1e-5
+    torch.set_grad_enabled(True)
+
+
+def test_target_logprobs_gradients_equal_the_full_logits(parts):
+    tok, gen, ids, mask, tgt = parts
+    gen.zero_grad(set_to_none=True)
+    generator_nll(gen(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits, tgt, tok.pad_token_id).sum().backward()
+    ref = {n: p.grad.clone() for n, p in gen.named_parameters() if p.grad is not None}
+    gen.zero_grad(set_to_none=True)
+    ll, _ = seq2seq.target_logprobs(gen, ids, mask, tgt, tok.pad_token_id, rows_per_chunk=2)
+    (-ll.sum()).backward()
+    for n, g in ref.items():
+        got = dict(gen.named_parameters())[n].grad
+        assert got is not None, n
+        assert float((got - g).abs().max()) <= 1e-5 * max(1.0, float(g.abs().max())), n
+
+
+@pytest.mark.parametrize("rows_per_chunk", [1, 3, 64])
+def test_chunked_encoder_and_logits_equal_one_pass(parts, rows_per_chunk):
+    tok, gen, ids, mask, tgt = parts
+    with torch.no_grad():
+        ref = gen.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = seq2seq.encode(gen, ids, mask, rows_per_chunk)
+        keep = mask.bool()
+        assert got.shape == ref.shape
+        assert float((got[keep] - ref[keep]).abs().max()) < 1e-5
+        full = gen(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits
+        assert float((seq2seq.logits(gen, ids, mask, tgt, rows_per_chunk) - full).abs().max()) < 1e-4
+
+
+def test_length_chunks_sort_longest_first_and_cover_every_row():
+    mask = torch.tensor([[1, 0, 0], [1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 0, 0]])
+    chunks = seq2seq.length_chunks(mask, 2)
+    assert [c.tolist() for c in chunks] == [[1, 3], [2, 0], [4]]
