@@ -219,6 +219,9 @@ def cmd_train(args) -> None:
                                         "train_seconds": seconds, "n_train": len(inputs), "init": init,
                                         "losses": losses})
     log.info("%s/%s: %d steps in %.1fs, final loss %.3f", name, variant, t["steps"], seconds, losses[-1] if losses else float("nan"))
+    if args.eval_out_dir:  # evaluate in this process (config key evaluate_in_train_job): no second start-up
+        del system
+        evaluate_model(cfg, variant, args.data_dir, args.out, retrieval, device, args.eval_out_dir)
 
 
 # ------------------------------------------------------------------------------ evaluation
@@ -283,14 +286,19 @@ def score_predictions(cfg: dict, preds: list[dict], passages) -> tuple[dict, dic
 
 
 def cmd_evaluate(args) -> None:
-    from rag.tracking import Run
-
     cfg = read_json(args.config)
     device = _setup(cfg)
-    name, variant = cfg["task_name"], args.variant
-    meta = read_json(Path(args.model_dir) / "meta.json")
-    retrieval = load_retrieval(variant, args.passages, args.embeddings, args.index, args.bm25)
-    system = load_trained(cfg, variant, args.model_dir, retrieval, device)
+    retrieval = load_retrieval(args.variant, args.passages, args.embeddings, args.index, args.bm25)
+    evaluate_model(cfg, args.variant, args.data_dir, args.model_dir, retrieval, device, args.out_dir)
+
+
+def evaluate_model(cfg: dict, variant: str, data_dir: str, model_dir: str, retrieval, device: str, out_dir: str) -> None:
+    """Decode dev and test with the saved model folder, score, write predictions + metrics, log to its run."""
+    from rag.tracking import Run
+
+    name = cfg["task_name"]
+    meta = read_json(Path(model_dir) / "meta.json")
+    system = load_trained(cfg, variant, model_dir, retrieval, device)
     if meta.get("mlflow_run_id"):
         run = Run(cfg["tracking"]["uri"], "", run_id=meta["mlflow_run_id"], tags={"evaluated": "yes"})
     else:  # a model imported without a run (rag import-hf-rag): evaluation opens one
@@ -298,12 +306,12 @@ def cmd_evaluate(args) -> None:
                   tags={"task": name, "variant": variant, "rule": "evaluate", "imported": "yes"})
     dec = cfg["decode"][variant_spec(variant).model]
     for split in ("dev", "test"):
-        rows = read_jsonl(Path(args.data_dir) / f"{split}.jsonl", required=("id", "input", "targets"))
+        rows = read_jsonl(Path(data_dir) / f"{split}.jsonl", required=("id", "input", "targets"))
         t = time.time()
         preds = predict(cfg, system, variant, rows)
         seconds = time.time() - t
         scores, rec = score_predictions(cfg, preds, retrieval[0])
-        out = Path(args.out_dir) / split
+        out = Path(out_dir) / split
         write_jsonl(out / "predictions.jsonl", preds)
         result = {"task": name, "variant": variant, "split": split, "n": len(preds), "metrics": scores, "retrieval": rec,
                   "decode": dec, "decode_seconds": seconds, "mlflow_run_id": run.run_id,
@@ -381,6 +389,7 @@ def register(sub, add) -> None:
     p.add_argument("--checkpoint-dir", required=True)
     p.add_argument("--config-hash", default="")
     p.add_argument("--out", required=True)
+    p.add_argument("--eval-out-dir", help="then decode dev and test with the saved model, as `rag evaluate --out-dir`")
 
     p = add("evaluate", cmd_evaluate, "decode dev and test, score, log to the run")
     retrieval_args(p)

@@ -37,9 +37,17 @@ def test_default_dry_run_lists_every_job(tmp_path):
     res = smk(tmp_path, "-n", configfile=ROOT / "config.yaml")
     assert res.returncode == 0, res.stderr[-3000:]
     counts = job_counts(res.stdout + res.stderr)
-    assert counts["train"] == 8 * 7 and counts["evaluate"] == 8 * 7
+    # config.yaml: evaluate_in_train_job, so each train job also decodes dev/test
+    assert counts["train"] == 8 * 7 and "evaluate" not in counts
     assert counts["encode_shard"] == 4  # 2 shards x (snapshot a, snapshot b)
     assert counts["topk_sweep"] == 2 and counts["hotswap"] == 2 and counts["report"] == 1
+    separate = yaml.safe_load((ROOT / "config.yaml").read_text())
+    separate["evaluate_in_train_job"] = False
+    (tmp_path / "separate.yaml").write_text(yaml.safe_dump(separate))
+    res = smk(tmp_path, "-n", configfile=tmp_path / "separate.yaml")
+    assert res.returncode == 0, res.stderr[-3000:]
+    split = job_counts(res.stdout + res.stderr)
+    assert split["train"] == 8 * 7 and split["evaluate"] == 8 * 7 and split["total"] == counts["total"] + 8 * 7
 
 
 def test_config_error_stops_before_any_job(tmp_path):
@@ -124,5 +132,5 @@ def test_e2e_rerun_does_nothing_and_config_change_is_local(e2e):
     res = smk(work, "-n", configfile=cfg2)
     assert res.returncode == 0, res.stderr[-2000:]
     counts = job_counts(res.stdout + res.stderr)
-    # only fever3's section, data, 4 trainings, 4 evaluations, and the report
-    assert counts == {"config_section": 1, "task_data": 1, "train": 4, "evaluate": 4, "report": 1, "all": 1, "total": 12}, counts
+    # only fever3's section, data, 4 trainings (each evaluating dev/test: evaluate_in_train_job), and the report
+    assert counts == {"config_section": 1, "task_data": 1, "train": 4, "report": 1, "all": 1, "total": 8}, counts

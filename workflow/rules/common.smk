@@ -27,6 +27,13 @@ HOTSWAP = CFG["experiments"]["hotswap"] and CFG["corpus"]["source"] == "miniworl
 TOPK_TASK = CFG["experiments"]["topk_task"]
 CONDA = "../../envs/rag.yaml"
 RES = CFG.get("resources", {})
+# evaluate_in_train_job: the train rule also writes the dev/test predictions and metrics (no evaluate rule)
+FUSED_EVAL = CFG["evaluate_in_train_job"]
+EVAL_OUTPUTS = {
+    f"{split}_{kind}": f"results/runs/{{task}}/{{variant}}/{split}/{name}"
+    for split in ("dev", "test")
+    for kind, name in (("metrics", "metrics.json"), ("predictions", "predictions.jsonl"))
+}
 
 
 wildcard_constraints:

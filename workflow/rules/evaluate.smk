@@ -1,35 +1,34 @@
 # Evaluation of every model on dev and test; Figure 3 (test-time K sweep) and the index hot-swap.
 
 
-rule evaluate:
-    input:
-        unpack(retrieval_inputs),
-        cfg=lambda w: section(f"task_{w.task}"),
-        model="results/runs/{task}/{variant}/model",
-        dev="results/data/{task}/dev.jsonl",
-        test="results/data/{task}/test.jsonl",
-    output:
-        dev_metrics="results/runs/{task}/{variant}/dev/metrics.json",
-        dev_predictions="results/runs/{task}/{variant}/dev/predictions.jsonl",
-        test_metrics="results/runs/{task}/{variant}/test/metrics.json",
-        test_predictions="results/runs/{task}/{variant}/test/predictions.jsonl",
-    params:
-        retrieval=lambda w, input: retrieval_args(w, input),
-    threads: CFG["threads"]
-    resources:
-        runtime=res("evaluate", "runtime", 60),
-        mem_mb=res("evaluate", "mem_mb", 4000),
-        gpu=res("evaluate", "gpu", 0),
-    log:
-        "results/logs/evaluate/{task}-{variant}.log",
-    benchmark:
-        "results/benchmarks/evaluate/{task}-{variant}.tsv"
-    conda:
-        CONDA
-    shell:
-        "RAG_THREADS={threads} rag evaluate --config {input.cfg} --variant {wildcards.variant} "
-        "--data-dir results/data/{wildcards.task} --model-dir {input.model} {params.retrieval} "
-        "--out-dir results/runs/{wildcards.task}/{wildcards.variant} 2> {log}"
+if not FUSED_EVAL:  # otherwise the train rule decodes dev/test itself (config key evaluate_in_train_job)
+
+    rule evaluate:
+        input:
+            unpack(retrieval_inputs),
+            cfg=lambda w: section(f"task_{w.task}"),
+            model="results/runs/{task}/{variant}/model",
+            dev="results/data/{task}/dev.jsonl",
+            test="results/data/{task}/test.jsonl",
+        output:
+            **EVAL_OUTPUTS,
+        params:
+            retrieval=lambda w, input: retrieval_args(w, input),
+        threads: CFG["threads"]
+        resources:
+            runtime=res("evaluate", "runtime", 60),
+            mem_mb=res("evaluate", "mem_mb", 4000),
+            gpu=res("evaluate", "gpu", 0),
+        log:
+            "results/logs/evaluate/{task}-{variant}.log",
+        benchmark:
+            "results/benchmarks/evaluate/{task}-{variant}.tsv"
+        conda:
+            CONDA
+        shell:
+            "RAG_THREADS={threads} rag evaluate --config {input.cfg} --variant {wildcards.variant} "
+            "--data-dir results/data/{wildcards.task} --model-dir {input.model} {params.retrieval} "
+            "--out-dir results/runs/{wildcards.task}/{wildcards.variant} 2> {log}"
 
 
 rule topk_sweep:

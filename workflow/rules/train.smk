@@ -32,12 +32,15 @@ rule train:
         data="results/data/{task}/train.jsonl",
         generator="results/generator/model",
         store="results/mlflow.ready",
+        **({"dev": "results/data/{task}/dev.jsonl", "test": "results/data/{task}/test.jsonl"} if FUSED_EVAL else {}),
     output:
-        directory("results/runs/{task}/{variant}/model"),
+        model=directory("results/runs/{task}/{variant}/model"),
+        **(EVAL_OUTPUTS if FUSED_EVAL else {}),
     params:
         retrieval=lambda w, input: retrieval_args(w, input),
         init=lambda w, input: f"--init-from {input.init}" if "init" in input.keys() else "",
         ckpt="results/runs/{task}/{variant}/checkpoint",
+        evaluate="--eval-out-dir results/runs/{task}/{variant}" if FUSED_EVAL else "",
         # train.ddp_processes > 1: data-parallel training, one process per device, through torchrun
         launcher=(f"torchrun --standalone --nproc-per-node {CFG['train']['ddp_processes']} -m"
                   if CFG["train"]["ddp_processes"] > 1 else ""),
@@ -55,4 +58,4 @@ rule train:
     shell:
         "RAG_THREADS={threads} {params.launcher} rag train --config {input.cfg} --variant {wildcards.variant} "
         "--data-dir results/data/{wildcards.task} --generator {input.generator} {params.retrieval} {params.init} "
-        "--checkpoint-dir {params.ckpt} --out {output} 2> {log}"
+        "--checkpoint-dir {params.ckpt} --out {output.model} {params.evaluate} 2> {log}"
