@@ -27,7 +27,7 @@ def project_system(gen, tok, kind: str, batch, k: int):
     system = RagSystem(gen, tok, kind)
 
     def encode(questions, kk):  # RagSystem.encode after retrieval and tokenization: the batch's fixed documents
-        hidden = seq2seq.encode(gen, batch.src, batch.mask, system.rows_per_chunk)
+        hidden = seq2seq.encode(gen, batch.src, batch.mask, system.chunk_overhead)
         return Encoded(hidden, batch.mask, torch.log_softmax(batch.scores.float(), dim=1), None, k)
 
     system.encode = encode

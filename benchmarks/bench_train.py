@@ -94,7 +94,7 @@ def run(args) -> dict:
                       "Losses compared per example with dropout off.",
                       f"Best block of {steps} steps out of {rounds} rounds, the two sides timed alternately in each round. "
                       "1 thread is how the default DAG runs its jobs (2 side by side on 2 cores).",
-                      "Where the project saves: the B*K generator inputs run in length-sorted chunks of 16 rows cut to their own "
-                      "longest row (rag.models.seq2seq), the decoder skips the last position (it predicts the padding after the "
+                      "Where the project saves: the B*K generator inputs run in length-sorted chunks, each cut to its own "
+                      "longest row, a cut made where it saves more than 512 padded tokens (rag.models.seq2seq), the decoder skips the last position (it predicts the padding after the "
                       "target) and the output projection runs only at scored positions; transformers pads every row to the "
                       "longest and computes [B*K, T, V] log-softmax."]}

@@ -25,15 +25,15 @@ def parts():
     return tok, gen, src["input_ids"], src["attention_mask"], tgt
 
 
-@pytest.mark.parametrize("rows_per_chunk", [1, 2, 4, 64])
-def test_target_logprobs_equal_the_full_logits(parts, rows_per_chunk):
+@pytest.mark.parametrize("overhead", [0, 8, 64, 10**9])
+def test_target_logprobs_equal_the_full_logits(parts, overhead):
     tok, gen, ids, mask, tgt = parts
     torch.set_grad_enabled(False)
     logits = gen(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits
     nxt = _shift_left(tgt, tok.pad_token_id)
     ref_ll, ref_sm = _token_logprobs(logits, nxt, True)
     pad = nxt.eq(tok.pad_token_id)
-    ll, sm = seq2seq.target_logprobs(gen, ids, mask, tgt, tok.pad_token_id, smooth=True, rows_per_chunk=rows_per_chunk)
+    ll, sm = seq2seq.target_logprobs(gen, ids, mask, tgt, tok.pad_token_id, smooth=True, overhead_tokens=overhead)
     assert ll.shape == tgt.shape and sm.shape == tgt.shape
     assert float((ll - ref_ll.masked_fill(pad, 0)).abs().max()) < 1e-5
     assert float((sm - ref_sm.masked_fill(pad, 0)).abs().max()) < 1e-3  # sums over the vocabulary
@@ -41,7 +41,7 @@ def test_target_logprobs_equal_the_full_logits(parts, rows_per_chunk):
     # the generic path (any seq2seq model: full logits, then the scored positions) agrees too
     generic = torch.nn.Module()
     generic.forward = lambda **kw: gen(**kw)
-    ll2, _ = seq2seq.target_logprobs(generic, ids, mask, tgt, tok.pad_token_id, rows_per_chunk=rows_per_chunk)
+    ll2, _ = seq2seq.target_logprobs(generic, ids, mask, tgt, tok.pad_token_id, overhead_tokens=overhead)
     assert float((ll2 - ll).abs().max()) < 1e-5
     torch.set_grad_enabled(True)
 
@@ -52,7 +52,7 @@ def test_target_logprobs_gradients_equal_the_full_logits(parts):
     generator_nll(gen(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits, tgt, tok.pad_token_id).sum().backward()
     ref = {n: p.grad.clone() for n, p in gen.named_parameters() if p.grad is not None}
     gen.zero_grad(set_to_none=True)
-    ll, _ = seq2seq.target_logprobs(gen, ids, mask, tgt, tok.pad_token_id, rows_per_chunk=2)
+    ll, _ = seq2seq.target_logprobs(gen, ids, mask, tgt, tok.pad_token_id, overhead_tokens=4)
     (-ll.sum()).backward()
     for n, g in ref.items():
         got = dict(gen.named_parameters())[n].grad
@@ -60,20 +60,29 @@ def test_target_logprobs_gradients_equal_the_full_logits(parts):
         assert float((got - g).abs().max()) <= 1e-5 * max(1.0, float(g.abs().max())), n
 
 
-@pytest.mark.parametrize("rows_per_chunk", [1, 3, 64])
-def test_chunked_encoder_and_logits_equal_one_pass(parts, rows_per_chunk):
+@pytest.mark.parametrize("overhead", [0, 16, 10**9])
+def test_chunked_encoder_and_logits_equal_one_pass(parts, overhead):
     tok, gen, ids, mask, tgt = parts
     with torch.no_grad():
         ref = gen.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
-        got = seq2seq.encode(gen, ids, mask, rows_per_chunk)
+        got = seq2seq.encode(gen, ids, mask, overhead)
         keep = mask.bool()
         assert got.shape == ref.shape
         assert float((got[keep] - ref[keep]).abs().max()) < 1e-5
         full = gen(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits
-        assert float((seq2seq.logits(gen, ids, mask, tgt, rows_per_chunk) - full).abs().max()) < 1e-4
+        assert float((seq2seq.logits(gen, ids, mask, tgt, overhead) - full).abs().max()) < 1e-4
 
 
-def test_length_chunks_sort_longest_first_and_cover_every_row():
-    mask = torch.tensor([[1, 0, 0], [1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 0, 0]])
-    chunks = seq2seq.length_chunks(mask, 2)
-    assert [c.tolist() for c in chunks] == [[1, 3], [2, 0], [4]]
+def test_length_chunks_minimise_padding_plus_overhead():
+    mask = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 1, 0]])
+    cover = lambda chunks: sorted(int(i) for c in chunks for i in c)  # noqa: E731
+    # no overhead: one chunk per length, no padding at all
+    assert [c.tolist() for c in seq2seq.length_chunks(mask, 0)] == [[1, 3], [5], [2], [0, 4]]
+    # prohibitive overhead: one chunk, longest first
+    one = seq2seq.length_chunks(mask, 10**6)
+    assert len(one) == 1 and one[0].tolist() == [1, 3, 5, 2, 0, 4]
+    # overhead 2: cuts only where they save more than 2 padded tokens: [4,4,3] (1 pad) + [2,1,1] (2 pads)
+    mid = seq2seq.length_chunks(mask, 2)
+    assert [c.tolist() for c in mid] == [[1, 3, 5], [2, 0, 4]]
+    for chunks in (one, mid):
+        assert cover(chunks) == list(range(6))

@@ -61,7 +61,7 @@ class Prediction:
 class RagSystem(torch.nn.Module):
     def __init__(self, generator, tokenizer, model: str, passages: Passages | None = None, question_encoder=None,
                  doc_emb: np.ndarray | None = None, index=None, bm25=None, score_scale: float = 1.0,
-                 max_source_len: int = 192, max_target_len: int = 48, rows_per_chunk: int = seq2seq.DEFAULT_ROWS_PER_CHUNK):
+                 max_source_len: int = 192, max_target_len: int = 48, chunk_overhead: int = seq2seq.DEFAULT_CHUNK_OVERHEAD):
         super().__init__()
         if model not in ("sequence", "token", "bart"):
             raise ValueError(f"unknown model kind {model!r}")
@@ -76,7 +76,7 @@ class RagSystem(torch.nn.Module):
         self.score_scale = score_scale
         self.max_source_len = max_source_len
         self.max_target_len = max_target_len
-        self.rows_per_chunk = rows_per_chunk  # generator inputs run in length-sorted chunks (rag.models.seq2seq)
+        self.chunk_overhead = chunk_overhead  # generator inputs run in length-sorted chunks (rag.models.seq2seq)
         self.pad_id = tokenizer.pad_token_id
         self.bos_id = tokenizer.bos_token_id
         self.eos_id = tokenizer.eos_token_id
@@ -132,9 +132,9 @@ class RagSystem(torch.nn.Module):
         else:
             dec = target_ids.repeat_interleave(doc_scores.shape[1], dim=0)
         if self.model_kind == "token" and epsilon > 0:  # smoothing over the marginal needs every vocabulary entry
-            logits = seq2seq.logits(self.generator, src, mask, dec, self.rows_per_chunk)
+            logits = seq2seq.logits(self.generator, src, mask, dec, self.chunk_overhead)
             return rag_token_nll(logits, doc_scores, target_ids, self.pad_id, epsilon)
-        ll, smooth = seq2seq.target_logprobs(self.generator, src, mask, dec, self.pad_id, epsilon > 0, self.rows_per_chunk)
+        ll, smooth = seq2seq.target_logprobs(self.generator, src, mask, dec, self.pad_id, epsilon > 0, self.chunk_overhead)
         if self.model_kind == "token":
             return rag_token_nll_from_logprobs(ll, doc_scores, target_ids, self.pad_id)
         # RAG-Sequence; with one document and p(z|x) = 1 it is the plain generator NLL (BART)
@@ -151,7 +151,7 @@ class RagSystem(torch.nn.Module):
         retrieved = None if self.model_kind == "bart" else self.retrieve(questions, k)
         kk = 1 if retrieved is None else k
         src, mask = self._tokenize_sources(self.source_texts(questions, retrieved))
-        hidden = seq2seq.encode(self.generator, src, mask, self.rows_per_chunk)
+        hidden = seq2seq.encode(self.generator, src, mask, self.chunk_overhead)
         if retrieved is None:
             doc_lp = hidden.new_zeros(len(questions), 1)
         else:

@@ -2,9 +2,9 @@
 
 A RAG batch feeds the generator B*K "title / passage // question" inputs of unequal length,
 padded to the longest. :func:`encode` and :func:`target_logprobs` sort the rows by length and
-run the generator on chunks of ``rows_per_chunk`` rows, each cut to its own longest row, so
-little compute goes to padding (the outputs are the same: padded positions are masked out of
-every attention). :func:`target_logprobs` also drops the last decoder position (it predicts
+run the generator on chunks of rows, each cut to its own longest row, so little compute goes to
+padding (the outputs are the same: padded positions are masked out of every attention). The
+chunks minimise padded tokens + ``overhead_tokens`` per extra generator call. :func:`target_logprobs` also drops the last decoder position (it predicts
 the padding after the target) and, for BART-family generators, applies the output projection
 only at positions whose next token is scored, instead of materialising [B*K, T, V] logits.
 """
@@ -13,14 +13,27 @@ from __future__ import annotations
 
 import torch
 
-DEFAULT_ROWS_PER_CHUNK = 16
+# cost of one more generator call, in padded tokens: a chunk costs rows x width + this
+DEFAULT_CHUNK_OVERHEAD = 512  # measured best for the default generator on CPU (benchmarks/README.md)
 
 
-def length_chunks(mask: torch.Tensor, rows_per_chunk: int) -> list[torch.Tensor]:
-    """Row indices sorted by length (longest first), split into chunks of ``rows_per_chunk``."""
+def length_chunks(mask: torch.Tensor, overhead_tokens: int = DEFAULT_CHUNK_OVERHEAD) -> list[torch.Tensor]:
+    """Row indices sorted by length (longest first), cut into the chunks that minimise the padded
+    tokens computed plus ``overhead_tokens`` per chunk (exact dynamic programme over the cut points)."""
     order = torch.argsort(mask.sum(1), descending=True, stable=True)
-    step = max(1, int(rows_per_chunk))
-    return [order[i:i + step] for i in range(0, len(order), step)]
+    lengths = mask.sum(1)[order].tolist()
+    n = len(lengths)
+    best, cut = [0.0] + [float("inf")] * n, [0] * (n + 1)
+    for i in range(1, n + 1):
+        for j in range(i):  # last chunk = sorted rows j..i-1, as wide as row j
+            cost = best[j] + (i - j) * lengths[j] + overhead_tokens
+            if cost < best[i]:
+                best[i], cut[i] = cost, j
+    bounds, i = [], n
+    while i > 0:
+        bounds.append((cut[i], i))
+        i = cut[i]
+    return [order[a:b] for a, b in reversed(bounds)]
 
 
 def _cut(ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor):
@@ -29,10 +42,10 @@ def _cut(ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor):
 
 
 def encode(generator, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-           rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK) -> torch.Tensor:
+           overhead_tokens: int = DEFAULT_CHUNK_OVERHEAD) -> torch.Tensor:
     """Encoder states [N, L, d] of the generator (zeros at padding), computed chunk by chunk."""
     encoder = generator.get_encoder()
-    chunks = length_chunks(attention_mask, rows_per_chunk)
+    chunks = length_chunks(attention_mask, overhead_tokens)
     if len(chunks) == 1:
         return encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     out = None
@@ -52,7 +65,7 @@ def _bart_like(generator) -> bool:
 
 
 def target_logprobs(generator, input_ids: torch.Tensor, attention_mask: torch.Tensor, target: torch.Tensor, pad_id: int,
-                    smooth: bool = False, rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK):
+                    smooth: bool = False, overhead_tokens: int = DEFAULT_CHUNK_OVERHEAD):
     """log p(target[n, t+1] | input n, target[n, :t+1]) -> ll [N, T] (0 where the next token is
     padding) and, if ``smooth``, the sum over the vocabulary of log p at each position [N, T].
 
@@ -66,7 +79,7 @@ def target_logprobs(generator, input_ids: torch.Tensor, attention_mask: torch.Te
     dec_in = target[:, :used]
     bart = _bart_like(generator)
     rows_at, cols_at, lls, sms = [], [], [], []
-    for rows in length_chunks(attention_mask, rows_per_chunk):
+    for rows in length_chunks(attention_mask, overhead_tokens):
         ids, mask = _cut(input_ids, attention_mask, rows)
         keep = scored[rows, :used]  # [n, used]
         if bart:
@@ -89,11 +102,11 @@ def target_logprobs(generator, input_ids: torch.Tensor, attention_mask: torch.Te
 
 
 def logits(generator, input_ids: torch.Tensor, attention_mask: torch.Tensor, decoder_input_ids: torch.Tensor,
-           rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK) -> torch.Tensor:
+           overhead_tokens: int = DEFAULT_CHUNK_OVERHEAD) -> torch.Tensor:
     """Full generator logits [N, T, V], computed on length-sorted chunks (for losses that need
     every vocabulary entry, e.g. RAG-Token with label smoothing)."""
     parts, order = [], []
-    for rows in length_chunks(attention_mask, rows_per_chunk):
+    for rows in length_chunks(attention_mask, overhead_tokens):
         ids, mask = _cut(input_ids, attention_mask, rows)
         parts.append(generator(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_input_ids[rows]).logits)
         order.append(rows)
