@@ -34,9 +34,9 @@ def parse(argv=None):
     p.add_argument("--enc-n", type=int, default=500, help="passages for the encoding comparison")
     p.add_argument("--enc-batch", type=int, default=32, help="encoding batch size (the project's default)")
     p.add_argument("--index-n", type=int, default=1_000_000, help="vectors for the index comparison")
-    p.add_argument("--hnsw-ms", default="32,64", help="HNSW M values on --index-n vectors")
+    p.add_argument("--hnsw-ms", default="32", help="HNSW M values on --index-n vectors")
     p.add_argument("--m128-n", type=int, default=100_000, help="vectors for the HNSW M=128 build-time probe (0: skip)")
-    p.add_argument("--ef-construction", type=int, default=40)
+    p.add_argument("--ef-construction", type=int, default=120)
     p.add_argument("--k", type=int, default=3, help="retrieved documents (config.yaml train.k)")
     p.add_argument("--train-batch", type=int, default=16, help="config.yaml train.batch_size")
     p.add_argument("--train-steps", type=int, default=10)
@@ -45,7 +45,8 @@ def parse(argv=None):
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--dag-dir", default=None, help="Snakemake benchmark folder (default results/benchmarks)")
     p.add_argument("--scale-enc-sizes", default="1000,10000")
-    p.add_argument("--scale-index-sizes", default="10000,100000,1000000")
+    p.add_argument("--scale-index-sizes", default="10000,100000",
+                   help="built here; the 1M point comes from the index section (index.json in --out) when present")
     a = p.parse_args(argv)
     a.hnsw_ms = [int(x) for x in a.hnsw_ms.split(",") if x]
     a.scale_enc_sizes = [int(x) for x in a.scale_enc_sizes.split(",")]
