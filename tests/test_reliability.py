@@ -449,6 +449,7 @@ PATH_OR_INT_PARAMS = {
     "retrieval",  # retrieval_args(): --passages/--bm25/--embeddings/--index + input paths
     "init",  # "--init-from <input.init>" (a path) or ""
     "ckpt",  # results/runs/{task}/{variant}/checkpoint (wildcards only)
+    "evaluate",  # "--eval-out-dir results/runs/{task}/{variant}" (constrained wildcards only) or ""
     "snapshot",  # the literal "a" or "b"
     "shards",  # retriever.shards, a schema integer
     "samples",  # report.samples_per_task, a schema integer
