@@ -137,18 +137,14 @@ def _check_references(cfg: dict) -> None:
             # replaces them in snapshot b): fewer people leave countries without one (KeyError later)
             raise ConfigError(f"config key 'miniworld.people': {mw['people']} is fewer than twice "
                               f"miniworld.countries ({mw['countries']}); every country needs a leader")
-    if corpus["source"] == "miniworld":
         # every miniworld entity yields at least one passage; K larger than that is impossible
-        mw = cfg["miniworld"]
         n_min = mw["countries"] + mw["people"] + mw["cities"]
         for key, k in [("train.k", k_train)] + [(f"experiments.topk_sweep[{i}]", k) for i, k in enumerate(exp["topk_sweep"])]:
             if k > n_min:
                 raise ConfigError(f"config key '{key}': K={k} exceeds the {n_min} passages the miniworld corpus has")
-    for name, task in tasks.items():
-        for dk in ("decode_sequence", "decode_token"):
-            if dk in task and "k" in task[dk] and corpus["source"] == "miniworld":
-                mw = cfg["miniworld"]
-                if task[dk]["k"] > mw["countries"] + mw["people"] + mw["cities"]:
+        for name, task in tasks.items():
+            for dk in ("decode_sequence", "decode_token"):
+                if dk in task and "k" in task[dk] and task[dk]["k"] > n_min:
                     raise ConfigError(f"config key 'tasks.{name}.{dk}.k': exceeds the number of passages")
 
 
