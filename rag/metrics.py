@@ -8,7 +8,8 @@ name               definition
                    ``re.match``), on the raw and on the SQuAD-normalized prediction
 ``bleu1``          MS MARCO: pycocoevalcap ``Bleu(4)`` corpus score, index 0 (BLEU-1)
 ``rougeL``         MS MARCO: pycocoevalcap ``Rouge`` (ROUGE-L, beta=1.2), mean over examples
-``qbleu1``         Jeopardy QG: Q-BLEU-1 of Nema & Khapra (2018), SQuAD weights
+``qbleu1``         Jeopardy QG: Q-BLEU-1 of Nema & Khapra (2018), the authors' head script
+                   (weights: config ``metrics.qbleu1``; default ``QBLEU_DEFAULT_WEIGHTS``)
 ``accuracy``       FEVER: prediction == first gold label (exact string)
 ``trigram_distinct`` Table 5: distinct / total word tri-grams over all predictions
 =================  ===========================================================================
@@ -116,7 +117,18 @@ _ABBREVIATIONS = frozenset(
 _ABBREVIATIONS_BEFORE_NUMBER = frozenset(["no", "nos", "pp", "art"])
 # PTBTokenizer's currency normalization (ptb3 escaping): pound -> "#", other currencies -> "$".
 _CURRENCY = {"\u00a3": "#", "\u20ac": "$", "\u00a2": " cents "}
-_AMPM_RE = re.compile(r"^(\d+(?::\d+)?)([ap]m)$", re.IGNORECASE)
+# Java 3.4.1 splits "12:30pm" -> 12:30 pm but keeps "7pm" whole.
+_AMPM_RE = re.compile(r"^(\d+:\d+)([ap]m)$", re.IGNORECASE)
+# "US$5" -> us$ 5, "HK$3" -> hk$ 3 (letters before "$" stay with it).
+_PREFIXED_DOLLAR_RE = re.compile(r"^([^\W\d_]{1,3}\$)(\d.*)$")
+# "1,000-mile" stays whole, "1,000km" -> 1,000 km.
+_COMMA_NUMBER_PREFIX_RE = re.compile(r"^(\d{1,3}(?:,\d{3})+)(.+)$")
+# feet and inches: 5'11" -> 5 ' 11 '', but 5'11 (no closing quote) -> 5 '11 as Java does.
+_FEET_INCHES_RE = re.compile(r"^(\d+)'(\d+)$")
+# "rock'n'roll" -> rock 'n' roll
+_N_RE = re.compile(r"('n')", re.IGNORECASE)
+# a clitic after an abbreviation's period: "D.C.'s" -> d.c. 's
+_PERIOD_CLITIC_RE = re.compile(r"^(.*[^\W_]\.)('s|'m|'d|'re|'ve|'ll)$", re.IGNORECASE)
 # Words PTBTokenizer splits in two.
 _SPLIT_WORDS = {
     "gonna": ("gon", "na"), "gotta": ("got", "ta"), "wanna": ("wan", "na"), "lemme": ("lem", "me"),
@@ -130,12 +142,37 @@ _DOTTED_RE = re.compile(r"^(?:[^\W\d_]\.)+$|^[^\W\d_]+(?:\.[^\W\d_]+)+\.$")
 _INFIX_RE = re.compile(r"(--+|[=*×·°,;])")
 
 
-def _split_core(core: str) -> list[str]:
+def _is_abbreviation(word: str) -> bool:
+    """Does ``word`` (ending in ".") keep its period in PTBTokenizer (approximation)?"""
+    body = word[:-1]
+    return bool(_DOTTED_RE.match(word)) or body.lower() in _ABBREVIATIONS or (len(body) == 1 and body.isalpha())
+
+
+def _split_core(core: str, before_quote: bool = False) -> list[str]:
     """Split a chunk without leading/trailing punctuation: infix symbols, clitics, split words."""
     if not core:
         return []
     if _NUMBER_RE.match(core) or _URL_RE.match(core):
         return [core]
+    m = _PREFIXED_DOLLAR_RE.match(core)
+    if m:
+        return [m.group(1)] + _split_core(m.group(2), before_quote)
+    m = _COMMA_NUMBER_PREFIX_RE.match(core)
+    if m:
+        return [core] if m.group(2).startswith("-") else [m.group(1)] + _split_core(m.group(2), before_quote)
+    m = _FEET_INCHES_RE.match(core)
+    if m:
+        feet, inches = m.group(1), m.group(2)
+        return [feet, "'", inches] if before_quote or len(inches) != 2 else [feet, "'" + inches]
+    if core.lower() != "'n'" and _N_RE.search(core):
+        out = []
+        for p in _N_RE.split(core):
+            out.extend([p] if _N_RE.fullmatch(p) else _split_core(p))
+        return out
+    m = _PERIOD_CLITIC_RE.match(core)
+    if m:
+        word, clitic = m.group(1), m.group(2)
+        return ([word] if _is_abbreviation(word) else [word[:-1], "."]) + [clitic]
     parts = [p for p in _INFIX_RE.split(core) if p]
     if len(parts) > 1:
         out = []
@@ -223,7 +260,7 @@ def _tokenize_chunk(chunk: str, next_chunk: str) -> list[str]:
     if chunk and set(chunk) <= set("-"):
         core_tokens = ["--" if len(chunk) >= 2 else "-"]
     else:
-        core_tokens = _split_core(chunk)
+        core_tokens = _split_core(chunk, before_quote=trail[:1] == ["''"])
     return lead + core_tokens + trail
 
 
@@ -241,11 +278,18 @@ def ptb_tokenize(text: str) -> list[str]:
 
     "£" -> "#", "€" -> "$", "¢" -> "cents" (PTB currency normalization), "12:30pm" -> 12:30 pm, "y'all" -> y' all.
 
+    Also as Java 3.4.1 (checked against the jar): a clitic after an abbreviation's period
+    ("D.C.'s" -> d.c. 's), feet and inches ("5'11\"" -> 5 11; without the closing quote
+    "5'11" -> 5 '11), "7pm" kept whole but "12:30pm" -> 12:30 pm, "US$5" -> us$ 5,
+    "rock'n'roll" -> rock 'n' roll, "1,000-mile" kept whole but "1,000km" -> 1,000 km.
+
     Known differences from Java (documented, tested): Stanford's abbreviation list and its
     sentence-final abbreviation rules are approximated by a short list (e.g. Java keeps
     "co." in "Acme Co. Ltd" but splits "Vol." — only affects whether a token keeps its final
-    period); emoticons are not recognised (Java: "I <3 NLP :)" -> i < 3 nlp -rrb-; here
-    i <3 nlp -rrb-); HTML-like tokens and e-mail addresses are not special-cased.
+    period; Java also keeps "s." in "1,000s." where this gives "s"); emoticons are not
+    recognised (Java: "I <3 NLP :)" -> i < 3 nlp -rrb-; here i <3 nlp -rrb-); HTML-like tokens
+    and e-mail addresses are not special-cased; "5'11\"-tall" (Java: 5 11 tall) and
+    "7:30p.m." (Java: 7:30 p.m.) are not split.
     """
     text = text.replace("\n", " ").replace("\r", " ")
     text = unicodedata.normalize("NFC", text)
@@ -344,12 +388,38 @@ def rouge_l(predictions: Sequence[str], references: Sequence[Sequence[str]], tok
 # Q-BLEU-1 (Nema & Khapra 2018)
 # ---------------------------------------------------------------------------------------------
 
-# Source: github.com/PrekshaNema25/Answerability-Metric (the authors' code), answerability_score.py
-# and README.md: "python answerability_score.py --data_type squad ... --ner_weight 0.6
-# --qt_weight 0.2 --re_weight 0.1 --delta 0.7"; "the weight given to the stop_words is computed as
-# (1 - ner_weight - qt_weight - re_weight) and the weight for the ngram metric ... (1 - delta)".
-# The same values are used by the repository's tests/test_answerability_score.py.
-QBLEU_SQUAD_WEIGHTS = {"w_ner": 0.6, "w_qt": 0.2, "w_re": 0.1, "w_sw": 0.1, "delta": 0.7}
+# Weights (w_sw = 1 - w_ner - w_qt - w_re; the BLEU-1 share is 1 - delta). The RAG paper says only
+# "SQuAD-tuned Q-BLEU-1". Known sets (docs/metrics.md gives the sources and the reason for the default):
+QBLEU_WEIGHT_SETS = {
+    # the first author's later SQuAD evaluation scripts: the default (see docs/metrics.md)
+    "squad": {"w_ner": 0.41, "w_qt": 0.20, "w_re": 0.20, "delta": 0.66},
+    # github.com/PrekshaNema25/Answerability-Metric README.md example command line and its tests
+    "readme": {"w_ner": 0.6, "w_qt": 0.2, "w_re": 0.1, "delta": 0.7},
+    # a public RAG-on-Jeopardy reproduction
+    "rag_jeopardy_repro": {"w_ner": 0.41, "w_qt": 0.20, "w_re": 0.36, "delta": 0.66},
+}
+QBLEU_DEFAULT_WEIGHTS = dict(QBLEU_WEIGHT_SETS["squad"])
+QBLEU_WEIGHT_KEYS = ("w_ner", "w_qt", "w_re", "delta")
+
+
+def check_qbleu_weights(weights: dict, where: str = "metrics.qbleu1") -> dict:
+    """Validate Q-BLEU weights (keys w_ner, w_qt, w_re, delta in [0, 1], w_ner + w_qt + w_re <= 1);
+    return them complete (missing keys from ``QBLEU_DEFAULT_WEIGHTS``) with w_sw added."""
+    unknown = sorted(set(weights) - set(QBLEU_WEIGHT_KEYS))
+    if unknown:
+        raise ConfigError(f"config key '{where}.{unknown[0]}': unknown; valid: {', '.join(QBLEU_WEIGHT_KEYS)}")
+    out = {**QBLEU_DEFAULT_WEIGHTS, **weights}
+    for k in QBLEU_WEIGHT_KEYS:
+        v = out[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+            raise ConfigError(f"config key '{where}.{k}': must be a number in [0, 1], got {v!r}")
+    total = out["w_ner"] + out["w_qt"] + out["w_re"]
+    if total > 1.0 + 1e-9:
+        raise ConfigError(f"config key '{where}': w_ner + w_qt + w_re = {total:g} > 1 (the stop-word weight "
+                          "is 1 minus their sum)")
+    out["w_sw"] = max(0.0, 1.0 - total)
+    return out
+
 
 # The authors' stop-word list (answerability_score.py; nltk's English list of that time, as used
 # there; embedded so that nothing is downloaded at run time).
@@ -384,6 +454,9 @@ def _qt_words(words: list[str]) -> list[str]:
 def qbleu_components(question: str, questions_type: str = "squad") -> dict[str, str]:
     """Split a question into the four Q-BLEU word classes, exactly as the authors' script.
 
+    The authors' ``questiontype`` walks its question-word *set*, so the order of the qt words
+    differs from ours; only unigram counts enter BLEU-1, so scores are the same.
+
     Named entities: the authors' ``NER_line`` runs no NER model either: it takes every token whose
     first character is upper-case, after dropping the first token when it is a question word
     (so a capitalized sentence-initial non-question word such as "Is" counts, as in their test).
@@ -417,11 +490,9 @@ def qbleu1_scores(
     if questions_type not in QUESTION_TYPES:
         raise ConfigError(f"unknown questions_type {questions_type!r}; valid: {', '.join(QUESTION_TYPES)}")
     _check_pairs(predictions, references)
-    W = QBLEU_SQUAD_WEIGHTS
-    w_ner = W["w_ner"] if w_ner is None else w_ner
-    w_qt = W["w_qt"] if w_qt is None else w_qt
-    w_re = W["w_re"] if w_re is None else w_re
-    delta = W["delta"] if delta is None else delta
+    given = {k: v for k, v in {"w_ner": w_ner, "w_qt": w_qt, "w_re": w_re, "delta": delta}.items() if v is not None}
+    W = check_qbleu_weights(given, "qbleu1 weights")
+    w_ner, w_qt, w_re, delta = W["w_ner"], W["w_qt"], W["w_re"], W["delta"]
     w_sw = 1.0 - w_ner - w_qt - w_re
 
     pairs = [(p, r) for p, refs in zip(predictions, references) for r in refs]
@@ -445,12 +516,17 @@ def qbleu1_scores(
         h, r = block(2 + 2 * j), block(3 + 2 * j)
         _, p = _sentence_bleu_scorer(h, [[x] for x in r], 1)  # precision direction
         _, rc = _sentence_bleu_scorer(r, [[x] for x in h], 1)  # recall direction (swapped)
-        comp[k] = [0.0 if a + b == 0 else 2 * a * b / (a + b) for a, b in zip(p[0], rc[0])]
+        # The authors' head script (commit 61392b1, Nov 2019) scores a component 1 when its
+        # hypothesis and reference parts are both empty strings (before tokenization).
+        comp[k] = [1.0 if not hyp_c[i][k] and not ref_c[i][k]
+                   else 0.0 if a + b == 0 else 2 * a * b / (a + b)
+                   for i, (a, b) in enumerate(zip(p[0], rc[0]))]
     per_pair = []
     for i in range(n):
         answerability = (w_re * comp["imp"][i] + w_ner * comp["ner"][i] + w_qt * comp["qt"][i]
                          + w_sw * comp["sw"][i])
-        per_pair.append(delta * answerability + (1 - delta) * fluent[i])
+        # An empty prediction scores 0 (the authors' script crashes on it; see qbleu1).
+        per_pair.append(0.0 if not pairs[i][0].strip() else delta * answerability + (1 - delta) * fluent[i])
     out, pos = [], 0
     for refs in references:
         out.append(max(per_pair[pos: pos + len(refs)]))
@@ -461,10 +537,17 @@ def qbleu1_scores(
 def qbleu1(predictions: Sequence[str], references: Sequence[Sequence[str]], questions_type: str = "squad",
            tokenizer: str = "python", **weights) -> float:
     """Q-BLEU-1 (Nema & Khapra 2018) in percent: mean over examples of
-    ``delta * Answerability + (1 - delta) * BLEU-1`` with the authors' SQuAD weights
-    (``QBLEU_SQUAD_WEIGHTS``). Each Answerability component is the harmonic mean of the
-    sentence BLEU-1 of the predicted component against the reference one and vice versa.
+    ``delta * Answerability + (1 - delta) * BLEU-1``, weights ``QBLEU_DEFAULT_WEIGHTS`` unless
+    given. Each Answerability component (relevant words, named entities, question type, stop
+    words) is the harmonic mean of the sentence BLEU-1 of the predicted component against the
+    reference one and vice versa, and 1 when both components are empty (the authors' head script,
+    github.com/PrekshaNema25/Answerability-Metric at ec5cf5e, Nov 2019; the October 2018 version
+    scored that case 0). Equal to that script run with Java's PTB tokenizer, within 1e-6, on the
+    pairs of ``tests/data/qbleu_head_vectors.json`` with either tokenizer.
+
     With several references the best one is taken (the authors' script has one per line).
+    An empty (or whitespace-only) prediction scores 0; the authors' script stops with an
+    IndexError on it (``NER_line`` reads the first word), so 0 is this project's choice.
     """
     scores = qbleu1_scores(predictions, references, questions_type, tokenizer, **weights)
     return 100.0 * sum(scores) / len(scores)
@@ -539,8 +622,12 @@ def _mean_bool(fn: Callable[[str, Sequence[str]], bool], predictions, targets) -
     return 100.0 * sum(bool(fn(p, t)) for p, t in zip(predictions, targets)) / len(predictions)
 
 
-def compute(metric: str, predictions: Sequence[str], targets: Sequence[Sequence[str]]) -> float:
-    """Score ``predictions`` against ``targets`` (one list of golds per example) with ``metric``."""
+def compute(metric: str, predictions: Sequence[str], targets: Sequence[Sequence[str]],
+            tokenizer: str = "python", qbleu_weights: dict | None = None) -> float:
+    """Score ``predictions`` against ``targets`` (one list of golds per example) with ``metric``.
+
+    ``tokenizer`` (python|ptb) is used by bleu1, rougeL and qbleu1; ``qbleu_weights`` (keys of
+    ``QBLEU_WEIGHT_KEYS``) by qbleu1 only (default ``QBLEU_DEFAULT_WEIGHTS``)."""
     if metric not in METRICS:
         raise ConfigError(f"unknown metric {metric!r}; valid metrics: {', '.join(METRICS)}")
     if len(predictions) == 0:
@@ -552,11 +639,11 @@ def compute(metric: str, predictions: Sequence[str], targets: Sequence[Sequence[
     if metric == "em_regex":
         return _mean_bool(regex_match, predictions, targets)
     if metric == "bleu1":
-        return bleu1(predictions, targets)
+        return bleu1(predictions, targets, tokenizer)
     if metric == "rougeL":
-        return rouge_l(predictions, targets)
+        return rouge_l(predictions, targets, tokenizer)
     if metric == "qbleu1":
-        return qbleu1(predictions, targets)
+        return qbleu1(predictions, targets, tokenizer=tokenizer, **(qbleu_weights or {}))
     return accuracy(predictions, targets)
 
 

@@ -6,6 +6,7 @@ import json
 import math
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -76,6 +77,13 @@ TOKENIZER_CASES = {
     '"Hello," she said... U.S. Mr. Smith': "hello she said u.s. mr. smith",
     "Wait?! !!! 1,000 3.14 10:30": "wait ?! !!! 1,000 3.14 10:30",
     "?!.": "?!",
+    # Java 3.4.1 behaviours found by issue 14 (checked against the jar):
+    "Washington, D.C.'s U.S.'s Mr.'s": "washington d.c. 's u.s. 's mr. 's",  # clitic after an abbreviation
+    "At 5'11\" and 6'4\" or 5'11": "at 5 11 and 6 4 or 5 '11",  # feet and inches
+    "at 7pm or 10am, 12:30pm": "at 7pm or 10am 12:30 pm",  # am/pm split only after a clock time
+    "US$5 HK$3 US$5,000": "us$ 5 hk$ 3 us$ 5,000",  # letters + "$" before a number
+    "rock'n'roll Rock'N'Roll fish'n'chips": "rock 'n' roll rock 'n' roll fish 'n' chips",
+    "the 1,000-mile 1,000km race": "the 1,000-mile 1,000 km race",
     "...": "",
     "": "",
 }
@@ -98,9 +106,25 @@ def test_python_tokenizer_agrees_with_java_ptb():
 EMOTICON = "I <3 NLP :)"
 
 
+# Known differences of the pure-Python tokenizer (documented in ptb_tokenize): Java's output first.
+KNOWN_DIFFERENCES = {
+    "1,000s.": ("1,000 s.", "1,000 s"),
+    "5'11\"-tall": ("5 11 tall", "5'11\"-tall"),
+    "7:30p.m.": ("7:30 p.m.", "7:30p.m"),
+}
+
+
 def test_python_tokenizer_known_difference_documented():
     # Documented difference: the fallback does not recognise emoticons.
     assert M.ptb_tokenize(EMOTICON) == ["i", "<3", "nlp", "-rrb-"]
+    for text, (_, python) in KNOWN_DIFFERENCES.items():
+        assert " ".join(M.ptb_tokenize(text)) == python
+
+
+@pytest.mark.skipif(not HAS_JAVA, reason="java not on PATH: cannot run Stanford PTBTokenizer")
+def test_known_differences_are_still_differences():
+    texts = list(KNOWN_DIFFERENCES)
+    assert M.tokenize_batch(texts, "ptb") == [java for java, _ in KNOWN_DIFFERENCES.values()]
 
 
 @pytest.mark.skipif(not HAS_JAVA, reason="java not on PATH: cannot run Stanford PTBTokenizer")
@@ -197,8 +221,20 @@ def test_rouge_l_agrees_with_rouge_score_lcs():
 # ------------------------------------------------------------------------------ Q-BLEU-1
 
 
-def test_qbleu_weights_are_the_authors_squad_weights():
-    assert M.QBLEU_SQUAD_WEIGHTS == {"w_ner": 0.6, "w_qt": 0.2, "w_re": 0.1, "w_sw": 0.1, "delta": 0.7}
+README_WEIGHTS = {"w_ner": 0.6, "w_qt": 0.2, "w_re": 0.1, "delta": 0.7}
+HEAD_VECTORS = json.loads((Path(__file__).parent / "data" / "qbleu_head_vectors.json").read_text(encoding="utf-8"))
+
+
+def test_qbleu_default_weights():
+    assert M.QBLEU_DEFAULT_WEIGHTS == {"w_ner": 0.41, "w_qt": 0.20, "w_re": 0.20, "delta": 0.66}
+    assert M.QBLEU_WEIGHT_SETS["readme"] == README_WEIGHTS
+    assert M.check_qbleu_weights({})["w_sw"] == pytest.approx(0.19)
+    with pytest.raises(ConfigError, match=r"metrics.qbleu1': w_ner \+ w_qt \+ w_re = 1.1 > 1"):
+        M.check_qbleu_weights({"w_ner": 0.9, "w_qt": 0.1, "w_re": 0.1})
+    with pytest.raises(ConfigError, match=r"metrics.qbleu1.delta': must be a number in \[0, 1\]"):
+        M.check_qbleu_weights({"delta": 1.5})
+    with pytest.raises(ConfigError, match=r"metrics.qbleu1.w_stop'"):
+        M.check_qbleu_weights({"w_stop": 0.1})
 
 
 def test_qbleu_components_like_authors_script():
@@ -207,32 +243,66 @@ def test_qbleu_components_like_authors_script():
 
 
 def test_qbleu1_reproduces_authors_test_vector():
-    # Authors' tests/test_answerability_score.py: hyp "Is this a great question?" vs
-    # ref "Is this a good question?" with ner 0.6, qt 0.2, re 0.1, delta 0.7 gives 0.765 when the
-    # n-gram part is 0.8. Here: ner "Is"/"Is" -> 1; qt ""/"" -> 0; imp "great question"/"good
-    # question" -> P = R = 1/2 -> 0.5; sw "is this a" both -> 1.
-    # Answerability = 0.6*1 + 0.2*0 + 0.1*0.5 + 0.1*1 = 0.75; BLEU-1 = 4/5 = 0.8
-    # Q-BLEU-1 = 0.7*0.75 + 0.3*0.8 = 0.765
-    assert M.qbleu1(["Is this a great question?"], [["Is this a good question?"]]) == pytest.approx(76.5, abs=1e-4)
+    # The authors' head script (Answerability-Metric ec5cf5e) on hyp "Is this a great question?",
+    # ref "Is this a good question?", ner 0.6, qt 0.2, re 0.1, delta 0.7: 0.905 (run here with Java;
+    # also the first pair of tests/data/qbleu_head_vectors.json with these weights). By hand:
+    # ner "Is"/"Is" -> 1; qt ""/"" both empty -> 1 (head rule; the Oct 2018 version gave 0 and
+    # 0.765); imp "great question?"/"good question?" -> 0.5; sw "is this a" both -> 1.
+    # Answerability = 0.6*1 + 0.2*1 + 0.1*0.5 + 0.1*1 = 0.95; BLEU-1 = 4/5 = 0.8
+    # Q-BLEU-1 = 0.7*0.95 + 0.3*0.8 = 0.905 (BLEU's 1e-9 smoothing moves it by ~1e-9)
+    got = M.qbleu1(["Is this a great question?"], [["Is this a good question?"]], **README_WEIGHTS)
+    assert got == pytest.approx(90.5, abs=1e-4)
 
 
 def test_qbleu1_hand_computed_mean_and_edges():
     # "Who wrote Hamlet?" vs "Who wrote Macbeth?": qt "Who"/"Who" -> 1; ner (first word is a
-    # question word, dropped) "Hamlet?"/"Macbeth?" -> 0; imp "wrote"/"wrote" -> 1; sw empty -> 0.
-    # Answerability = 0.1*1 + 0.6*0 + 0.2*1 + 0.1*0 = 0.3 ; BLEU-1 = 2/3
-    # Q-BLEU-1 = 0.7*0.3 + 0.3*2/3 = 0.41
-    assert M.qbleu1(["Who wrote Hamlet?"], [["Who wrote Macbeth?"]]) == pytest.approx(41.0, abs=1e-4)
+    # question word, dropped) "Hamlet?"/"Macbeth?" -> 0; imp "wrote"/"wrote" -> 1; sw both empty -> 1.
+    # Answerability = 0.1*1 + 0.6*0 + 0.2*1 + 0.1*1 = 0.4 ; BLEU-1 = 2/3
+    # Q-BLEU-1 = 0.7*0.4 + 0.3*2/3 = 0.48
+    assert M.qbleu1(["Who wrote Hamlet?"], [["Who wrote Macbeth?"]], **README_WEIGHTS) == pytest.approx(48.0, abs=1e-4)
     assert M.qbleu1(
         ["Who wrote Hamlet?", "Is this a great question?"],
-        [["Who wrote Macbeth?"], ["Is this a good question?"]],
-    ) == pytest.approx((41.0 + 76.5) / 2, abs=1e-4)
-    # identical question with all four components non-empty -> 1.0
+        [["Who wrote Macbeth?"], ["Is this a good question?"]], **README_WEIGHTS,
+    ) == pytest.approx((48.0 + 90.5) / 2, abs=1e-4)
+    # identical question -> 1.0, also for a clue with no question word (qt empty on both sides)
     q = "What is the capital of France?"
+    clue = "This 'Father of Our Country' never chopped down a cherry tree"
     assert M.qbleu1([q], [[q]]) == pytest.approx(100.0, abs=1e-4)
-    assert M.qbleu1([""], [[q]]) == pytest.approx(0.0, abs=1e-4)
+    assert M.qbleu1([clue], [[clue]]) == pytest.approx(100.0, abs=1e-4)
+    # an empty prediction scores 0 (the authors' script crashes on it), even where components
+    # would be empty on both sides
+    assert M.qbleu1([""], [[q]]) == 0.0
+    assert M.qbleu1(["  "], [[clue]]) == 0.0
     assert M.qbleu1(["?"], [[q]]) == pytest.approx(0.0, abs=1e-4)
     # several references: the best one counts
-    assert M.qbleu1(["Who wrote Hamlet?"], [["Who wrote Macbeth?", q]]) == pytest.approx(41.0, abs=1e-4)
+    assert M.qbleu1(["Who wrote Hamlet?"], [["Who wrote Macbeth?", q]], **README_WEIGHTS) == pytest.approx(48.0, abs=1e-4)
+
+
+@pytest.mark.parametrize("tokenizer", [
+    "python",
+    pytest.param("ptb", marks=pytest.mark.skipif(not HAS_JAVA, reason="java not on PATH: cannot run Stanford PTBTokenizer")),
+])
+@pytest.mark.parametrize("weights", sorted(HEAD_VECTORS["weights"]))
+def test_qbleu1_equals_authors_head_script(tokenizer, weights):
+    """46 examples (53 reference lines) scored by the authors' head script with Java's PTB
+    tokenizer; where the values came from: the file's "about". Both tokenizers must agree with
+    it within 1e-6 per line and per example (max over references)."""
+    w = HEAD_VECTORS["weights"][weights]
+    examples = HEAD_VECTORS["examples"]
+    assert len(examples) >= 40
+    flat = [(e["hypothesis"], r) for e in examples for r in e["references"]]
+    expected = [x for e in examples for x in e["expected"][weights]]
+    got = M.qbleu1_scores([h for h, _ in flat], [[r] for _, r in flat], tokenizer=tokenizer, **w)
+    assert max(abs(a - b) for a, b in zip(got, expected)) < 1e-6
+    got_ex = M.qbleu1_scores([e["hypothesis"] for e in examples], [e["references"] for e in examples],
+                             tokenizer=tokenizer, **w)
+    assert max(abs(a - max(e["expected"][weights])) for a, e in zip(got_ex, examples)) < 1e-6
+
+
+def test_qbleu1_through_compute_uses_configured_weights():
+    p, t = ["Who wrote Hamlet?"], [["Who wrote Macbeth?"]]
+    assert M.compute("qbleu1", p, t, qbleu_weights=README_WEIGHTS) == pytest.approx(48.0, abs=1e-4)
+    assert M.compute("qbleu1", p, t) == pytest.approx(M.qbleu1(p, t, **M.QBLEU_DEFAULT_WEIGHTS))
 
 
 def test_qbleu1_unknown_questions_type():
