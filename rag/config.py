@@ -114,6 +114,9 @@ def _check_references(cfg: dict) -> None:
             for split in ("train", "dev", "test"):
                 if split not in files:
                     raise ConfigError(f"config key 'tasks.{name}.files.{split}': required for source {task['source']}")
+    from rag.metrics import check_qbleu_weights
+
+    check_qbleu_weights(cfg["metrics"]["qbleu1"])
     corpus = cfg["corpus"]
     _check_file_names(cfg)
     if corpus["source"] == "download" and not corpus.get("url"):
@@ -239,6 +242,8 @@ def _sections(cfg: dict) -> dict[str, dict]:
             "retriever": {k: cfg["retriever"][k] for k in ("score_scale", "max_length", "pooling", "normalize", "question_encoder")},
             "decode": {m: task_decode(cfg, name, m) for m in ("sequence", "token", "bart")},
         }
+        if set(TASKS[name].metrics) & {"bleu1", "rougeL", "qbleu1"}:  # only these read metrics options
+            out[f"task_{name}"]["metrics"] = cfg["metrics"]
     return out
 
 

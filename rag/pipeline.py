@@ -263,13 +263,30 @@ class _FakeHyp:
     score = 0.0
 
 
+def metric_options(cfg: dict) -> dict:
+    """The scorer options this task's metrics use (recorded in metrics.json, shown by the report)."""
+    from rag import metrics as M
+
+    spec = TASKS[cfg["task_name"]]
+    given = cfg.get("metrics") or {}
+    opts = {}
+    if set(spec.metrics) & {"bleu1", "rougeL", "qbleu1"}:
+        opts["tokenizer"] = given.get("tokenizer", "python")
+    if "qbleu1" in spec.metrics:
+        w = M.check_qbleu_weights(given.get("qbleu1") or {})
+        opts["qbleu1"] = {k: w[k] for k in M.QBLEU_WEIGHT_KEYS}
+    return opts
+
+
 def score_predictions(cfg: dict, preds: list[dict], passages) -> tuple[dict, dict]:
     from rag import metrics as M
 
     spec = TASKS[cfg["task_name"]]
     p = [x["prediction"] for x in preds]
     t = [x["targets"] for x in preds]
-    scores = {m: M.compute(m, p, t) for m in spec.metrics}
+    opts = metric_options(cfg)
+    scores = {m: M.compute(m, p, t, tokenizer=opts.get("tokenizer", "python"), qbleu_weights=opts.get("qbleu1"))
+              for m in spec.metrics}
     retrieval = {}
     if passages is not None and preds and preds[0]["doc_ids"]:
         k = len(preds[0]["doc_ids"])
@@ -314,6 +331,7 @@ def evaluate_model(cfg: dict, variant: str, data_dir: str, model_dir: str, retri
         out = Path(out_dir) / split
         write_jsonl(out / "predictions.jsonl", preds)
         result = {"task": name, "variant": variant, "split": split, "n": len(preds), "metrics": scores, "retrieval": rec,
+                  "metric_options": metric_options(cfg),
                   "decode": dec, "decode_seconds": seconds, "mlflow_run_id": run.run_id,
                   "mlflow_experiment_id": run.experiment_id}
         write_json(out / "metrics.json", result)

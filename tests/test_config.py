@@ -41,6 +41,10 @@ def test_paper_config_is_valid(root):
         (lambda c: c["corpus"].update(name="../../etc"), "config key 'corpus.name'"),
         (lambda c: c.update(name="a b; rm -rf /"), "config key 'name'"),
         (lambda c: c["experiments"].update(topk_sweep=[1, 5000]), "experiments.topk_sweep[1]"),
+        (lambda c: c.update(metrics={"qbleu1": {"delta": 2}}), "config key 'metrics.qbleu1.delta'"),
+        (lambda c: c.update(metrics={"qbleu1": {"w_ner": 0.7, "w_qt": 0.2, "w_re": 0.2}}),
+         "config key 'metrics.qbleu1': w_ner + w_qt + w_re = 1.1 > 1"),
+        (lambda c: c.update(metrics={"tokenizer": "spacy"}), "config key 'metrics.tokenizer'"),
     ],
 )
 def test_schema_errors_name_the_key(base, mutate, message):
@@ -68,3 +72,17 @@ def test_sections_isolate_tasks(base):
     b = sections(load_config(changed))
     differing = {k for k in a if a[k] != b[k]}
     assert differing == {"task_fever2"}
+
+
+def test_metric_options_default_and_recorded(base):
+    from rag.pipeline import metric_options
+
+    cfg = load_config(base)
+    assert cfg["metrics"] == {"tokenizer": "python", "qbleu1": {"w_ner": 0.41, "w_qt": 0.2, "w_re": 0.2, "delta": 0.66}}
+    parts = sections(cfg)
+    assert "metrics" in parts["task_jeopardy"] and "metrics" in parts["task_msmarco"]
+    assert "metrics" not in parts["task_nq"]  # EM tasks do not re-run when the Q-BLEU weights change
+    assert metric_options(parts["task_jeopardy"]) == {
+        "tokenizer": "python", "qbleu1": {"w_ner": 0.41, "w_qt": 0.2, "w_re": 0.2, "delta": 0.66}}
+    assert metric_options(parts["task_msmarco"]) == {"tokenizer": "python"}
+    assert metric_options(parts["task_nq"]) == {}

@@ -60,6 +60,9 @@ def make_inputs(root: Path) -> dict:
                     "mlflow_experiment_id": "7",
                     "decode": {},
                 }
+                if task == "jeopardy":
+                    data["metric_options"] = {"tokenizer": "python",
+                                              "qbleu1": {"w_ner": 0.41, "w_qt": 0.2, "w_re": 0.2, "delta": 0.66}}
                 (d / "metrics.json").write_text(json.dumps(data), encoding="utf-8")
                 with open(d / "predictions.jsonl", "w", encoding="utf-8") as fh:
                     for j in range(3):
@@ -215,6 +218,26 @@ def test_mlflow_links_figures_hotswap_scale(report):
     retr = _compact(_table(html, "Retrieval recall"))
     assert "answer_recall@5" in retr and "80.0" in retr
     assert "<script" not in html.replace("&lt;script", "")
+
+
+def test_report_shows_qbleu_weights(report):
+    text = _text(report["html"])
+    assert ("Jeopardy QB-1 is Q-BLEU-1 with weights ner 0.41, qt 0.2, re 0.2, stop words 0.19, delta 0.66, "
+            "tokenizer python.") in text
+
+
+def test_report_qbleu_weights_differing_or_unrecorded(tmp_path, gold_calls):
+    from rag.report.build import Runs, qbleu_note
+
+    for variant, opts in (("bart", None), ("rag_token", {"tokenizer": "ptb", "qbleu1": {"w_ner": 0.6, "w_qt": 0.2, "w_re": 0.1, "delta": 0.7}})):
+        d = tmp_path / "runs" / "jeopardy" / variant / "test"
+        d.mkdir(parents=True)
+        data = {"metrics": {"qbleu1": 10.0}, **({"metric_options": opts} if opts else {})}
+        (d / "metrics.json").write_text(json.dumps(data), encoding="utf-8")
+    note = qbleu_note(Runs(tmp_path / "runs", TRACKING, None, None))
+    assert "differing weights" in note
+    assert "not recorded (metrics.json written before the weights were configurable) (bart/test)" in note
+    assert "ner 0.6, qt 0.2, re 0.1, stop words 0.1, delta 0.7, tokenizer ptb (rag_token/test)" in note
 
 
 def test_data_text_is_escaped(report):

@@ -234,13 +234,39 @@ def _gold_trigram(runs: Runs, task: str) -> float | None:
     return None
 
 
+def qbleu_note(runs: Runs) -> str | None:
+    """Which Q-BLEU-1 weights the jeopardy runs were scored with (their metrics.json)."""
+    used: dict[str, list[str]] = {}
+    for (task, variant, split), data in sorted(runs.metrics.items()):
+        if task != "jeopardy" or "qbleu1" not in (data.get("metrics") or {}):
+            continue
+        opts = data.get("metric_options") or {}
+        w = opts.get("qbleu1")
+        if isinstance(w, dict) and all(isinstance(w.get(k), (int, float)) for k in ("w_ner", "w_qt", "w_re", "delta")):
+            sw = 1.0 - w["w_ner"] - w["w_qt"] - w["w_re"]
+            desc = (f"ner {w['w_ner']:g}, qt {w['w_qt']:g}, re {w['w_re']:g}, stop words {sw:.2g}, "
+                    f"delta {w['delta']:g}, tokenizer {opts.get('tokenizer', 'python')}")
+        else:
+            desc = "not recorded (metrics.json written before the weights were configurable)"
+        used.setdefault(desc, []).append(f"{variant}/{split}")
+    if not used:
+        return None
+    if len(used) == 1:
+        return f"Jeopardy QB-1 is Q-BLEU-1 with weights {next(iter(used))}."
+    parts = "; ".join(f"{d} ({', '.join(runs_)})" for d, runs_ in used.items())
+    return f"Jeopardy QB-1 is Q-BLEU-1 with differing weights across runs: {parts}."
+
+
 def build_tables(runs: Runs, paper: dict) -> list[Table]:
     tables = []
+    qnote = qbleu_note(runs)
     for key in ("table1", "table2", "table5", "table6"):
         spec = paper[key]
         split = TABLE_SPLIT[key]
         columns = list(spec["columns"])
         table = Table(key, TABLE_TITLES[key], spec.get("caption", ""), split, columns, notes=list(TABLE_NOTES[key]))
+        if qnote and "Jeopardy QB-1" in columns:
+            table.notes.append(qnote)
         row_variants = ROW_VARIANTS[key]
         for label, paper_values in spec["rows"].items():
             variant = row_variants.get(label)
