@@ -74,7 +74,9 @@ def cmd_tasks(args) -> None:
         for split in ("train", "dev", "test"):
             src = Path(args.input_dir) / Path(task["files"][split]).name if args.input_dir else Path(task["files"][split])
             fmt = task.get("formats", {}).get(split, task.get("format", name))
-            extra = {"well_formed_only": True} if task.get("well_formed_only") and fmt == "msmarco" else {}
+            wf = task.get("well_formed_only", False)
+            wf = split in wf if isinstance(wf, list) else bool(wf)
+            extra = {"well_formed_only": True} if wf and fmt == "msmarco" else {}
             prepare_task(fmt, src, out / f"{split}.jsonl", task=name, split=split, **extra)
 
 

@@ -71,11 +71,19 @@ def exact_match(prediction: str, golds: Sequence[str]) -> bool:
 _REGEX_FLAGS = re.IGNORECASE | re.UNICODE | re.MULTILINE
 
 
-def _compile(pattern: str) -> "re.Pattern":
+def compile_regex(pattern: str) -> "re.Pattern":
+    """Compile a gold answer pattern (IGNORECASE|UNICODE|MULTILINE); DataError naming it if invalid.
+
+    The one behaviour for an uncompilable CuratedTrec pattern everywhere (parsers, training
+    targets, em_regex, answer recall): stop with this error, never count it silently as no match.
+    """
     try:
         return re.compile(pattern, flags=_REGEX_FLAGS)
     except (re.error, TypeError) as exc:
         raise DataError(f"invalid gold regular expression {pattern!r}: {exc}") from None
+
+
+_compile = compile_regex
 
 
 def regex_match(prediction: str, patterns: Sequence[str]) -> bool:
@@ -87,7 +95,8 @@ def regex_match(prediction: str, patterns: Sequence[str]) -> bool:
     normalization" as EM, so the pattern is tried on the raw prediction and on
     ``normalize_answer(prediction)``; either match counts (a superset of DrQA's rule, equal to
     it whenever normalization does not change the string). DrQA logs and returns False for a
-    pattern that does not compile; here that is a DataError naming the pattern.
+    pattern that does not compile; here that is a DataError naming the pattern, as in the
+    parsers and the training path (``compile_regex``).
     """
     compiled = [_compile(p) for p in patterns]
     candidates = (prediction, normalize_answer(prediction))

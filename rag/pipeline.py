@@ -6,7 +6,6 @@ from __future__ import annotations
 import collections
 import logging
 import os
-import re
 import time
 from pathlib import Path
 
@@ -89,6 +88,7 @@ def _targets_for_training(cfg: dict, system, rows: list[dict], k: int) -> tuple[
     if spec.kind != "regex":
         return [r["input"] for r in rows], [r["targets"][0] for r in rows]
     from rag.data.corpus import read_passages  # noqa: F401  (passages come with the system)
+    from rag.metrics import compile_regex
 
     if system.passages is None:
         raise ConfigError(f"task {name}: regex answers need a retriever to find training targets; the bart variant "
@@ -103,7 +103,10 @@ def _targets_for_training(cfg: dict, system, rows: list[dict], k: int) -> tuple[
             ret = system.retrieve([r["input"] for r in chunk], depth)
             for row, ids in zip(chunk, ret.ids.tolist()):
                 counts = collections.Counter()
-                pats = [re.compile(p, re.IGNORECASE) for p in row["targets"]]
+                try:  # the same rule as the parsers and em_regex (passages are single lines)
+                    pats = [compile_regex(p) for p in row["targets"]]
+                except DataError as exc:
+                    raise DataError(f"{name} training example {row.get('id')!r}: {exc}") from None
                 for j in ids:
                     text = system.passages.texts[j]
                     for pat in pats:
