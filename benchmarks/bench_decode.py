@@ -27,7 +27,8 @@ def project_system(gen, tok, kind: str, batch, k: int):
     system = RagSystem(gen, tok, kind)
 
     def encode(questions, kk):  # RagSystem.encode after retrieval and tokenization: the batch's fixed documents
-        hidden = seq2seq.encode(gen, batch.src, batch.mask, system.chunk_overhead)
+        with torch.inference_mode(), system.autocast():
+            hidden = seq2seq.encode(gen, batch.src, batch.mask, system.chunk_overhead)
         return Encoded(hidden, batch.mask, torch.log_softmax(batch.scores.float(), dim=1), None, k)
 
     system.encode = encode
@@ -39,17 +40,20 @@ def decode_texts(tok, ids: torch.Tensor) -> list[str]:
 
 
 def run(args) -> dict:
+    from benchmarks.common import sync
+
     gen, tok, source = load_generator()
-    gen.eval()
+    device = args.device
+    gen.eval().to(device)
     b = 4 if args.quick else args.decode_n
     k = args.k
     beams = args.beams
     mnt = 8 if args.quick else args.max_new_tokens
-    batch = make_batch(tok, b, k, seed=1, split="test")
+    batch = make_batch(tok, b, k, seed=1, split="test").to(device)
     padded = bool((batch.mask == 0).any())
     rows, summary, outputs = [], [], {}
-    tok_model = hf_rag("token", gen, k).eval()
-    seq_model = hf_rag("sequence", gen, k).eval()
+    tok_model = hf_rag("token", gen, k).eval().to(device)
+    seq_model = hf_rag("sequence", gen, k).eval().to(device)
     # forced_eos_token_id=None in a GenerationConfig means "take the model's" (BART's config says 2, which forces
     # EOS at the length limit); the project never forces EOS, so switch it off on every config generate reads
     for m in (gen, tok_model, seq_model):
@@ -63,8 +67,10 @@ def run(args) -> dict:
     def best_of(fn):  # best of `reps` timed calls (after the warm-up), and the last call's output
         times, out = [], None
         for _ in range(reps):
+            sync(device)
             t = time.perf_counter()
             out = fn()
+            sync(device)
             times.append(time.perf_counter() - t)
         return min(times), out
 
@@ -120,7 +126,7 @@ def run(args) -> dict:
         else:
             summary.append({"section": "decode", "metric": f"questions/s {name} (beams {nb}, K={k}), no transformers equivalent",
                             "value": b / tp, "baseline": None, "ratio": None, "target": "-", "met": None})
-    return {"generator": source, "questions": b, "k": k, "beams": beams, "max_new_tokens": mnt, "contexts_padded": padded,
+    return {"generator": source, "device": device, "questions": b, "k": k, "beams": beams, "max_new_tokens": mnt, "contexts_padded": padded,
             "outputs": outputs, "summary": summary,
             "tables": [{"title": f"Decoding {b} questions, K={k}, max_new_tokens {mnt}, generator {source}, {args.threads} threads",
                         "headers": ["decoder", "beams", "project q/s", "transformers q/s", "speed-up", "agreement",

@@ -6,10 +6,10 @@ import time
 
 import numpy as np
 
-from benchmarks.common import ENCODER, PeakRSS, make_passages
+from benchmarks.common import ENCODER, PeakRSS, make_passages, sync
 
 
-def plain_loop(enc, titles, texts, batch_size):
+def plain_loop(enc, titles, texts, batch_size, device: str = "cpu"):
     """Plain transformers forward in input order: tokenize the (title, text) pair, mean-pool, normalize."""
     import torch
 
@@ -17,15 +17,15 @@ def plain_loop(enc, titles, texts, batch_size):
     with torch.inference_mode():
         for s in range(0, len(texts), batch_size):
             b = enc.tokenizer(titles[s:s + batch_size], texts[s:s + batch_size], padding=True, truncation="only_second",
-                              max_length=enc.max_length, return_tensors="pt")
+                              max_length=enc.max_length, return_tensors="pt").to(device)
             h = enc.model(**b).last_hidden_state
             m = b["attention_mask"].unsqueeze(-1).to(h.dtype)
             v = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
             out.append(torch.nn.functional.normalize(v, dim=-1))
-    return torch.cat(out).numpy()
+    return torch.cat(out).float().cpu().numpy()
 
 
-def timed_rounds(fns: dict, rounds: int) -> tuple[dict, dict]:
+def timed_rounds(fns: dict, rounds: int, device: str = "cpu") -> tuple[dict, dict]:
     """Wall seconds of each method over ``rounds`` interleaved rounds, the order reversed every other
     round (A B C, C B A, A B C, ...) so slow drift in machine load and any first/last-in-round effect
     hit every method alike. No memory sampler runs while timing. Returns (seconds per method, last outputs)."""
@@ -33,8 +33,10 @@ def timed_rounds(fns: dict, rounds: int) -> tuple[dict, dict]:
     times, outs = {k: [] for k in names}, {}
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
+            sync(device)
             t = time.perf_counter()
             outs[name] = fns[name]()
+            sync(device)
             times[name].append(time.perf_counter() - t)
     return times, outs
 
@@ -56,23 +58,24 @@ def run(args) -> dict:
     rounds = 1 if args.quick else 5
     titles, texts = make_passages(n, seed=1)
     path = resolve_model_path(ENCODER)
+    device = args.device
     enc = Encoder.load(ENCODER)
-    enc.eval()
-    st = SentenceTransformer(path, device="cpu")
+    enc.eval().to(device)
+    st = SentenceTransformer(path, device=device)
     st.max_seq_length = enc.max_length  # the project truncates at 128 tokens; ST's default for this model is 256
     pairs = list(zip(titles, texts))
     # warm-up on one full batch each (first calls allocate the full-size buffers and load kernels)
     w = min(bs, n)
-    encode_passages(enc, titles[:w], texts[:w], batch_size=bs, progress=False)
+    encode_passages(enc, titles[:w], texts[:w], batch_size=bs, device=device, progress=False)
     st.encode(pairs[:w], batch_size=bs, show_progress_bar=False)
-    plain_loop(enc, titles[:w], texts[:w], bs)
+    plain_loop(enc, titles[:w], texts[:w], bs, device)
 
     fns = {
-        "project encode_passages": lambda: encode_passages(enc, titles, texts, batch_size=bs, progress=False),
+        "project encode_passages": lambda: encode_passages(enc, titles, texts, batch_size=bs, device=device, progress=False),
         "sentence-transformers encode": lambda: st.encode(pairs, batch_size=bs, convert_to_numpy=True, show_progress_bar=False),
-        "plain transformers loop": lambda: plain_loop(enc, titles, texts, bs),
+        "plain transformers loop": lambda: plain_loop(enc, titles, texts, bs, device),
     }
-    times, embs = timed_rounds(fns, rounds)
+    times, embs = timed_rounds(fns, rounds, device)
     best = {k: min(v) for k, v in times.items()}
     median = {k: float(np.median(v)) for k, v in times.items()}
     mems = {k: peak_memory(fn) for k, fn in fns.items()}
@@ -93,7 +96,7 @@ def run(args) -> dict:
     r_plain = best["plain transformers loop"] / proj_t
     r_st_med = median["sentence-transformers encode"] / median["project encode_passages"]
     return {
-        "n_passages": n, "batch_size": bs, "threads": args.threads, "max_length": enc.max_length,
+        "n_passages": n, "device": device, "batch_size": bs, "threads": args.threads, "max_length": enc.max_length,
         "mean_pair_tokens_untruncated": float(np.mean(tok_lens)), "share_truncated": float(np.mean(np.asarray(tok_lens) > enc.max_length)),
         "rounds": rounds, "timing": "best of the interleaved rounds (order reversed every other round)",
         "passages_per_s": {k: n / v for k, v in best.items()},

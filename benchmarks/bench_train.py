@@ -6,6 +6,7 @@ import time
 
 import torch
 
+from benchmarks.common import sync
 from benchmarks.rag_setup import Batch, hf_rag, load_generator, make_batch
 
 
@@ -26,9 +27,10 @@ def hf_step(model, batch: Batch, k: int, backward: bool = True):
     return out.loss.detach()
 
 
-def interleaved_best(fns: dict, models: dict, steps: int, rounds: int) -> dict:
+def interleaved_best(fns: dict, models: dict, steps: int, rounds: int, device: str = "cpu") -> dict:
     """Seconds per step of each fn: ``rounds`` rounds, each timing a block of ``steps`` steps of
-    every fn in turn (so a busy spell on the machine hits both sides alike); best block per fn."""
+    every fn in turn (so a busy spell on the machine hits both sides alike); best block per fn.
+    On CUDA each block ends with a synchronize (wall time of the GPU work)."""
     for name, fn in fns.items():  # warm-up
         for _ in range(2):
             models[name].zero_grad(set_to_none=True)
@@ -36,10 +38,12 @@ def interleaved_best(fns: dict, models: dict, steps: int, rounds: int) -> dict:
     best = {}
     for _ in range(rounds):
         for name, fn in fns.items():
+            sync(device)
             t = time.perf_counter()
             for _ in range(steps):
                 models[name].zero_grad(set_to_none=True)
                 fn()
+            sync(device)
             dt = (time.perf_counter() - t) / steps
             best[name] = min(best.get(name, dt), dt)
     return best
@@ -50,15 +54,18 @@ def run(args) -> dict:
     from rag.models.rag import RagSystem
 
     gen, tok, source = load_generator()
+    device = args.device
+    gen.to(device)
     b = 4 if args.quick else args.train_batch
     k = args.k
     steps = 2 if args.quick else max(1, args.train_steps // 2)
     rounds = 1 if args.quick else 6
-    threads = sorted({1, args.threads})
-    batch = make_batch(tok, b, k, seed=0)
+    threads = sorted({1, args.threads}) if device == "cpu" else [args.threads]
+    batch = make_batch(tok, b, k, seed=0).to(device)
     rows, summary, checks = [], [], {}
+    on = "" if device == "cpu" else f", {device}"
     for kind in ("sequence", "token"):
-        model = hf_rag(kind, gen, k)
+        model = hf_rag(kind, gen, k).to(device)
         system = RagSystem(gen, tok, kind)
         gen.eval()
         with torch.no_grad():
@@ -71,18 +78,18 @@ def run(args) -> dict:
         for th in threads:
             set_threads(th)
             best = interleaved_best({"project": lambda: project_step(system, batch), "hf": lambda: hf_step(model, batch, k)},
-                                    {"project": gen, "hf": model}, steps, rounds)
+                                    {"project": gen, "hf": model}, steps, rounds, device)
             tp, th_hf = best["project"], best["hf"]
             ratio = th_hf / tp
             rows.append([name, th, b / tp, b / th_hf, ratio, diff])
-            summary.append({"section": "train", "metric": f"examples/s {name} loss+backward vs transformers (B={b}, K={k}, {th} thread{'s' if th > 1 else ''})",
+            summary.append({"section": "train", "metric": f"examples/s {name} loss+backward vs transformers (B={b}, K={k}, {th} thread{'s' if th > 1 else ''}{on})",
                             "value": b / tp, "baseline": b / th_hf, "ratio": ratio, "target": ">= 1.3", "met": ratio >= 1.3})
         summary.append({"section": "train", "metric": f"max |loss diff| {name}", "value": diff, "baseline": None,
                         "ratio": None, "target": "<= 1e-4", "met": diff <= 1e-4})
     set_threads(args.threads)
     nparams = sum(p.numel() for p in gen.parameters())
     pad_share = 1.0 - float(batch.mask.float().mean())
-    return {"generator": source, "params": nparams, "batch": b, "k": k, "src_len": int(batch.src.shape[1]),
+    return {"generator": source, "device": device, "params": nparams, "batch": b, "k": k, "src_len": int(batch.src.shape[1]),
             "tgt_len": int(batch.target.shape[1]), "threads": threads, "checks": checks, "summary": summary,
             "tables": [{"title": f"Training step, generator {source} ({nparams / 1e6:.1f}M params), B={b}, K={k}, "
                                  f"source {batch.src.shape[1]} tokens ({pad_share:.0%} padding), target {batch.target.shape[1]} tokens",

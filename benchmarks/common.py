@@ -29,6 +29,42 @@ def set_threads(n: int) -> None:
         pass
 
 
+def sync(device: str) -> None:
+    """Wait for the GPU's queued kernels (wall-clock timing of CUDA work); nothing on CPU."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def cuda_peak_reset(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def cuda_peak_gib(device: str) -> float | None:
+    """torch.cuda.max_memory_allocated since the last cuda_peak_reset, in GiB (None on CPU)."""
+    if device != "cuda":
+        return None
+    import torch
+
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() / 2**30
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(0)
+    import platform
+
+    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
 def rss_mb() -> float:
     import psutil
 

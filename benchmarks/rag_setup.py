@@ -58,6 +58,10 @@ class Batch:
     scores: torch.Tensor  # [B, K]
     target: torch.Tensor  # [B, T] BOS first
 
+    def to(self, device: str) -> "Batch":
+        return Batch(self.questions, self.answers, self.src.to(device), self.mask.to(device), self.scores.to(device),
+                     self.target.to(device))
+
 
 def make_batch(tok, b: int, k: int, seed: int = 0, split: str = "train", max_source_len: int = 128) -> Batch:
     """B questions of the nq task; their K documents are the gold passage and K-1 random others

@@ -3,9 +3,14 @@
     python -m benchmarks.run --out results/benchmarks                # everything, full sizes
     python -m benchmarks.run --quick --out /tmp/bench                 # smoke test, tiny sizes, ~1-2 min
     python -m benchmarks.run --only encoding,train --out results/benchmarks
+    python -m benchmarks.run --device cuda --paper-size --out results/benchmarks/gpu   # on a GPU (issue 12)
+    python -m benchmarks.run --paper-size --quick --out /tmp/bench_paper               # CPU smoke of that section
 
-Sections: encoding, index, train, decode, dag, scaling. Each writes its own JSON; summary.md is
-rebuilt from every <section>.json present in --out, so sections can be run one at a time.
+Sections: encoding, index, train, decode, dag, scaling, and paper (bart-large-sized generator,
+bert-base-sized DPR encoders, random weights; only with --paper-size or --only paper). Each writes
+its own JSON; summary.md is rebuilt from every <section>.json present in --out, so sections can be
+run one at a time. --device cuda runs encoding, train, decode and paper on the GPU; index, dag and
+scaling are CPU measurements and refuse it.
 """
 
 from __future__ import annotations
@@ -22,14 +27,33 @@ import traceback
 import warnings
 from pathlib import Path
 
-SECTIONS = ["encoding", "index", "train", "decode", "dag", "scaling"]
+SECTIONS = ["encoding", "index", "train", "decode", "dag", "scaling", "paper"]
+DEFAULT_SECTIONS = ["encoding", "index", "train", "decode", "dag", "scaling"]  # paper: --paper-size
+DEVICE_SECTIONS = {"encoding", "train", "decode", "paper"}  # the sections that honour --device
 
 
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="results/benchmarks")
-    p.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections: " + ",".join(SECTIONS))
+    p.add_argument("--only", default=None, help="comma-separated sections: " + ",".join(SECTIONS)
+                   + " (default: all but paper)")
     p.add_argument("--quick", action="store_true", help="tiny sizes (seconds per section) for smoke tests")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where encoding, train, decode and paper run (default cpu)")
+    p.add_argument("--paper-size", action="store_true",
+                   help="run the paper section: bart-large-sized generator, bert-base-sized DPR encoders, random "
+                        "weights, B=8, K=5 and 10, sources of 100-300 tokens (alone, or with the sections --only names)")
+    p.add_argument("--paper-parts", default="train,decode,encoding", help="parts of the paper section")
+    p.add_argument("--paper-ks", default="5,10", help="paper section: K of the train step")
+    p.add_argument("--paper-batch", type=int, default=8, help="paper section: questions per train step")
+    p.add_argument("--paper-precisions", default="fp32,bf16", help="paper section: train/decode precisions")
+    p.add_argument("--paper-steps", type=int, default=5, help="paper section: train steps per timed block")
+    p.add_argument("--paper-rounds", type=int, default=3, help="paper section: interleaved timed blocks")
+    p.add_argument("--paper-decode-n", type=int, default=16, help="paper section: questions decoded")
+    p.add_argument("--paper-decode-k", type=int, default=10)
+    p.add_argument("--paper-new-tokens", type=int, default=20)
+    p.add_argument("--paper-enc-n", type=int, default=8192, help="paper section: passages encoded")
+    p.add_argument("--paper-enc-batch", type=int, default=512)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch/FAISS threads (default: all cores)")
     p.add_argument("--enc-n", type=int, default=500, help="passages for the encoding comparison")
     p.add_argument("--enc-batch", type=int, default=32, help="encoding batch size (the project's default)")
@@ -51,20 +75,52 @@ def parse(argv=None):
     a.hnsw_ms = [int(x) for x in a.hnsw_ms.split(",") if x]
     a.scale_enc_sizes = [int(x) for x in a.scale_enc_sizes.split(",")]
     a.scale_index_sizes = [int(x) for x in a.scale_index_sizes.split(",")]
-    a.only = [s.strip() for s in a.only.split(",") if s.strip()]
+    if a.only is None:
+        a.only = ["paper"] if a.paper_size else list(DEFAULT_SECTIONS)
+    else:
+        a.only = [s.strip() for s in a.only.split(",") if s.strip()] + (["paper"] if a.paper_size else [])
+        a.only = list(dict.fromkeys(a.only))
     bad = [s for s in a.only if s not in SECTIONS]
     if bad:
         p.error(f"unknown section(s) {bad}; choose from {SECTIONS}")
+    cpu_only = [s for s in a.only if s not in DEVICE_SECTIONS]
+    if a.device == "cuda" and cpu_only:
+        p.error(f"--device cuda: section(s) {cpu_only} measure the CPU only; pick from {sorted(DEVICE_SECTIONS)} "
+                "with --only (or --paper-size)")
+    a.paper_parts = [s.strip() for s in a.paper_parts.split(",") if s.strip()]
+    bad = [s for s in a.paper_parts if s not in ("train", "decode", "encoding")]
+    if bad:
+        p.error(f"--paper-parts: unknown part(s) {bad}; choose from train, decode, encoding")
+    a.paper_ks = [int(x) for x in a.paper_ks.split(",") if x]
+    a.paper_precisions = [s.strip() for s in a.paper_precisions.split(",") if s.strip()]
+    bad = [s for s in a.paper_precisions if s not in ("fp32", "bf16", "fp16")]
+    if bad:
+        p.error(f"--paper-precisions: unknown precision(s) {bad}; choose from fp32, bf16, fp16")
+    if a.device == "cpu" and "fp16" in a.paper_precisions:
+        p.error("--paper-precisions: fp16 needs --device cuda (as the config key precision)")
+    if a.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            p.error("--device cuda: torch sees no GPU")
     return a
 
 
 def env_info(args) -> dict:
-    import faiss
     import torch
     import transformers
 
+    from benchmarks.common import device_name
+
+    try:  # not installed on the GPU machines the paper section runs on
+        import faiss
+
+        faiss_version = faiss.__version__
+    except ImportError:
+        faiss_version = None
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "faiss": faiss.__version__, "cpu_count": os.cpu_count(), "threads": args.threads, "quick": args.quick,
+            "faiss": faiss_version, "cpu_count": os.cpu_count(), "threads": args.threads, "quick": args.quick,
+            "device": args.device, "device_name": device_name(args.device),
             "machine": platform.machine(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
@@ -87,6 +143,7 @@ def write_summary(out: Path) -> Path:
     for s, r in results.items():
         env = r.get("env", {})
         parts += [f"## {s}", "", f"_{'QUICK (smoke) sizes; ' if env.get('quick') else ''}{env.get('time', '')}, "
+                                  f"{env.get('device_name', 'CPU')}, "
                                   f"torch {env.get('torch')}, transformers {env.get('transformers')}, faiss {env.get('faiss')}, "
                                   f"{env.get('threads')} threads, section took {fmt(r.get('elapsed_s'))} s_", ""]
         for t in r.get("tables", []):

@@ -103,8 +103,12 @@ def cmd_encode(args) -> None:
     lo, hi = shard_range(len(p), args.shard, args.num_shards)
     enc = Encoder.load(r["context_encoder"], r["pooling"], r["normalize"], r["max_length"])
     device = _device(cfg)
+    import torch
+
+    # precision on GPUs: the context encoder's weights in fp16/bf16 (inference only, no autocast needed); CPU: fp32
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg["precision"]) if device == "cuda" else None
     t = time.time()
-    emb = encode_passages(enc, p.titles[lo:hi], p.texts[lo:hi], r["batch_size"], device, fp16=cfg["precision"] == "fp16" and device == "cuda")
+    emb = encode_passages(enc, p.titles[lo:hi], p.texts[lo:hi], r["batch_size"], device, dtype=dtype)
     log.info("encoded passages %d..%d in %.1fs (%.1f passages/s)", lo, hi, time.time() - t, (hi - lo) / max(1e-9, time.time() - t))
     with atomic_path(args.out) as tmp:
         with open(tmp, "wb") as fh:
@@ -144,6 +148,7 @@ def cmd_bm25(args) -> None:
 def cmd_pretrain(args) -> None:
     import torch
 
+    from rag import precision
     from rag.data.corpus import read_passages
     from rag.models import generator as G
     from rag.tasks import FEVER3_LABELS
@@ -159,6 +164,8 @@ def cmd_pretrain(args) -> None:
             tok.save_pretrained(tmp)
             write_json(tmp / "pretrain.json", {"init": "pretrained", "name_or_path": g["name_or_path"]})
         return
+    device = _device(cfg)  # pretraining from scratch runs on the configured device and precision
+    precision.check(cfg["precision"], device)
     texts: list[str] = []
     titles: list[str] = []
     for path in args.passages:
@@ -168,11 +175,12 @@ def cmd_pretrain(args) -> None:
     with atomic_dir(args.out) as tmp:
         tok = G.train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g.get("vocab_size", 8000),
                                 [G.label_token(lb) for lb in FEVER3_LABELS], tmp)
-        model = G.build_bart(tok, g)
+        model = G.build_bart(tok, g).to(device)
         t = time.time()
         curve = []
         losses = G.pretrain(model, tok, titles, texts, g["pretrain_steps"], g["pretrain_batch_size"], g["pretrain_lr"],
-                            g["max_source_len"], cfg["seed"], log_fn=lambda s, l: curve.append((s, l)))
+                            g["max_source_len"], cfg["seed"], log_fn=lambda s, l: curve.append((s, l)),
+                            precision=cfg["precision"], chunk_overhead=g["chunk_overhead"])
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         write_json(tmp / "pretrain.json", {"init": "scratch", "steps": g["pretrain_steps"], "seconds": time.time() - t,

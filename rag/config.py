@@ -117,6 +117,9 @@ def _check_references(cfg: dict) -> None:
     from rag.metrics import check_qbleu_weights
 
     check_qbleu_weights(cfg["metrics"]["qbleu1"])
+    if cfg["precision"] == "fp16" and cfg["device"] != "cuda":
+        raise ConfigError(f"config key 'precision': fp16 needs device: cuda (fp16 kernels and a gradient scaler); "
+                          f"with device: {cfg['device']} use bf16 or fp32")
     corpus = cfg["corpus"]
     _check_file_names(cfg)
     if corpus["source"] == "download" and not corpus.get("url"):
@@ -238,7 +241,7 @@ def _sections(cfg: dict) -> dict[str, dict]:
             "task": task,
             "miniworld": cfg["miniworld"] if task["source"] == "miniworld" else None,
             "train": {**cfg["train"], **({"steps": task["steps"]} if "steps" in task else {})},
-            "generator": {k: cfg["generator"][k] for k in ("max_source_len", "max_target_len")},
+            "generator": {k: cfg["generator"][k] for k in ("max_source_len", "max_target_len", "chunk_overhead")},
             "retriever": {k: cfg["retriever"][k] for k in ("score_scale", "max_length", "pooling", "normalize", "question_encoder")},
             "decode": {m: task_decode(cfg, name, m) for m in ("sequence", "token", "bart")},
         }

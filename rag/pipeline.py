@@ -19,13 +19,17 @@ log = logging.getLogger("rag")
 def _setup(cfg: dict) -> str:
     import torch
 
+    from rag import precision
+
     torch.set_num_threads(int(os.environ.get("RAG_THREADS", cfg.get("threads", 1))))
     torch.manual_seed(cfg["seed"])
+    device = "cpu"
     if cfg.get("device") == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError("config key 'device': cuda requested but torch sees no GPU")
-        return "cuda"
-    return "cpu"
+        device = "cuda"
+    precision.check(cfg["precision"], device)
+    return device
 
 
 def load_retrieval(variant: str, passages: str | None, embeddings: list[str] | None, index: str | None,
@@ -65,7 +69,8 @@ def build_system(cfg: dict, variant: str, model_dir: str, retrieval, device: str
     passages, emb, index, bm25 = retrieval
     g = cfg["generator"]
     return RagSystem(generator, tok, spec.model, passages, qenc, emb, index, bm25, r["score_scale"],
-                     g["max_source_len"], g["max_target_len"])
+                     g["max_source_len"], g["max_target_len"], chunk_overhead=g["chunk_overhead"],
+                     precision=cfg["precision"])
 
 
 def load_trained(cfg: dict, variant: str, model_dir: str, retrieval, device: str):
@@ -194,7 +199,7 @@ def cmd_train(args) -> None:
                        qenc_lr=t["question_encoder_lr"], train_question_encoder=vspec.train_question_encoder,
                        warmup=t["warmup_steps"], epsilon=t["label_smoothing"], seed=cfg["seed"], ckpt_dir=ckpt_dir,
                        checkpoint_every=t["checkpoint_every"], log_every=t["log_every"],
-                       rank=rank, world=world, ddp_module=ddp_module)
+                       rank=rank, world=world, ddp_module=ddp_module, precision=cfg["precision"])
     except BaseException:
         if run is not None:
             run.finish("FAILED")

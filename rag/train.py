@@ -1,8 +1,10 @@
 """Fine-tuning loop: negative marginal log-likelihood, resumable from checkpoints.
 
 Data order is a pure function of (seed, step), and the checkpoint holds model, optimizer,
-scheduler and RNG states, so a run stopped at any point and resumed ends with the same
-weights as an uninterrupted run. With ``torchrun`` (DDP) each process takes its slice of the
+scheduler and RNG states (and the fp16 gradient scaler's), so a run stopped at any point and
+resumed ends with the same weights as an uninterrupted run. ``precision`` (bf16 | fp16 | fp32):
+the forward runs under autocast (``RagSystem.precision``), the loss is fp32, fp16 scales the loss
+with a ``torch.amp.GradScaler``. With ``torchrun`` (DDP) each process takes its slice of the
 global batch; gradients are averaged by DistributedDataParallel.
 """
 
@@ -67,7 +69,8 @@ def make_optimizer(system, lr: float, qenc_lr: float, train_question_encoder: bo
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, schedule)
 
 
-def save_checkpoint(path: Path, system, opt, sched, step: int, losses: list[float], run: dict | None = None) -> None:
+def save_checkpoint(path: Path, system, opt, sched, step: int, losses: list[float], run: dict | None = None,
+                    scaler=None) -> None:
     state = {
         "step": step,
         "run": dict(run or {}),
@@ -78,11 +81,13 @@ def save_checkpoint(path: Path, system, opt, sched, step: int, losses: list[floa
         "torch_rng": torch.get_rng_state(),
         "losses": torch.tensor(losses, dtype=torch.float64),
     }
+    if scaler is not None:
+        state["grad_scaler"] = scaler.state_dict()
     with atomic_path(path) as tmp:
         torch.save(state, tmp)
 
 
-def load_checkpoint(path: Path, system, opt, sched, run: dict | None = None) -> tuple[int, list[float]]:
+def load_checkpoint(path: Path, system, opt, sched, run: dict | None = None, scaler=None) -> tuple[int, list[float]]:
     state = torch.load(path, map_location="cpu", weights_only=True)
     saved = state.get("run") or {}
     if run is not None and saved:
@@ -96,6 +101,8 @@ def load_checkpoint(path: Path, system, opt, sched, run: dict | None = None) -> 
         system.question_encoder.load_state_dict(state["question_encoder"])
     opt.load_state_dict(state["optimizer"])
     sched.load_state_dict(state["scheduler"])
+    if scaler is not None and "grad_scaler" in state:
+        scaler.load_state_dict(state["grad_scaler"])
     torch.set_rng_state(state["torch_rng"])
     return int(state["step"]), state["losses"].tolist()
 
@@ -104,13 +111,15 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
           qenc_lr: float, train_question_encoder: bool, warmup: int, epsilon: float, seed: int, ckpt_dir: Path,
           checkpoint_every: int, log_every: int, log_fn: Callable[[int, float], None] | None = None,
           progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1,
-          ddp_module=None) -> list[float]:
+          ddp_module=None, precision: str | None = None) -> list[float]:
     """Train ``system`` for ``steps`` steps; resume from ``ckpt_dir/checkpoint.pt`` when present.
 
     ``stop_after`` ends the loop early after that many steps of this call (tests use it to play
     an interruption); ``ddp_module`` is the DistributedDataParallel wrapper when running under
-    torchrun, whose forward is ``system.loss``.
+    torchrun, whose forward is ``system.loss``. ``precision`` (default: the system's) sets
+    ``system.precision``, the autocast its forward runs under; fp16 adds a gradient scaler.
     """
+    from rag import precision as P
     from tqdm.auto import tqdm
 
     torch.manual_seed(seed)
@@ -118,12 +127,15 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
     if system.question_encoder is not None:
         system.question_encoder.requires_grad_(train_question_encoder)
     opt, sched = make_optimizer(system, lr, qenc_lr, train_question_encoder, warmup, steps)
+    if precision is not None:
+        system.precision = precision
+    scaler = P.grad_scaler(system.device.type, system.precision)  # None unless fp16
     # what must not change across a resume (the world size may: the global batch is the same)
     run = {"steps": steps, "batch_size": batch_size, "k": k, "lr": lr, "qenc_lr": qenc_lr, "warmup": warmup,
            "epsilon": epsilon, "seed": seed, "train_question_encoder": train_question_encoder, "n": len(inputs)}
     start, losses = 0, []
     if ckpt.is_file():
-        start, losses = load_checkpoint(ckpt, system, opt, sched, run)
+        start, losses = load_checkpoint(ckpt, system, opt, sched, run, scaler)
         log.info("resumed from %s at step %d", ckpt, start)
     system.train()
     if system.question_encoder is not None and not train_question_encoder:
@@ -143,9 +155,17 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
         if not math.isfinite(float(loss.detach())):
             raise FloatingPointError(f"non-finite loss {float(loss)} at step {step}")
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]], 1.0)
-        opt.step()
+        params = [p for g in opt.param_groups for p in g["params"]]
+        if scaler is None:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+        else:  # fp16: scaled loss; unscale before clipping; the step is skipped on inf/nan gradients
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            scaler.step(opt)
+            scaler.update()
         sched.step()
         value = loss.detach().float()
         if world > 1:  # log the global-batch mean, the same on every rank
@@ -157,7 +177,7 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
         done_here += 1
         if rank == 0 and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
-            save_checkpoint(ckpt, system, opt, sched, step + 1, losses, run)
+            save_checkpoint(ckpt, system, opt, sched, step + 1, losses, run, scaler)
         if stop_after is not None and done_here >= stop_after:
             break
     system.eval()

@@ -136,8 +136,19 @@ def cloze_example(title: str, text: str, rng: random.Random, mask_token: str = "
 
 
 def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, batch_size: int, lr: float,
-             max_source_len: int, seed: int, log_fn=None, progress: bool = True) -> list[float]:
+             max_source_len: int, seed: int, log_fn=None, progress: bool = True, precision: str = "fp32",
+             chunk_overhead: int | None = None) -> list[float]:
+    """Pretrain ``model`` (on the device it is on) with the cloze objective. ``precision``: the forward
+    runs under that autocast (fp16 with a gradient scaler), the loss in fp32; ``chunk_overhead``:
+    generator.chunk_overhead (None: the device's default)."""
     from tqdm.auto import tqdm
+
+    from rag import precision as P
+    from rag.models.seq2seq import chunk_overhead_for, target_logprobs
+
+    device = next(model.parameters()).device
+    overhead = chunk_overhead_for(device.type, chunk_overhead)
+    scaler = P.grad_scaler(device.type, precision)
 
     rng = random.Random(seed)
     torch.manual_seed(seed)
@@ -154,15 +165,22 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
             if ex:
                 pairs.append(ex)
         src = tokenizer([p[0] for p in pairs], padding=True, truncation=True, max_length=max_source_len, return_tensors="pt")
-        tgt = tokenizer([p[1] for p in pairs], padding=True, return_tensors="pt")["input_ids"]
-        from rag.models.seq2seq import target_logprobs
-
-        ll, _ = target_logprobs(model, src["input_ids"], src["attention_mask"], tgt, tokenizer.pad_token_id)
-        loss = -ll.sum(1).mean()
+        tgt = tokenizer([p[1] for p in pairs], padding=True, return_tensors="pt")["input_ids"].to(device)
+        with P.autocast(device.type, precision):
+            ll, _ = target_logprobs(model, src["input_ids"].to(device), src["attention_mask"].to(device), tgt,
+                                    tokenizer.pad_token_id, overhead_tokens=overhead)
+        loss = -ll.float().sum(1).mean()  # target_logprobs returns fp32 log-probabilities
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        if scaler is None:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
         sched.step()
         losses.append(float(loss))
         if log_fn and (step + 1) % 50 == 0:

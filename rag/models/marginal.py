@@ -11,7 +11,9 @@ p(z|x) = softmax over the top-K of the doc scores d(z).q(x).
 
 The implementations gather the target log-probability (logit minus logsumexp) instead of
 materialising full log-softmax tensors, and only sum over the vocabulary when label
-smoothing asks for it.
+smoothing asks for it. Every function computes in fp32 whatever dtype its inputs have (bf16 or
+fp16 logits under ``precision`` autocast, ``rag.precision``): logits, log-probabilities and doc
+scores are cast to float32 before any softmax or logsumexp (a no-op for fp32 inputs).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def _shift_left(target: torch.Tensor, pad_id: int) -> torch.Tensor:
 
 def _token_logprobs(seq_logits: torch.Tensor, tgt: torch.Tensor, smooth: bool):
     """log p(tgt) per position, and (if smooth) the sum over the vocabulary of log p."""
+    seq_logits = seq_logits.float()
     lse = torch.logsumexp(seq_logits, dim=-1)
     ll = seq_logits.gather(-1, tgt.unsqueeze(-1)).squeeze(-1) - lse
     smooth_obj = (seq_logits.sum(-1) - seq_logits.size(-1) * lse) if smooth else None
@@ -56,8 +59,8 @@ def rag_sequence_nll_from_logprobs(ll: torch.Tensor, smooth_obj: torch.Tensor | 
     b, k = doc_scores.shape
     tgt = _shift_left(target, pad_id)  # [B, T]
     t = tgt.shape[1]
-    ll = ll.view(b, k, t)
-    doc_lp = torch.log_softmax(doc_scores, dim=1)  # [B, K]
+    ll = ll.float().view(b, k, t)
+    doc_lp = torch.log_softmax(doc_scores.float(), dim=1)  # [B, K]
     pad = tgt.eq(pad_id).unsqueeze(1)  # [B, 1, T]
     ll = ll.masked_fill(pad, 0.0)
     use_bos = bos_id is not None and bool(tgt[:, 0].eq(bos_id).all())
@@ -70,7 +73,7 @@ def rag_sequence_nll_from_logprobs(ll: torch.Tensor, smooth_obj: torch.Tensor | 
     if epsilon <= 0:
         return nll
     # smoothing objective: sum over positions and vocabulary of log p(z|x) + log p(w|...), as transformers
-    smooth_obj = smooth_obj.view(b, k, t).masked_fill(pad, 0.0).sum(2) + doc_lp * vocab
+    smooth_obj = smooth_obj.float().view(b, k, t).masked_fill(pad, 0.0).sum(2) + doc_lp * vocab
     smooth_loss = -torch.logsumexp(smooth_obj, dim=1)
     return (1.0 - epsilon) * nll + (epsilon / vocab) * smooth_loss
 
@@ -78,8 +81,8 @@ def rag_sequence_nll_from_logprobs(ll: torch.Tensor, smooth_obj: torch.Tensor | 
 def rag_token_logprobs(seq_logits: torch.Tensor, doc_scores: torch.Tensor) -> torch.Tensor:
     """Marginalized next-token log-probabilities [B, T, V] of RAG-Token."""
     b, k = doc_scores.shape
-    lp = torch.log_softmax(seq_logits, dim=-1).view(b, k, seq_logits.shape[1], seq_logits.shape[2])
-    return torch.logsumexp(lp + torch.log_softmax(doc_scores, dim=1)[:, :, None, None], dim=1)
+    lp = torch.log_softmax(seq_logits.float(), dim=-1).view(b, k, seq_logits.shape[1], seq_logits.shape[2])
+    return torch.logsumexp(lp + torch.log_softmax(doc_scores.float(), dim=1)[:, :, None, None], dim=1)
 
 
 def rag_token_nll(seq_logits: torch.Tensor, doc_scores: torch.Tensor, target: torch.Tensor, pad_id: int,
@@ -104,16 +107,16 @@ def rag_token_nll_from_logprobs(ll: torch.Tensor, doc_scores: torch.Tensor, targ
     (the marginal of the target token needs only its own probability under each document)."""
     b, k = doc_scores.shape
     tgt = _shift_left(target, pad_id)
-    doc_lp = torch.log_softmax(doc_scores, dim=1)[:, :, None]  # [B, K, 1]
-    tok_ll = torch.logsumexp(ll.view(b, k, tgt.shape[1]) + doc_lp, dim=1)  # [B, T]
+    doc_lp = torch.log_softmax(doc_scores.float(), dim=1)[:, :, None]  # [B, K, 1]
+    tok_ll = torch.logsumexp(ll.float().view(b, k, tgt.shape[1]) + doc_lp, dim=1)  # [B, T]
     return -tok_ll.masked_fill(tgt.eq(pad_id), 0.0).sum(1)
 
 
 def generator_nll(logits: torch.Tensor, target: torch.Tensor, pad_id: int, epsilon: float = 0.0) -> torch.Tensor:
     """Plain sequence NLL (the BART-only baseline) in the same target convention."""
-    doc_scores = logits.new_zeros(target.shape[0], 1)
+    doc_scores = logits.new_zeros(target.shape[0], 1, dtype=torch.float32)
     return rag_token_nll(logits, doc_scores, target, pad_id, epsilon)
 
 
 def doc_log_probs(doc_scores: torch.Tensor) -> torch.Tensor:
-    return nn.functional.log_softmax(doc_scores, dim=-1)
+    return nn.functional.log_softmax(doc_scores.float(), dim=-1)

@@ -4,6 +4,10 @@ Works with any Hugging Face seq2seq generator (the default is a small BART built
 config; ``facebook/bart-large`` at paper scale) and any bi-encoder question encoder. The
 document encoder and the index stay fixed; gradients reach the question encoder through the
 doc scores d(z).q(x) and the generator through the marginal likelihood.
+
+``precision`` (config key, ``rag.precision``): bf16/fp16 run the question encoder and the generator
+under ``torch.autocast`` in training, scoring and decoding; the doc scores, log-probabilities and the
+marginalisation over documents stay fp32.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from rag import precision as P
 from rag.data.corpus import Passages
 from rag.models.decoding import Hypothesis, beam_search
 from rag.models import seq2seq
@@ -61,10 +66,13 @@ class Prediction:
 class RagSystem(torch.nn.Module):
     def __init__(self, generator, tokenizer, model: str, passages: Passages | None = None, question_encoder=None,
                  doc_emb: np.ndarray | None = None, index=None, bm25=None, score_scale: float = 1.0,
-                 max_source_len: int = 192, max_target_len: int = 48, chunk_overhead: int = seq2seq.DEFAULT_CHUNK_OVERHEAD):
+                 max_source_len: int = 192, max_target_len: int = 48, chunk_overhead: int | None = None,
+                 precision: str = "fp32"):
         super().__init__()
         if model not in ("sequence", "token", "bart"):
             raise ValueError(f"unknown model kind {model!r}")
+        if precision not in P.PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}")
         self.generator = generator
         self.tokenizer = tokenizer
         self.model_kind = model
@@ -76,7 +84,9 @@ class RagSystem(torch.nn.Module):
         self.score_scale = score_scale
         self.max_source_len = max_source_len
         self.max_target_len = max_target_len
-        self.chunk_overhead = chunk_overhead  # generator inputs run in length-sorted chunks (rag.models.seq2seq)
+        # generator inputs run in length-sorted chunks (rag.models.seq2seq); None: the device's default
+        self.configured_chunk_overhead = chunk_overhead
+        self.precision = precision
         self.pad_id = tokenizer.pad_token_id
         self.bos_id = tokenizer.bos_token_id
         self.eos_id = tokenizer.eos_token_id
@@ -85,17 +95,33 @@ class RagSystem(torch.nn.Module):
     def device(self) -> torch.device:
         return next(self.generator.parameters()).device
 
+    @property
+    def chunk_overhead(self) -> int:
+        """Padded tokens one more generator call costs: generator.chunk_overhead, or the default of the
+        device the generator is on (``seq2seq.chunk_overhead_for``)."""
+        return seq2seq.chunk_overhead_for(self.device.type, self.configured_chunk_overhead)
+
+    @chunk_overhead.setter
+    def chunk_overhead(self, value: int | None) -> None:
+        self.configured_chunk_overhead = value
+
+    def autocast(self):
+        """The ``precision`` autocast context on the generator's device (nothing for fp32)."""
+        return P.autocast(self.device.type, self.precision)
+
     # ------------------------------------------------------------------ retrieval
     def retrieve(self, questions: list[str], k: int) -> Retrieved:
         if self.bm25 is not None:
             ids, scores = self.bm25.search(questions, k)
             return Retrieved(ids, torch.from_numpy(scores).to(self.device))
-        q = self.question_encoder.encode_texts(questions)  # [B, d]
-        _, ids = self.index.search(np.ascontiguousarray(q.detach().float().cpu().numpy()), k)
+        with self.autocast():
+            q = self.question_encoder.encode_texts(questions).float()  # [B, d]
+        _, ids = self.index.search(np.ascontiguousarray(q.detach().cpu().numpy()), k)
         if (ids < 0).any():
             raise RuntimeError(f"the index returned fewer than K={k} passages; lower K or enlarge the corpus")
-        d = torch.from_numpy(self.doc_emb[ids]).to(q.device, q.dtype)  # [B, K, d], fixed
-        scores = torch.bmm(q.unsqueeze(1), d.transpose(1, 2)).squeeze(1) * self.score_scale
+        d = torch.from_numpy(self.doc_emb[ids]).to(q.device, torch.float32)  # [B, K, d], fixed
+        with P.full_precision(q.device.type):  # doc scores in fp32 whatever the precision
+            scores = torch.bmm(q.unsqueeze(1), d.transpose(1, 2)).squeeze(1) * self.score_scale
         return Retrieved(ids, scores)
 
     def source_texts(self, questions: list[str], retrieved: Retrieved | None) -> list[str]:
@@ -126,20 +152,26 @@ class RagSystem(torch.nn.Module):
     def marginal_nll(self, src: torch.Tensor, mask: torch.Tensor, doc_scores: torch.Tensor | None, target_ids: torch.Tensor,
                      epsilon: float = 0.0) -> torch.Tensor:
         """Per-example NLL given the tokenized generator inputs [B*K, L] (question-major) and the
-        doc scores [B, K] (None for the BART baseline: one input per question)."""
+        doc scores [B, K] (None for the BART baseline: one input per question). The generator runs
+        under the ``precision`` autocast; the loss and the marginalisation are computed in fp32."""
         if doc_scores is None:
             doc_scores, dec = torch.zeros(target_ids.shape[0], 1, device=src.device), target_ids
         else:
             dec = target_ids.repeat_interleave(doc_scores.shape[1], dim=0)
+        dev, overhead = src.device.type, self.chunk_overhead
         if self.model_kind == "token" and epsilon > 0:  # smoothing over the marginal needs every vocabulary entry
-            logits = seq2seq.logits(self.generator, src, mask, dec, self.chunk_overhead)
-            return rag_token_nll(logits, doc_scores, target_ids, self.pad_id, epsilon)
-        ll, smooth = seq2seq.target_logprobs(self.generator, src, mask, dec, self.pad_id, epsilon > 0, self.chunk_overhead)
-        if self.model_kind == "token":
-            return rag_token_nll_from_logprobs(ll, doc_scores, target_ids, self.pad_id)
-        # RAG-Sequence; with one document and p(z|x) = 1 it is the plain generator NLL (BART)
-        vocab = self.generator.get_output_embeddings().weight.shape[0]
-        return rag_sequence_nll_from_logprobs(ll, smooth, vocab, doc_scores, target_ids, self.pad_id, epsilon)
+            with self.autocast():
+                logits = seq2seq.logits(self.generator, src, mask, dec, overhead)
+            with P.full_precision(dev):
+                return rag_token_nll(logits, doc_scores, target_ids, self.pad_id, epsilon)
+        with self.autocast():
+            ll, smooth = seq2seq.target_logprobs(self.generator, src, mask, dec, self.pad_id, epsilon > 0, overhead)
+        with P.full_precision(dev):
+            if self.model_kind == "token":
+                return rag_token_nll_from_logprobs(ll, doc_scores, target_ids, self.pad_id)
+            # RAG-Sequence; with one document and p(z|x) = 1 it is the plain generator NLL (BART)
+            vocab = self.generator.get_output_embeddings().weight.shape[0]
+            return rag_sequence_nll_from_logprobs(ll, smooth, vocab, doc_scores, target_ids, self.pad_id, epsilon)
 
     def forward(self, questions: list[str], target_ids: torch.Tensor, k: int, epsilon: float = 0.0) -> torch.Tensor:
         """``loss``, so DistributedDataParallel can wrap the system (its hooks run on forward)."""
@@ -151,9 +183,10 @@ class RagSystem(torch.nn.Module):
         retrieved = None if self.model_kind == "bart" else self.retrieve(questions, k)
         kk = 1 if retrieved is None else k
         src, mask = self._tokenize_sources(self.source_texts(questions, retrieved))
-        hidden = seq2seq.encode(self.generator, src, mask, self.chunk_overhead)
+        with self.autocast():
+            hidden = seq2seq.encode(self.generator, src, mask, self.chunk_overhead)
         if retrieved is None:
-            doc_lp = hidden.new_zeros(len(questions), 1)
+            doc_lp = torch.zeros(len(questions), 1, device=hidden.device)
         else:
             doc_lp = torch.log_softmax(retrieved.scores.float(), dim=1)
         return Encoded(hidden, mask, doc_lp, retrieved, kk)
@@ -162,8 +195,9 @@ class RagSystem(torch.nn.Module):
         """log p(next | x, z, prefix) for encoder rows ``rows`` [N] and prefixes [N, t] -> [N, V]."""
         from transformers.modeling_outputs import BaseModelOutput
 
-        out = self.generator(encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden[rows]),
-                             attention_mask=enc.mask[rows], decoder_input_ids=prefix.to(self.device))
+        with self.autocast():
+            out = self.generator(encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden[rows]),
+                                 attention_mask=enc.mask[rows], decoder_input_ids=prefix.to(self.device))
         return torch.log_softmax(out.logits[:, -1].float(), dim=-1)
 
     def _predictions(self, enc: Encoded, best: list[Hypothesis]) -> list[Prediction]:
@@ -243,8 +277,9 @@ class RagSystem(torch.nn.Module):
         tgt = tgt.to(self.device)
         rows = torch.arange(i * kk, (i + 1) * kk, device=self.device).repeat(len(hyps))  # h-major, doc-minor
         dec = tgt.repeat_interleave(kk, dim=0)
-        logits = self.generator(encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden[rows]),
-                                attention_mask=enc.mask[rows], decoder_input_ids=dec).logits.float()
+        with self.autocast():
+            logits = self.generator(encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden[rows]),
+                                    attention_mask=enc.mask[rows], decoder_input_ids=dec).logits.float()
         shifted = torch.cat([dec[:, 1:], dec.new_full((dec.shape[0], 1), self.pad_id)], 1)
         ll, _ = _token_logprobs(logits, shifted, False)
         # mask by each hypothesis' length, not by token value: a generated pad token is scored
@@ -297,9 +332,10 @@ class CachedStep:
             parent = torch.tensor([self.index[(o, p[:-1])] for o, p in keys], dtype=torch.long)
             self.cache.reorder_cache((parent[:, None] * r + torch.arange(r)).reshape(-1).to(dev))
             inp, past = prefix[:, -1:].to(dev), self.cache
-        out = self.system.generator(encoder_outputs=BaseModelOutput(last_hidden_state=self.enc.hidden[flat]),
-                                    attention_mask=self.enc.mask[flat], decoder_input_ids=inp.repeat_interleave(r, dim=0),
-                                    past_key_values=past, use_cache=True)
+        with self.system.autocast():
+            out = self.system.generator(encoder_outputs=BaseModelOutput(last_hidden_state=self.enc.hidden[flat]),
+                                        attention_mask=self.enc.mask[flat], decoder_input_ids=inp.repeat_interleave(r, dim=0),
+                                        past_key_values=past, use_cache=True)
         self.cache = out.past_key_values
         self.index = {key: i for i, key in enumerate(keys)}
         lp = torch.log_softmax(out.logits[:, -1].float(), dim=-1).view(n, r, -1)

@@ -15,14 +15,33 @@ import torch
 
 # cost of one more generator call, in padded tokens: a chunk costs rows x width + this
 DEFAULT_CHUNK_OVERHEAD = 512  # measured best for the default generator on CPU (benchmarks/README.md)
+# an overhead no padding saving can pay for: always one generator call
+ONE_CHUNK = 10**9
+# per device type (config key generator.chunk_overhead: null). CPU: measured (above). CUDA: one chunk.
+# On one H100 (bart-large size, bf16 autocast, B=8, K=10, sources of 100-300 tokens) the CPU value cut
+# the batch into 4 chunks and halved throughput, while one chunk ran at parity with transformers
+# (issue 12): that is the only GPU measurement so far, so GPUs run one chunk until one says otherwise.
+DEVICE_CHUNK_OVERHEAD = {"cpu": DEFAULT_CHUNK_OVERHEAD, "cuda": ONE_CHUNK}
+
+
+def chunk_overhead_for(device_type: str, configured: int | None = None) -> int:
+    """The chunk overhead to use on ``device_type``: ``configured`` (generator.chunk_overhead) when
+    set, else the device's default from :data:`DEVICE_CHUNK_OVERHEAD`."""
+    if configured is not None:
+        return int(configured)
+    if device_type not in DEVICE_CHUNK_OVERHEAD:
+        raise ValueError(f"no default generator.chunk_overhead for device type {device_type!r}; set the config key")
+    return DEVICE_CHUNK_OVERHEAD[device_type]
 
 
 def length_chunks(mask: torch.Tensor, overhead_tokens: int = DEFAULT_CHUNK_OVERHEAD) -> list[torch.Tensor]:
     """Row indices sorted by length (longest first), cut into the chunks that minimise the padded
     tokens computed plus ``overhead_tokens`` per chunk (exact dynamic programme over the cut points)."""
     order = torch.argsort(mask.sum(1), descending=True, stable=True)
+    n = len(order)
+    if overhead_tokens >= n * mask.shape[1]:  # a second call costs more than all the padding: one chunk
+        return [order]
     lengths = mask.sum(1)[order].tolist()
-    n = len(lengths)
     best, cut = [0.0] + [float("inf")] * n, [0] * (n + 1)
     for i in range(1, n + 1):
         for j in range(i):  # last chunk = sorted rows j..i-1, as wide as row j

@@ -146,7 +146,7 @@ def _tokenize_pairs(encoder: Encoder, titles: list[str], texts: list[str], idx) 
 
 @torch.inference_mode()
 def encode_passages(encoder: Encoder, titles: list[str], texts: list[str], batch_size: int = 32,
-                    device: str = "cpu", fp16: bool = False, progress: bool = True) -> np.ndarray:
+                    device: str = "cpu", dtype: torch.dtype | None = None, progress: bool = True) -> np.ndarray:
     """Encode passages as DPR does (title and text as a sentence pair); returns float32 [N, d] in input order.
 
     Batches hold passages of similar length (longest first, as sentence-transformers does), so they pad
@@ -154,13 +154,14 @@ def encode_passages(encoder: Encoder, titles: list[str], texts: list[str], batch
     background thread while the current one runs through the model (the Rust tokenizer and the torch
     kernels release the GIL), and each batch's vectors go straight to their rows of one preallocated
     float32 array: no list of batch tensors, concatenation, reorder copy or final astype copy, so the
-    output takes its own size in memory once instead of four times.
+    output takes its own size in memory once instead of four times. ``dtype`` (fp16/bf16 on GPUs,
+    config key ``precision``) casts the encoder's weights; the vectors come back as float32.
     """
     from tqdm.auto import tqdm
 
     encoder.eval().to(device)
-    if fp16:
-        encoder.half()
+    if dtype is not None:
+        encoder.to(dtype)
     n = len(texts)
     order = np.argsort([-(len(texts[i]) + len(titles[i])) for i in range(n)], kind="stable")
     batches = [order[start : start + batch_size] for start in range(0, n, batch_size)]
