@@ -38,13 +38,13 @@ def _device(cfg: dict) -> str:
 # ---------------------------------------------------------------------------------- corpus
 def cmd_corpus(args) -> None:
     from rag.data import miniworld
-    from rag.data.corpus import passages_from_articles, write_passages
+    from rag.data.corpus import write_passages
 
     cfg = read_json(args.config)
     corpus = cfg["corpus"]
     if corpus["source"] == "miniworld":
         world = miniworld.build_world(cfg["miniworld"], cfg["seed"])[args.snapshot]
-        n = write_passages(args.out, passages_from_articles(miniworld.articles(world), corpus["passage_words"]))
+        n = write_passages(args.out, miniworld.passages(world, corpus["passage_words"]))
     else:
         from rag.data.formats import prepare_corpus
 
@@ -64,7 +64,7 @@ def cmd_tasks(args) -> None:
         world = miniworld.build_world(cfg["miniworld"], cfg["seed"])["a"]
         for split in ("train", "dev", "test"):
             try:
-                rows = miniworld.make_task(world, name, split, task[split], cfg["seed"])
+                rows = miniworld.make_task(world, name, split, task[split], cfg["seed"], cfg["miniworld"]["passage_words"])
             except ValueError as exc:
                 raise ConfigError(f"config key 'tasks.{name}.{split}': {exc}") from None
             write_jsonl(out / f"{split}.jsonl", rows)

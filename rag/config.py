@@ -239,7 +239,9 @@ def _sections(cfg: dict) -> dict[str, dict]:
             **shared,
             "task_name": name,
             "task": task,
-            "miniworld": cfg["miniworld"] if task["source"] == "miniworld" else None,
+            # gold passages depend on how the corpus is cut
+            "miniworld": ({**cfg["miniworld"], "passage_words": cfg["corpus"]["passage_words"]}
+                          if task["source"] == "miniworld" else None),
             "train": {**cfg["train"], **({"steps": task["steps"]} if "steps" in task else {})},
             "generator": {k: cfg["generator"][k] for k in ("max_source_len", "max_target_len", "chunk_overhead")},
             "retriever": {k: cfg["retriever"][k] for k in ("score_scale", "max_length", "pooling", "normalize", "question_encoder")},

@@ -1,7 +1,6 @@
 from collections import Counter
 
 from rag.data import miniworld
-from rag.data.corpus import passages_from_articles
 
 CFG = dict(countries=20, people=50, cities=25, changed_fraction=0.5, test_fraction=0.2)
 
@@ -13,11 +12,32 @@ def test_world_is_deterministic():
     assert a == b and a != c
 
 
-def test_passages_are_at_most_100_words_and_unique():
+def test_passages_are_at_most_100_words_unique_and_several_per_entity():
     world = miniworld.build_world(CFG, 3)["a"]
-    rows = list(passages_from_articles(miniworld.articles(world), 100))
+    rows = miniworld.passages(world, 100)
     assert all(len(t.split()) <= 100 for _, _, t in rows)
     assert len({r[0] for r in rows}) == len(rows)
+    per_entity = Counter(pid.rsplit("_", 1)[0] for pid, _, _ in rows)
+    assert min(per_entity.values()) >= 2  # the answering passage is one of several about its entity
+
+
+def test_look_alike_names_exist():
+    world = miniworld.build_world(CFG, 3)["a"]
+    names = sorted(e.name.lower() for e in world.values() if e.kind in ("country", "city"))
+    close = [(a, b) for a in names for b in names if a < b and len(a) == len(b) and sum(x != y for x, y in zip(a, b)) == 1]
+    assert close
+
+
+def test_facts_are_paraphrased_not_the_questions_wording():
+    import re
+
+    stop = set("the of a an in is was what who where when which how do does did they there to and on by its it for as are be "
+               "this that their at from s v".split())
+    for task, templates in miniworld.QA_TEMPLATES.items():
+        for attr, q in templates.items():
+            qw = set(re.findall(r"[a-z]+", q.lower())) - stop
+            for ph in miniworld.PHRASINGS[attr]:
+                assert not qw & (set(re.findall(r"[a-z]+", ph.lower())) - stop), (task, attr, ph)
 
 
 def test_test_entities_are_disjoint_from_train():
@@ -30,9 +50,10 @@ def test_test_entities_are_disjoint_from_train():
 
 def test_answers_are_in_the_gold_passage():
     world = miniworld.build_world(CFG, 3)["a"]
-    text = {d: t for d, _, t in miniworld.articles(world)}
-    for row in miniworld.make_task(world, "nq", "test", 10, 3):
-        assert any(row["meta"]["answer"] in text[d] for d in row["meta"]["gold_docs"])
+    text = {pid: t for pid, _, t in miniworld.passages(world, 100)}
+    for task in ("nq", "triviaqa", "msmarco"):
+        for row in miniworld.make_task(world, task, "test", 20, 3, 100):
+            assert row["meta"]["answer"] in text[row["meta"]["gold_docs"][0]], row
 
 
 def test_curatedtrec_targets_are_regexes_matching_the_answer():
@@ -62,5 +83,17 @@ def test_snapshot_b_changes_leaders():
     assert 0 < len(changed) < len(rows)
     assert all(r["targets"]["a"] != r["targets"]["b"] for r in changed)
     # the b corpus states the new leader
-    text_b = " ".join(t for _, _, t in miniworld.articles(worlds["b"]))
+    text_b = " ".join(t for _, _, t in miniworld.passages(worlds["b"], 100))
     assert all(r["targets"]["b"][0] in text_b for r in changed)
+
+
+def test_snapshots_differ_only_where_leaders_changed():
+    worlds = miniworld.build_world(CFG, 3)
+    a = dict((p, t) for p, _, t in miniworld.passages(worlds["a"], 100))
+    b = dict((p, t) for p, _, t in miniworld.passages(worlds["b"], 100))
+    changed = {pid.rsplit("_", 1)[0] for pid in a if a[pid] != b.get(pid)}
+    involved = set()
+    for cid, e in worlds["a"].items():
+        if e.kind == "country" and e.attrs["leader"] != worlds["b"][cid].attrs["leader"]:
+            involved |= {cid, e.attrs["leader"], worlds["b"][cid].attrs["leader"]}
+    assert changed and changed <= involved

@@ -5,14 +5,31 @@ entities disjoint from training ones, so closed-book memorization cannot answer 
 knowledge has to come from the index. Snapshot ``b`` changes the leaders of some countries
 (the paper's 2016 -> 2018 index hot-swap experiment, Section 4.5).
 
-Facts are rendered as encyclopedia-style articles; ``rag.data.corpus`` cuts them into disjoint
-100-word passages as the paper did with Wikipedia.
+The world is built so that the paper's effects have room to appear:
+
+- **Long articles, many passages per entity.** Each article states its facts among filler
+  sentences (trade treaties, festivals, mountains, schools that also teach another language,
+  elections without a name...) and is cut into sentence-aligned passages of at most
+  ``passage_words`` words, so the passage that answers must be found among several passages
+  titled and filled with the same entity name.
+- **Paraphrase.** Each fact is written in one of several phrasings per relation ("is governed
+  by", "heads the government of", "the head of state of"), none of them the questions'
+  wording ("who is the leader of"): BM25 matches the name and little else, a dense encoder
+  matches meaning, and fine-tuning the question encoder teaches it which phrasing answers.
+- **Look-alike names.** A share of countries and cities have a twin whose name differs in one
+  letter.
+- **Distractors of the answer's type** in other sentences (another language taught in schools,
+  treaty years beside independence years), so the reader has to read, not grab.
+
+Every fact knows the passage that states it (``gold_docs`` of a question), which gives
+passage-level recall and the oracle (gold passage) evaluation.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+import re
 from dataclasses import dataclass, field
 
 from rag.tasks import FEVER2_LABELS, FEVER3_LABELS
@@ -23,6 +40,67 @@ CODAS = ["", "", "n", "r", "l", "s", "th", "k", "m", "x"]
 OCCUPATIONS = ["painter", "chemist", "poet", "architect", "general", "sculptor", "economist", "composer", "physician", "astronomer", "judge", "diplomat"]
 CONTINENTS = ["Northern Velkar", "Southern Velkar", "the Ostrel Isles", "Great Maradon", "the Quenn Coast"]
 SPLITS = ("train", "dev", "test")
+TWIN_FRACTION = 0.25  # countries and cities with a look-alike name (one letter apart)
+STATED = 0.85  # chance that an article states an optional attribute (FEVER's NOT ENOUGH INFO uses the rest)
+
+# Several phrasings per relation; none uses the questions' wording ({s} subject, {v} value).
+PHRASINGS = {
+    "continent": ["{s} lies in {v}.", "{s} is one of the nations of {v}.", "The land of {s} forms part of {v}."],
+    "capital": ["The seat of government of {s} is {v}.", "{v} serves as the seat of power of {s}.",
+                "The government of {s} sits in {v}."],
+    "leader": ["{s} is governed by {v}.", "The head of state of {s} is {v}.", "{v} heads the government of {s}."],
+    "currency": ["People in {s} pay with the {v}.", "The {v} is the coin used in {s}.", "Prices in {s} are given in {v} coins."],
+    "language": ["The main tongue of {s} is {v}.", "The people of {s} talk to each other in {v}.", "{v} is heard across {s}."],
+    "independence": ["{s} gained its sovereignty in {v}.", "{s} has been a free state since {v}.", "Self-rule came to {s} in {v}."],
+    "country": ["{s} is a town of {v}.", "{s} belongs to the nation of {v}.", "{s} is found within the borders of {v}."],
+    "river": ["{s} was built beside the {v}.", "The {v} flows through {s}.", "Boats on the {v} stop at {s}."],
+    "population": ["{s} is home to about {v} residents.", "Roughly {v} inhabitants make their homes in {s}.", "The town of {s} counts {v} inhabitants."],
+    "founded": ["{s} dates back to {v}.", "The first houses of {s} were raised in {v}.", "{s} was settled in {v}."],
+    "occupation": ["{s} made a career as a {v}.", "{s} worked all their life as a {v}.", "By trade, {s} was a {v}."],
+    "birthplace": ["{s} came into the world in {v}.", "{s} grew up in {v}, the town of their birth.", "{s} is a native of {v}."],
+    "born": ["{s} arrived in the world in {v}.", "{s} first saw the light of day in {v}.", "The birthday of {s} fell in {v}."],
+    "spouse_city": ["{s} has a home in {v}.", "These days {s} resides in {v}.", "{s} keeps a house in {v}."],
+    "leads": ["{s} is the head of state of {v}.", "{s} governs {v}.", "{s} heads the government of {v}."],
+}
+
+FILLERS = {
+    "country": [
+        "{s} is known for its {thing}.", "{s} signed a trade treaty with {c} in {y}.",
+        "The highest mountain of {s}, Mount {w}, rises {n} metres above the sea.", "Farming in {s} is dominated by {crop}.",
+        "Every summer, visitors from {c} travel to {s} for the {w} festival.", "The railway from {s} to {c} opened in {y}.",
+        "Elections in {s} are held every {k} years.", "Schools in {s} also teach {lang}.",
+        "The national museum of {s} holds {n} paintings.", "A great flood struck the lowlands of {s} in {y}.",
+        "The coastline of {s} is lined with {thing}.", "Writers from {s} often describe the {w} valley.",
+        "In {y}, a new coin design entered use in {s}.", "The army of {s} was reformed in {y}.",
+        # lexical traps: the questions' words, not their answers
+        "Foreign capital flowed into the mines of {s} after {y}.", "The leader of the {w} choir brought it to {s} in {y}.",
+        "Independent newspapers were founded in {s} in {y}.", "Visitors to {s} are often asked what currency rules apply at the border.",
+        "The sign language of {s} was first written down in {y}.", "A statue of {p} stands in the old harbour of {s}.",
+        "The winters of {s} are long and cold.", "Roads in {s} were paved during the {w} years.",
+    ],
+    "city": [
+        "{s} is known for its {thing}.", "The old market of {s} opened in {y}.", "A bridge links {s} with the road to {c}.",
+        "The university of {s} has {n} students.", "Traders from {c} sell {crop} in {s}.", "The cathedral of {s} burned down in {y}.",
+        "Many streets of {s} are named after {p}.", "The {w} theatre is the pride of {s}.",
+        "The city council of {s} meets every {k} weeks.", "A famous choir was founded in {s} in {y}.",
+        "Around {n} people visit the gardens of {s} each spring.", "The river port of {s} was closed in {y}.",
+        "{p} opened a school in {s} in {y}.", "The bells of {s} were cast in {c}.",
+    ],
+    "person": [
+        "{s} is remembered for {thing}.", "{s} travelled to {c} in {y}.", "{s} once met {p} at a banquet.",
+        "{s} wrote a book about the {w} valley.", "{s} spent the winter of {y} in {c}.", "Friends say {s} loved {crop}.",
+        "{s} received the {w} prize in {y}.", "{s} studied for {k} years before working.",
+        "The {w} prize was born of an idea of {s}.", "{s} called the new bridge in {c} a fine job.",
+        "A portrait of {s} hangs in a museum in {c}.", "{s} kept a diary from {y} onwards.",
+        "{s} gave a live concert in {c} in {y}.", "Letters from {s} to {p} were published in {y}.",
+    ],
+}
+FILLER_WORDS = {
+    "thing": ["mountain villages", "spring festivals", "woollen cloth", "coastal railways", "painted boats", "stone bridges",
+              "copper mines", "quiet monasteries", "long beaches", "old libraries", "a famous speech", "careful letters"],
+    "crop": ["barley", "olives", "rice", "apples", "millet", "grapes", "tea", "beans"],
+}
+N_FILLERS = {"country": 18, "city": 11, "person": 11}
 
 
 @dataclass
@@ -45,9 +123,20 @@ class NameMaker:
             n = self.rng.randint(*syllables)
             w = "".join(self.rng.choice(ONSETS) + self.rng.choice(VOWELS) for _ in range(n)) + self.rng.choice(CODAS)
             w = (w + suffix).capitalize()
-            if w not in self.used and 4 <= len(w) <= 12:
-                self.used.add(w)
+            if w.lower() not in self.used and 4 <= len(w) <= 12:
+                self.used.add(w.lower())
                 return w
+
+    def twin(self, name: str) -> str:
+        """A new name one letter away from ``name`` (the last consonant or vowel changed)."""
+        for _ in range(200):
+            i = self.rng.randrange(len(name) // 2, len(name))
+            pool = "aeiou" if name[i].lower() in "aeiou" else "bdgklmnprstvz"
+            w = name[:i] + self.rng.choice(pool) + name[i + 1 :]
+            if w.lower() not in self.used:
+                self.used.add(w.lower())
+                return w
+        return self.word()
 
 
 def _split_of(entity_id: str, seed: int, test_fraction: float) -> str:
@@ -59,13 +148,23 @@ def _split_of(entity_id: str, seed: int, test_fraction: float) -> str:
     return "train"
 
 
+def _names(names: NameMaker, rng: random.Random, n: int, syllables: tuple[int, int]) -> list[str]:
+    out: list[str] = []
+    while len(out) < n:
+        if out and rng.random() < TWIN_FRACTION:
+            out.append(names.twin(rng.choice(out)))
+        else:
+            out.append(names.word(syllables))
+    return out
+
+
 def build_world(cfg: dict, seed: int) -> dict[str, dict[str, Entity]]:
     """Return {snapshot: {entity_id: Entity}} for snapshots 'a' and 'b'."""
     rng = random.Random(seed)
     names = NameMaker(rng)
     tf = cfg["test_fraction"]
-    countries = [Entity(f"country{i:04d}", "country", names.word((2, 3), "")) for i in range(cfg["countries"])]
-    cities = [Entity(f"city{i:04d}", "city", names.word((2, 2), "")) for i in range(cfg["cities"])]
+    countries = [Entity(f"country{i:04d}", "country", n) for i, n in enumerate(_names(names, rng, cfg["countries"], (2, 3)))]
+    cities = [Entity(f"city{i:04d}", "city", n) for i, n in enumerate(_names(names, rng, cfg["cities"], (2, 2)))]
     people = [Entity(f"person{i:04d}", "person", f"{names.word((1, 2))} {names.word((2, 2))}") for i in range(cfg["people"])]
     for e in countries + cities + people:
         e.split = _split_of(e.id, seed, tf)
@@ -75,7 +174,7 @@ def build_world(cfg: dict, seed: int) -> dict[str, dict[str, Entity]]:
         c.attrs["river"] = names.word((2, 2))
         c.attrs["population"] = rng.randint(2, 95) * 1000
         c.attrs["founded"] = rng.randint(900, 1890)
-    for i, country in enumerate(countries):
+    for country in countries:
         own = [c for c in cities if c.attrs["country"] == country.id]
         country.attrs["capital"] = own[0].id if own else rng.choice(cities).id
         country.attrs["currency"] = names.word((2, 2)).lower()
@@ -98,7 +197,7 @@ def build_world(cfg: dict, seed: int) -> dict[str, dict[str, Entity]]:
     for e in ents.values():
         keys = sorted(e.attrs)
         always = {"country": {"leader", "capital"}, "city": {"country"}, "person": {"birthplace"}}[e.kind]
-        e.stated = {k for k in keys if k in always or rng.random() < 0.75}
+        e.stated = {k for k in keys if k in always or rng.random() < STATED}
     # snapshot b: some countries change leader to a person who leads nothing
     b = {k: Entity(v.id, v.kind, v.name, dict(v.attrs), set(v.stated), v.split) for k, v in ents.items()}
     free = [p for p in people if p not in leaders]
@@ -116,42 +215,103 @@ def _leader_of(world: dict[str, Entity], person_id: str) -> Entity | None:
     return None
 
 
+def _value(world, e: Entity, attr: str) -> str:
+    v = e.attrs[attr]
+    if isinstance(v, str) and v in world:
+        return world[v].name
+    return str(v)
+
+
 def facts(world: dict[str, Entity], e: Entity) -> list[tuple[str, str, str]]:
-    """(attribute, sentence, answer) for every fact the article of ``e`` states, in fixed order."""
-    n = lambda i: world[i].name  # noqa: E731
+    """(attribute, sentence, answer) for every fact the article of ``e`` states, in fixed order.
+
+    The phrasing of each fact is drawn per entity and attribute (not per snapshot), so the two
+    snapshots differ only where a fact differs.
+    """
     out = []
-    a = e.attrs
-    if e.kind == "country":
-        out.append(("continent", f"{e.name} is a country in {a['continent']}.", a["continent"]))
-        out.append(("capital", f"Its capital is {n(a['capital'])}.", n(a["capital"])))
-        out.append(("leader", f"The current leader of {e.name} is {n(a['leader'])}.", n(a["leader"])))
-        out.append(("currency", f"The currency of {e.name} is the {a['currency']}.", a["currency"]))
-        out.append(("language", f"Most people there speak {a['language']}.", a["language"]))
-        out.append(("independence", f"{e.name} became independent in {a['independence']}.", str(a["independence"])))
-    elif e.kind == "city":
-        out.append(("country", f"{e.name} is a city in {n(a['country'])}.", n(a["country"])))
-        out.append(("river", f"It lies on the river {a['river']}.", a["river"]))
-        out.append(("population", f"About {a['population']} people live in {e.name}.", str(a["population"])))
-        out.append(("founded", f"{e.name} was founded in {a['founded']}.", str(a["founded"])))
-    else:
-        out.append(("occupation", f"{e.name} is a {a['occupation']}.", a["occupation"]))
-        out.append(("birthplace", f"{e.name} was born in {n(a['birthplace'])}.", n(a["birthplace"])))
-        out.append(("born", f"{e.name.split()[-1]} was born in the year {a['born']}.", str(a["born"])))
-        out.append(("spouse_city", f"{e.name.split()[-1]} lives in {n(a['spouse_city'])}.", n(a["spouse_city"])))
+    for attr in sorted(e.attrs):
+        if attr not in e.stated:
+            continue
+        rng = random.Random(f"{e.id}:{attr}")
+        v = _value(world, e, attr)
+        out.append((attr, rng.choice(PHRASINGS[attr]).format(s=e.name, v=v), v))
+    if e.kind == "person":
         led = _leader_of(world, e.id)
         if led is not None:
-            out.append(("leads", f"{e.name} is the current leader of {led.name}.", led.name))
-    return [f for f in out if f[0] in e.stated or f[0] == "leads"]
+            rng = random.Random(f"{e.id}:leads")
+            out.append(("leads", rng.choice(PHRASINGS["leads"]).format(s=e.name, v=led.name), led.name))
+    return out
+
+
+def _fillers(world: dict[str, Entity], e: Entity) -> list[str]:
+    rng = random.Random(f"filler:{e.id}")
+    others = {k: sorted((x for x in world.values() if x.kind == k and x.id != e.id), key=lambda x: x.id)
+              for k in ("country", "person")}
+    langs = sorted({x.attrs["language"] for x in world.values() if x.kind == "country"})
+    templates = rng.sample(FILLERS[e.kind], min(N_FILLERS[e.kind], len(FILLERS[e.kind])))
+    out = []
+    for t in templates:
+        own_lang = e.attrs.get("language")
+        out.append(t.format(
+            s=e.name, c=rng.choice(others["country"]).name, p=rng.choice(others["person"]).name,
+            y=rng.randint(1600, 1999), n=rng.randint(12, 990) * 10, k=rng.randint(3, 7),
+            w=NameMaker(random.Random(f"w:{e.id}:{t}")).word((2, 2)),
+            lang=rng.choice([lg for lg in langs if lg != own_lang] or langs),
+            thing=rng.choice(FILLER_WORDS["thing"]), crop=rng.choice(FILLER_WORDS["crop"])))
+    return out
+
+
+def article_sentences(world: dict[str, Entity], e: Entity) -> list[tuple[str | None, str]]:
+    """The article of ``e`` as (attribute or None for filler, sentence), in reading order."""
+    rng = random.Random(f"order:{e.id}")
+    sents = [(a, s) for a, s, _ in facts(world, e)] + [(None, s) for s in _fillers(world, e)]
+    # a fixed order per entity, independent of the facts' values (so snapshots align)
+    keys = [rng.random() for _ in sents]
+    return [s for _, s in sorted(zip(keys, sents), key=lambda x: x[0])]
+
+
+def _pack(sentences: list[tuple[str | None, str]], words: int) -> list[list[tuple[str | None, str]]]:
+    """Greedy sentence-aligned chunks of at most ``words`` words (a longer sentence is its own chunk)."""
+    chunks: list[list] = [[]]
+    n = 0
+    for item in sentences:
+        w = len(item[1].split())
+        if chunks[-1] and n + w > words:
+            chunks.append([])
+            n = 0
+        chunks[-1].append(item)
+        n += w
+    return [c for c in chunks if c]
+
+
+def passages(world: dict[str, Entity], words: int) -> list[tuple[str, str, str]]:
+    """(passage id ``<entity>_<j>``, title, text) for every article, sentence-aligned chunks of at most ``words`` words."""
+    out = []
+    for e in sorted(world.values(), key=lambda e: e.id):
+        for j, chunk in enumerate(_pack(article_sentences(world, e), words)):
+            out.append((f"{e.id}_{j}", e.name, " ".join(s for _, s in chunk)))
+    return out
+
+
+def fact_passages(world: dict[str, Entity], words: int) -> dict[tuple[str, str], str]:
+    """(entity id, attribute) -> id of the passage that states it."""
+    out = {}
+    for e in world.values():
+        for j, chunk in enumerate(_pack(article_sentences(world, e), words)):
+            for attr, _ in chunk:
+                if attr is not None:
+                    out[(e.id, attr)] = f"{e.id}_{j}"
+    return out
 
 
 def articles(world: dict[str, Entity]) -> list[tuple[str, str, str]]:
-    """(doc id, title, text) per entity, sorted by id."""
-    return [(e.id, e.name, " ".join(s for _, s, _ in facts(world, e))) for e in sorted(world.values(), key=lambda e: e.id)]
+    """(doc id, title, whole article text) per entity, sorted by id."""
+    return [(e.id, e.name, " ".join(s for _, s in article_sentences(world, e))) for e in sorted(world.values(), key=lambda e: e.id)]
 
 
 # ---------------------------------------------------------------------------------------------
-# Tasks. Each returns records {id, input, targets, meta}; meta.gold_docs lists the entity ids
-# whose article holds the answer (for passage recall), meta.subject the entity asked about.
+# Tasks. Each returns records {id, input, targets, meta}; meta.gold_docs lists the passages that
+# state the answer (passage recall, the oracle), meta.subject the entity asked about.
 
 QA_TEMPLATES = {
     # NQ: lower-case, no question mark, as Google queries
@@ -163,20 +323,24 @@ QA_TEMPLATES = {
         "independence": "when did {s} become independent",
         "river": "what river does {s} lie on",
         "country": "which country is {s} in",
+        "population": "how many people live in {s}",
+        "founded": "when was {s} founded",
         "birthplace": "where was {s} born",
         "occupation": "what was the job of {s}",
-        "population": "how many people live in {s}",
+        "spouse_city": "where does {s} live now",
     },
     # TriviaQA: trivia phrasing, capitalised, question mark
     "triviaqa": {
         "leader": "Which politician currently leads the nation of {s}?",
         "capital": "Which city is the capital of {s}?",
         "continent": "On which landmass is {s} found?",
+        "language": "Which language is spoken by most of the population of {s}?",
         "founded": "In which year was the city of {s} founded?",
         "river": "On the banks of which river does {s} stand?",
         "born": "In what year was {s} born?",
         "birthplace": "In which city was {s} born?",
         "spouse_city": "In which city does {s} live?",
+        "occupation": "What profession did {s} follow?",
     },
     # WebQuestions: Freebase-style
     "webquestions": {
@@ -225,24 +389,21 @@ FEVER_CLAIMS = {
     "currency": ("{s} uses the {v} as its currency.", "currency"),
 }
 
-
-def _value(world, e: Entity, attr: str) -> str:
-    v = e.attrs[attr]
-    if isinstance(v, str) and v in world:
-        return world[v].name
-    return str(v)
+ATTR_KIND = {"leader": "country", "capital": "country", "currency": "country", "language": "country", "independence": "country",
+             "continent": "country", "river": "city", "country": "city", "population": "city", "founded": "city",
+             "birthplace": "person", "occupation": "person", "born": "person", "spouse_city": "person"}
 
 
-def _gold_docs(world, e: Entity, attr: str) -> list[str]:
-    docs = [e.id]
+def _gold_docs(world, e: Entity, attr: str, where: dict) -> list[str]:
+    docs = [where[(e.id, attr)]]
     if attr == "leader":
-        docs.append(e.attrs["leader"])  # the person's article says whom they lead
+        leader = e.attrs["leader"]
+        if (leader, "leads") in where:
+            docs.append(where[(leader, "leads")])  # the person's article says whom they lead
     return docs
 
 
 def _regex_for(answer: str) -> str:
-    import re
-
     parts = answer.split()
     if len(parts) == 2:  # person: surname alone is accepted, as CT patterns often are
         return rf"(?:{re.escape(parts[0])}\s+)?{re.escape(parts[1])}"
@@ -261,15 +422,13 @@ def _aliases(answer: str, world_kind: str | None) -> list[str]:
 
 def _candidates(world, task: str, split: str, rng: random.Random):
     """All (entity, attribute) pairs of ``split`` that a task's templates can ask about."""
-    kinds = {"leader": "country", "capital": "country", "currency": "country", "language": "country", "independence": "country",
-             "continent": "country", "river": "city", "country": "city", "population": "city", "founded": "city",
-             "birthplace": "person", "occupation": "person", "born": "person", "spouse_city": "person"}
     out = []
+    templates = QA_TEMPLATES[task] if task in QA_TEMPLATES else MSMARCO_TEMPLATES
     for e in sorted(world.values(), key=lambda e: e.id):
         if e.split != split:
             continue
-        for attr in sorted(QA_TEMPLATES.get(task, {}) if task in QA_TEMPLATES else MSMARCO_TEMPLATES):
-            if kinds[attr] == e.kind and attr in e.stated:
+        for attr in sorted(templates):
+            if ATTR_KIND[attr] == e.kind and attr in e.stated:
                 out.append((e, attr))
     rng.shuffle(out)
     return out
@@ -282,23 +441,25 @@ def _take(pool: list, n: int, task: str, split: str) -> list:
     return [pool[i % len(pool)] for i in range(n)]
 
 
-def make_task(world: dict[str, Entity], task: str, split: str, n: int, seed: int) -> list[dict]:
+def make_task(world: dict[str, Entity], task: str, split: str, n: int, seed: int, words: int = 100) -> list[dict]:
+    """``n`` examples of ``task`` about the entities of ``split``; ``words`` is the corpus' passage size."""
     rng = random.Random(f"{seed}:{task}:{split}")
+    where = fact_passages(world, words)
     rows = []
-    if task in ("nq", "triviaqa", "webquestions", "curatedtrec"):
+    if task in QA_TEMPLATES:
         for i, (e, attr) in enumerate(_take(_candidates(world, task, split, rng), n, task, split)):
             ans = _value(world, e, attr)
             kind = world[e.attrs[attr]].kind if isinstance(e.attrs[attr], str) and e.attrs[attr] in world else None
             q = QA_TEMPLATES[task][attr].format(s=e.name.lower() if task == "nq" else e.name)
             targets = [_regex_for(ans)] if task == "curatedtrec" else _aliases(ans, kind)
             rows.append({"id": f"{task}-{split}-{i}", "input": q, "targets": targets,
-                         "meta": {"subject": e.id, "attribute": attr, "gold_docs": _gold_docs(world, e, attr), "answer": ans}})
+                         "meta": {"subject": e.id, "attribute": attr, "gold_docs": _gold_docs(world, e, attr, where), "answer": ans}})
     elif task == "msmarco":
         for i, (e, attr) in enumerate(_take(_candidates(world, task, split, rng), n, task, split)):
             q, a = MSMARCO_TEMPLATES[attr]
             ans = _value(world, e, attr)
             rows.append({"id": f"{task}-{split}-{i}", "input": q.format(s=e.name.lower()), "targets": [a.format(s=e.name, a=ans)],
-                         "meta": {"subject": e.id, "attribute": attr, "gold_docs": [e.id], "answer": ans}})
+                         "meta": {"subject": e.id, "attribute": attr, "gold_docs": [where[(e.id, attr)]], "answer": ans}})
     elif task == "jeopardy":
         pool = []
         for e in sorted(world.values(), key=lambda e: e.id):
@@ -313,23 +474,20 @@ def make_task(world: dict[str, Entity], task: str, split: str, n: int, seed: int
         rng.shuffle(pool)
         for i, (e, attr, clue) in enumerate(_take(pool, n, task, split)):
             rows.append({"id": f"{task}-{split}-{i}", "input": e.name, "targets": [clue],
-                         "meta": {"subject": e.id, "attribute": attr, "gold_docs": [e.id]}})
+                         "meta": {"subject": e.id, "attribute": attr, "gold_docs": [where[(e.id, attr)]]}})
     elif task in ("fever3", "fever2"):
         labels = FEVER3_LABELS if task == "fever3" else FEVER2_LABELS
-        pool = []
-        kinds = {"capital": "country", "leader": "country", "currency": "country", "river": "city", "founded": "city",
-                 "birthplace": "person", "occupation": "person", "born": "person"}
         by_kind: dict[str, list[str]] = {}
         for e in world.values():
-            for attr in kinds:
-                if kinds[attr] == e.kind:
+            for attr in FEVER_CLAIMS:
+                if ATTR_KIND[attr] == e.kind:
                     by_kind.setdefault(attr, []).append(_value(world, e, attr))
         stated, unstated = [], []
         for e in sorted(world.values(), key=lambda e: e.id):
             if e.split != split:
                 continue
-            for attr, kind in kinds.items():
-                if kind == e.kind:
+            for attr in FEVER_CLAIMS:
+                if ATTR_KIND[attr] == e.kind:
                     (stated if attr in e.stated else unstated).append((e, attr))
         rng.shuffle(stated)
         rng.shuffle(unstated)
@@ -346,8 +504,9 @@ def make_task(world: dict[str, Entity], task: str, split: str, n: int, seed: int
             else:
                 value = rng.choice(sorted(set(by_kind[attr])))
             claim = FEVER_CLAIMS[attr][0].format(s=e.name, v=value)
+            gold = [where[(e.id, attr)]] if label != "NOT ENOUGH INFO" else []
             rows.append({"id": f"{task}-{split}-{i}", "input": claim, "targets": [label],
-                         "meta": {"subject": e.id, "attribute": attr, "gold_docs": [e.id] if label != "NOT ENOUGH INFO" else []}})
+                         "meta": {"subject": e.id, "attribute": attr, "gold_docs": gold}})
     else:
         raise ValueError(f"unknown task {task}")
     return rows

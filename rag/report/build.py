@@ -111,6 +111,7 @@ class Cell:
     href: str | None = None
     paper: str | None = DASH
     value: float | None = None
+    pm: str | None = None  # ± half-width of the bootstrap 95 % interval (test examples resampled)
 
 
 @dataclass
@@ -202,11 +203,19 @@ class Runs:
 
     def cell(self, task: str, variant: str, split: str, metric: str, paper: Any = None, section: str = "metrics") -> Cell:
         v = self.value(task, variant, split, metric, section)
+        pm = None
+        path = self.predictions_path(task, variant, split)
+        if v is not None and section == "metrics" and path.is_file():
+            from rag.report.claims import cell_halfwidth
+
+            hw = cell_halfwidth(metric, read_jsonl(path))
+            pm = None if hw is None else f"±{hw:.1f}"
         return Cell(
             measured=_fmt(v),
             href=self.link((task, variant, split)) if v is not None else None,
             paper=_fmt(paper),
             value=v,
+            pm=pm,
         )
 
     def predictions_path(self, task: str, variant: str, split: str) -> Path:
@@ -396,6 +405,20 @@ def figure3(experiments_dir: Path) -> list[dict]:
     return figures
 
 
+def oracle_tables(experiments_dir: Path) -> list[dict]:
+    """Reader quality apart from retrieval: EM with the gold passage alone, per attribute."""
+    out = []
+    for path in sorted((Path(experiments_dir) / "oracle").glob("*/*.json")):
+        data = read_json(path)
+        if not isinstance(data, dict) or not isinstance(data.get("by_attribute"), dict):
+            raise DataError(f"{path}: expected an object with 'by_attribute'")
+        out.append({"task": TASK_NAMES.get(data.get("task"), data.get("task")),
+                    "variant": VARIANT_NAMES.get(data.get("variant"), data.get("variant")),
+                    "n": data.get("n"), "em": _fmt(data.get("em")),
+                    "rows": [(a, v["n"], _fmt(v["em"])) for a, v in sorted(data["by_attribute"].items())]})
+    return out
+
+
 def hotswap(experiments_dir: Path, paper: dict) -> dict | None:
     from rag.report.svg import bar_chart
 
@@ -570,7 +593,16 @@ def build_report(
     write_csvs(tables, Path(tables_dir))
     retrieval_columns, retrieval_rows = retrieval_table(runs)
     scale = dict(scale or {})
+    from rag.data.corpus import read_passages as read_all_passages
+    from rag.report.claims import build_claims
+
+    texts = None
+    if passages is not None and Path(passages).is_file():
+        p = read_all_passages(passages)
+        texts = dict(zip(p.ids, p.texts))
     context = {
+        "claims": build_claims(Path(runs_dir), Path(experiments_dir), texts),
+        "oracle": oracle_tables(Path(experiments_dir)),
         "scale": scale,
         "scale_items": [(str(k), str(v)) for k, v in scale.items()],
         "paper_setup": [(str(k), str(v)) for k, v in (paper.get("setup") or {}).items()],

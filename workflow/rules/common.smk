@@ -25,6 +25,8 @@ SHARDS = range(CFG["retriever"]["shards"])
 DENSE = [v for v in VARIANT_NAMES if variant_spec(v).retriever == "dense"]
 HOTSWAP = CFG["experiments"]["hotswap"] and CFG["corpus"]["source"] == "miniworld" and "nq" in CFG["tasks"]
 TOPK_TASK = CFG["experiments"]["topk_task"]
+# the oracle (gold passage as the only document) needs questions that name their gold passage: miniworld's do
+ORACLE = CFG["experiments"]["oracle"] and CFG["corpus"]["source"] == "miniworld" and TOPK_TASK in CFG["tasks"]
 CONDA = "../../envs/rag.yaml"
 RES = CFG.get("resources", {})
 # evaluate_in_train_job: the train rule also writes the dev/test predictions and metrics (no evaluate rule)
@@ -107,4 +109,6 @@ def report_inputs(wildcards):
         ins += expand("results/experiments/topk/{task}/{variant}.json", task=[TOPK_TASK], variant=rag_variants)
     if HOTSWAP:
         ins += expand("results/experiments/hotswap/{variant}.json", variant=rag_variants)
+    if ORACLE:
+        ins += expand("results/experiments/oracle/{task}/{variant}.json", task=[TOPK_TASK], variant=rag_variants)
     return ins

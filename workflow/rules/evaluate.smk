@@ -55,6 +55,26 @@ rule topk_sweep:
         "{params.retrieval} --out {output} 2> {log}"
 
 
+rule oracle:
+    input:
+        cfg=lambda w: section(f"task_{w.task}"),
+        model="results/runs/{task}/{variant}/model",
+        passages=corpus_passages(NAME),
+        test="results/data/{task}/test.jsonl",
+    output:
+        "results/experiments/oracle/{task}/{variant}.json",
+    threads: CFG["threads"]
+    log:
+        "results/logs/oracle/{task}-{variant}.log",
+    benchmark:
+        "results/benchmarks/oracle/{task}-{variant}.tsv"
+    conda:
+        CONDA
+    shell:
+        "RAG_THREADS={threads} rag oracle --config {input.cfg} --variant {wildcards.variant} --model-dir {input.model} "
+        "--passages {input.passages} --test {input.test} --out {output} 2> {log}"
+
+
 rule hotswap:
     input:
         cfg=section("task_nq"),
