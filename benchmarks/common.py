@@ -121,12 +121,11 @@ def load_corpus() -> tuple[list[str], list[str], list[str]]:
         return list(p.ids), list(p.titles), list(p.texts)
     import yaml
 
-    from rag.data.corpus import passages_from_articles
-    from rag.data.miniworld import articles, build_world
+    from rag.data.miniworld import build_world, passages
 
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     world = build_world(cfg["miniworld"], cfg["seed"])["a"]
-    rows = list(passages_from_articles(articles(world), cfg["corpus"]["passage_words"]))
+    rows = passages(world, cfg["corpus"]["passage_words"])
     return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
 
 

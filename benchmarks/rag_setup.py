@@ -78,7 +78,9 @@ def make_batch(tok, b: int, k: int, seed: int = 0, split: str = "train", max_sou
     rows = [qs[(seed * b + i) % len(qs)] for i in range(b)]
     src_texts = []
     for r in rows:
-        gold = [j for g in r.get("meta", {}).get("gold_docs", []) for j in by_entity.get(g, [])][:1]
+        # gold_docs name passages (miniworld) or whole articles
+        row_of = {pid: i for i, pid in enumerate(ids)}
+        gold = [j for g in r.get("meta", {}).get("gold_docs", []) for j in ([row_of[g]] if g in row_of else by_entity.get(g, []))][:1]
         docs = gold + rng.sample(range(len(texts)), k - len(gold))
         src_texts += [format_input(titles[j], texts[j], r["input"]) for j in docs[:k]]
     enc = tok(src_texts, padding=True, truncation=True, max_length=max_source_len, return_tensors="pt")
