@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import torch
 
@@ -40,7 +39,7 @@ def decode_texts(tok, ids: torch.Tensor) -> list[str]:
 
 
 def run(args) -> dict:
-    from benchmarks.common import sync
+    from benchmarks.common import best_of as common_best_of
 
     gen, tok, source = load_generator()
     device = args.device
@@ -65,14 +64,7 @@ def run(args) -> dict:
     reps = 1 if args.quick else 3
 
     def best_of(fn):  # best of `reps` timed calls (after the warm-up), and the last call's output
-        times, out = [], None
-        for _ in range(reps):
-            sync(device)
-            t = time.perf_counter()
-            out = fn()
-            sync(device)
-            times.append(time.perf_counter() - t)
-        return min(times), out
+        return common_best_of(fn, reps, device)
 
     for name, kind, method, nb in cases:
         system = project_system(gen, tok, kind, batch, k)

@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from benchmarks.common import best_of as common_best_of
 from benchmarks.common import cuda_peak_gib, cuda_peak_reset, device_name, sync
 
 SIZES = {
@@ -237,15 +238,8 @@ def part_decode(args, s, device, gen, tok, rows, summary):
     cases = [("RAG-Token greedy", "token", "greedy", 1), ("RAG-Token beam", "token", "beam", beams),
              ("RAG-Sequence thorough", "sequence", "thorough", beams), ("RAG-Sequence fast", "sequence", "fast", beams)]
 
-    def best_of(fn):
-        times, out = [], None
-        for _ in range(reps):
-            sync(device)
-            t = time.perf_counter()
-            out = fn()
-            sync(device)
-            times.append(time.perf_counter() - t)
-        return min(times), out
+    def best_of(fn):  # best of `reps` timed calls (after the warm-up), and the last call's output
+        return common_best_of(fn, reps, device)
 
     for prec in args.paper_precisions:
         for name, kind, method, nb in cases:

@@ -37,6 +37,20 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def best_of(fn, reps: int, device: str):
+    """(best seconds of ``reps`` timed calls of ``fn``, the last call's output); CUDA work is waited for."""
+    import time
+
+    times, out = [], None
+    for _ in range(reps):
+        sync(device)
+        t = time.perf_counter()
+        out = fn()
+        sync(device)
+        times.append(time.perf_counter() - t)
+    return min(times), out
+
+
 def cuda_peak_reset(device: str) -> None:
     if device == "cuda":
         import torch
