@@ -35,6 +35,18 @@ def test_pairing_narrows_the_interval():
     assert (hi - lo) < (hi_a - lo_a)
 
 
+def test_a_claim_without_examples_is_reported_not_raised(tmp_path):
+    from rag.report.claims import build_claims
+
+    (tmp_path / "experiments" / "hotswap").mkdir(parents=True)
+    (tmp_path / "experiments" / "hotswap" / "rag_token.json").write_text(
+        '{"detail": [{"id": "q", "index": "a", "changed": false, "correct_a": true, "correct_b": false}]}')
+    claims = build_claims(tmp_path / "runs", tmp_path / "experiments", {})
+    swap = [c for c in claims if c.claim.startswith("Swapping the index") and "RAG-Token" in c.claim][0]
+    assert swap.verdict == "missing" and "no examples" in swap.measured
+    assert all(c.verdict == "missing" for c in claims)
+
+
 def test_verdicts():
     assert verdict(0.5, 3.0) == "reproduced"
     assert verdict(-3.0, -0.5) == "not reproduced"

@@ -136,6 +136,8 @@ def _diff_claim(claim: str, paper: str, what: str, a, b, bar_text: str, bar: Cal
         return Claim(claim, paper, f"{what}: not run", bar=bar_text)
     if len(a) != len(b):
         return Claim(claim, paper, f"{what}: different test sets ({len(a)} vs {len(b)})", bar=bar_text)
+    if not len(a):
+        return Claim(claim, paper, f"{what}: no examples", bar=bar_text)
     d, lo, hi = paired_bootstrap(a, b)
     return Claim(claim, paper, f"{what}: {np.mean(a):.1f} vs {np.mean(b):.1f} (n = {len(a)})", d, lo, hi,
                  verdict(lo, hi, direction), bar_text, bar(d))
@@ -197,7 +199,7 @@ def build_claims(runs_dir: Path, experiments_dir: Path, passages: dict[str, str]
                            ev.hits("nq", "rag_token_bm25", 1), "≥ +5 points", lambda d: d >= 5))
     # 4. the reader reads: gold passage alone (oracle)
     oracle = ev.json("oracle", "nq", "rag_token.json")
-    if oracle:
+    if oracle and oracle.get("correct"):
         em = [100.0 * x for x in oracle["correct"]]
         worst = min(oracle["by_attribute"].values(), key=lambda v: v["em"]) if oracle["by_attribute"] else None
         m, lo, hi = bootstrap_mean(em)
