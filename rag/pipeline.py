@@ -286,6 +286,15 @@ def metric_options(cfg: dict) -> dict:
     return opts
 
 
+def answer_hits(preds: list[dict], passages, regex: bool = False) -> list[float]:
+    """100 for each prediction whose retrieved passages contain an answer, else 0."""
+    from rag import metrics as M
+
+    row_of = passages.index_of()
+    return [100.0 * any(M.answer_in_text(passages.texts[row_of[d]], x["targets"], regex=regex) for d in x["doc_ids"])
+            for x in preds]
+
+
 def score_predictions(cfg: dict, preds: list[dict], passages) -> tuple[dict, dict]:
     from rag import metrics as M
 
@@ -300,9 +309,8 @@ def score_predictions(cfg: dict, preds: list[dict], passages) -> tuple[dict, dic
         k = len(preds[0]["doc_ids"])
         row_of = passages.index_of()
         if spec.kind in ("qa", "regex"):
-            hits = [any(M.answer_in_text(passages.texts[row_of[d]], x["targets"], regex=spec.kind == "regex") for d in x["doc_ids"])
-                    for x in preds]
-            retrieval[f"answer_recall@{k}"] = 100.0 * sum(hits) / len(hits)
+            hits = answer_hits(preds, passages, regex=spec.kind == "regex")
+            retrieval[f"answer_recall@{k}"] = sum(hits) / len(hits)
         gold = [x for x in preds if x["gold_docs"]]
         if gold:
             # gold_docs name passages (miniworld) or whole articles (an entity id)
@@ -369,8 +377,8 @@ def cmd_topk_sweep(args) -> None:
     res = {"task": cfg["task_name"], "variant": variant, "k": ks, "em": [], "answer_recall": [], "metric": primary}
     run = Run(cfg["tracking"]["uri"], "", run_id=meta["mlflow_run_id"])
     res["per_example"] = {}
-    spec = TASKS[cfg["task_name"]]
-    row_of = retrieval[0].index_of()
+    regex = TASKS[cfg["task_name"]].kind == "regex"
+    opts = metric_options(cfg)
     for k in ks:
         preds = predict(cfg, system, variant, rows, k=k)
         scores, rec = score_predictions(cfg, preds, retrieval[0])
@@ -378,9 +386,9 @@ def cmd_topk_sweep(args) -> None:
         preds = sorted(preds, key=lambda x: x["id"])
         res["per_example"][str(k)] = {
             "id": [x["id"] for x in preds],
-            "correct": [M.compute(primary, [x["prediction"]], [x["targets"]]) for x in preds],
-            "hit": [100.0 * any(M.answer_in_text(retrieval[0].texts[row_of[d]], x["targets"], regex=spec.kind == "regex")
-                                for d in x["doc_ids"]) for x in preds],
+            "correct": [M.compute(primary, [x["prediction"]], [x["targets"]], tokenizer=opts.get("tokenizer", "python"),
+                                  qbleu_weights=opts.get("qbleu1")) for x in preds],
+            "hit": answer_hits(preds, retrieval[0], regex),
         }
         res["em"].append(scores[primary])
         res["answer_recall"].append(rec.get(f"answer_recall@{k}", float("nan")))

@@ -208,7 +208,7 @@ class Runs:
         if v is not None and section == "metrics" and path.is_file():
             from rag.report.claims import cell_halfwidth
 
-            hw = cell_halfwidth(metric, read_jsonl(path))
+            hw = cell_halfwidth(metric, read_jsonl(path), self.metrics[(task, variant, split)].get("metric_options"))
             pm = None if hw is None else f"±{hw:.1f}"
         return Cell(
             measured=_fmt(v),

@@ -269,16 +269,21 @@ def _diversity_claim(ev: Evidence) -> Claim:
                  f"{M.trigram_distinct(b):.1f} (n = {len(a)})", d, lo, hi, verdict(lo, hi), bar, d > 0)
 
 
-def cell_halfwidth(metric: str, preds: list[dict]) -> float | None:
-    """± half-width of the bootstrap 95 % interval of a table cell's metric (resampling test examples)."""
+def cell_halfwidth(metric: str, preds: list[dict], options: dict | None = None) -> float | None:
+    """± half-width of the bootstrap 95 % interval of a table cell's metric (resampling test examples),
+    scored with the run's own metric options (metrics.json ``metric_options``: tokenizer, Q-BLEU weights)."""
+    from functools import partial
+
     from rag import metrics as M
 
     if not preds:
         return None
+    options = options or {}
+    score = partial(M.compute, metric, tokenizer=options.get("tokenizer", "python"), qbleu_weights=options.get("qbleu1"))
     p = [x["prediction"] for x in preds]
     t = [x["targets"] for x in preds]
     if metric in ("em", "em_regex", "accuracy"):
-        _, lo, hi = bootstrap_mean([M.compute(metric, [a], [b]) for a, b in zip(p, t)])
+        _, lo, hi = bootstrap_mean([score([a], [b]) for a, b in zip(p, t)])
     else:  # corpus-level metrics: recomputed on 200 resamples
-        _, lo, hi = bootstrap_statistic(lambda ix: M.compute(metric, [p[i] for i in ix], [t[i] for i in ix]), len(p))
+        _, lo, hi = bootstrap_statistic(lambda ix: score([p[i] for i in ix], [t[i] for i in ix]), len(p))
     return (hi - lo) / 2
