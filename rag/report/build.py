@@ -601,7 +601,7 @@ def build_report(
         p = read_all_passages(passages)
         texts = dict(zip(p.ids, p.texts))
     context = {
-        "claims": build_claims(Path(runs_dir), Path(experiments_dir), texts),
+        "claims": build_claims(Path(runs_dir), Path(experiments_dir), texts, paper),
         "oracle": oracle_tables(Path(experiments_dir)),
         "scale": scale,
         "scale_items": [(str(k), str(v)) for k, v in scale.items()],
