@@ -223,10 +223,11 @@ def build_claims(runs_dir: Path, experiments_dir: Path, passages: dict[str, str]
         em = [100.0 * x for x in oracle["correct"]]
         worst = min(oracle["by_attribute"].values(), key=lambda v: v["em"]) if oracle["by_attribute"] else None
         m, lo, hi = bootstrap_mean(em)
-        out.append(Claim("The reader reads: given the gold passage, it answers", "(harness check: reader and retriever apart)",
+        # the difference shown is EM - 85, the bar, so that column and verdict say the same thing
+        out.append(Claim("The reader reads: given the gold passage, it answers", "(harness check: reader and retriever apart; vs 85 % EM)",
                          f"NQ oracle (gold passage, K = 1) RAG-Token EM {m:.1f} (n = {len(em)}); worst attribute "
                          f"{worst['name']} {worst['em']:.0f}" if worst else f"NQ oracle EM {m:.1f}",
-                         m, lo, hi, verdict(lo - 85, hi - 85), "EM ≥ 85, every attribute ≥ 60",
+                         m - 85, lo - 85, hi - 85, verdict(lo - 85, hi - 85), "EM ≥ 85, every attribute ≥ 60",
                          m >= 85 and all(v["em"] >= 60 for v in oracle["by_attribute"].values())))
     else:
         out.append(Claim("The reader reads: given the gold passage, it answers", "(harness check)", "oracle: not run",
