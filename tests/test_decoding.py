@@ -172,8 +172,12 @@ def _text(system, toks):
 MAX_LEN = 3
 
 
-def test_rag_token_beam_is_exact_argmax(world):
-    system = make_system(world, "token")
+@pytest.mark.parametrize("copy", [False, True])
+def test_rag_token_beam_is_exact_argmax(world, copy):
+    from ddp_worker import make_generator
+
+    gen = make_generator(len(world.tokenizer), seed=7, copy=True) if copy else None  # the cached steps pass the source too
+    system = make_system(world, "token", generator=gen)
     k = 3
     beams = len(_enumerate(len(system.tokenizer), MAX_LEN))
     preds = system.generate(QUESTIONS, k, method="beam", beams=beams, max_new_tokens=MAX_LEN)
@@ -192,8 +196,12 @@ def test_rag_sequence_fast_with_beams_holding_everything_is_exact_argmax(world):
         assert abs(f.score - score) < 1e-4, (f.score, score)
 
 
-def test_rag_sequence_thorough_and_fast_agree_when_beams_hold_everything(world):
-    system = make_system(world, "sequence")
+@pytest.mark.parametrize("copy", [False, True])
+def test_rag_sequence_thorough_and_fast_agree_when_beams_hold_everything(world, copy):
+    from ddp_worker import make_generator
+
+    gen = make_generator(len(world.tokenizer), seed=7, copy=True) if copy else None
+    system = make_system(world, "sequence", generator=gen)
     k = 3
     beams = len(_enumerate(len(system.tokenizer), MAX_LEN))
     thorough = system.generate(QUESTIONS, k, method="thorough", beams=beams, max_new_tokens=MAX_LEN)

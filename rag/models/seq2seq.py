@@ -80,7 +80,8 @@ def encode(generator, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 def _bart_like(generator) -> bool:
     """Logits = lm_head(decoder states) + final_logits_bias (BartForConditionalGeneration and kin)."""
     return (hasattr(generator, "model") and hasattr(generator, "final_logits_bias")
-            and getattr(generator, "lm_head", None) is not None)
+            and getattr(generator, "lm_head", None) is not None
+            and not getattr(generator.config, "copy_mechanism", False))
 
 
 def target_logprobs(generator, input_ids: torch.Tensor, attention_mask: torch.Tensor, target: torch.Tensor, pad_id: int,
