@@ -64,8 +64,11 @@ def _describe(err) -> str:
     return f"config key '{key}': {err.message}"
 
 
-def load_config(source: dict | str | Path) -> dict:
-    """Validate ``source`` (a mapping or a YAML path), fill defaults, return the resolved config."""
+def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
+    """Validate ``source`` (a mapping or a YAML path), fill defaults, return the resolved config.
+
+    ``check_files``: every local input file the config names must exist (relative paths from the
+    working directory, as the rules read them); ``False`` checks the configuration alone."""
     if isinstance(source, (str, Path)):
         path = Path(source)
         if not path.is_file():
@@ -89,7 +92,38 @@ def load_config(source: dict | str | Path) -> dict:
     if errors:
         raise ConfigError(_describe(errors[0]))
     _check_references(cfg)
+    if check_files:
+        check_input_files(cfg)
     return cfg
+
+
+def input_files(cfg: dict) -> list[tuple[str, str]]:
+    """(dotted config key, path) of every local input the resolved config names: the corpus file
+    of ``corpus.source: local`` and the split files of ``source: local`` tasks. (Downloaded files
+    are outputs of the download rules, not inputs.)"""
+    out = []
+    corpus = cfg["corpus"]
+    if corpus["source"] == "local" and corpus.get("path") is not None:
+        out.append(("corpus.path", corpus["path"]))
+    for name in sorted(cfg["tasks"]):
+        task = cfg["tasks"][name]
+        if task["source"] == "local":
+            out += [(f"tasks.{name}.files.{split}", path) for split, path in (task.get("files") or {}).items()]
+    return out
+
+
+def check_input_files(cfg: dict, base: str | Path | None = None) -> None:
+    """Raise ConfigError naming the key and the path of the first local input that does not exist.
+
+    Relative paths are taken from ``base`` (default: the working directory). Snakemake would not
+    notice a missing input whose outputs exist from an earlier run ("Nothing to be done"), so
+    this runs when the config is loaded, before any job is planned."""
+    root = Path(base) if base is not None else Path.cwd()
+    for key, value in input_files(cfg):
+        path = root / value
+        if not path.exists():
+            where = "" if Path(value).is_absolute() else f" (relative to {root})"
+            raise ConfigError(f"config key '{key}': input file {value} not found{where}")
 
 
 def _check_references(cfg: dict) -> None:

@@ -2,7 +2,9 @@
 
 Every output of the pipeline is written to a temporary file in the destination directory and
 renamed into place, so an interrupted job never leaves a half-written file that Snakemake
-would take as finished.
+would take as finished. Before the rename the temporary file (created 0600 by ``mkstemp``) or
+directory (0700 by ``mkdtemp``) gets the mode a plain ``open`` / ``mkdir`` gives under the
+process umask, so outputs are as readable by the group and others as the user asks for.
 """
 
 from __future__ import annotations
@@ -18,6 +20,20 @@ from typing import Any, Iterable, Iterator
 from rag.errors import DataError
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where the OS allows (Linux: /proc)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # the only portable way to read it: set, then put back at once
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only on success."""
@@ -28,6 +44,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~current_umask())
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
@@ -56,6 +73,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
+        os.chmod(tmp, 0o777 & ~current_umask())
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)

@@ -21,3 +21,26 @@ def test_byo_example_converts_corpus_and_task(tmp_path):
     assert rows[1].startswith("ada_0\tAda Lovelace\tAda Lovelace was")
     test = [json.loads(x) for x in (tmp_path / "results/data/nq/test.jsonl").read_text().splitlines()]
     assert test[0]["targets"] == ["Charles Babbage", "Babbage"]
+
+
+def test_missing_input_file_stops_the_dag_whatever_outputs_exist(tmp_path, monkeypatch):
+    """A local input file the config names that does not exist stops even a dry run with one line
+    naming the key and the path, also when every output exists from an earlier run (Snakemake
+    alone would say "Nothing to be done" and exit 0)."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the jobs' `rag` runs the code under test
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    cfg = tmp_path / "examples" / "byo" / "config.yaml"
+    target = "results/data/nq/test.jsonl"
+    res = smk(tmp_path, target, configfile=cfg)
+    assert res.returncode == 0, res.stderr[-3000:]
+    again = smk(tmp_path, "-n", target, configfile=cfg)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "results").rglob("*") if p.is_file()}
+    (tmp_path / "examples" / "byo" / "qa-train.jsonl").unlink()
+    for args in (("-n", target), (target,)):
+        res = smk(tmp_path, *args, configfile=cfg)
+        out = res.stdout + res.stderr
+        assert res.returncode != 0, out[-3000:]
+        assert "config key 'tasks.nq.files.train': input file examples/byo/qa-train.jsonl not found" in out
+        assert "Nothing to be done" not in out and "Job stats" not in out
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "results").rglob("*") if p.is_file()} == before

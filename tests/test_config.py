@@ -1,4 +1,6 @@
 import copy
+import re
+import shutil
 
 import pytest
 import yaml
@@ -21,7 +23,15 @@ def test_default_config_is_valid_and_filled(base):
     assert len(cfg["variants"]) == 7
 
 
-def test_paper_config_is_valid(root):
+def test_paper_config_is_valid(root, tmp_path, monkeypatch):
+    load_config(root / "config" / "paper.yaml", check_files=False)
+    # its Jeopardy files (SearchQA) are fetched by hand: until then loading it names the first one
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^config key 'tasks\.jeopardy\.files\.\w+': input file "
+                                          r"resources/tasks/jeopardy/\w+ not found"):
+        load_config(root / "config" / "paper.yaml")
+    for split in ("train", "val", "test"):  # directories of SearchQA json files
+        (tmp_path / "resources" / "tasks" / "jeopardy" / split).mkdir(parents=True)
     load_config(root / "config" / "paper.yaml")
 
 
@@ -86,3 +96,50 @@ def test_metric_options_default_and_recorded(base):
         "tokenizer": "python", "qbleu1": {"w_ner": 0.41, "w_qt": 0.2, "w_re": 0.2, "delta": 0.66}}
     assert metric_options(parts["task_msmarco"]) == {"tokenizer": "python"}
     assert metric_options(parts["task_nq"]) == {}
+
+
+def _byo(root) -> dict:
+    with open(root / "examples" / "byo" / "config.yaml") as fh:
+        return yaml.safe_load(fh)
+
+
+def test_input_files_lists_local_inputs(root, base):
+    from rag.config import input_files
+
+    assert input_files(load_config(base)) == []  # miniworld: nothing to read
+    assert input_files(load_config(_byo(root), check_files=False)) == [
+        ("corpus.path", "examples/byo/documents.jsonl"),
+        ("tasks.nq.files.train", "examples/byo/qa-train.jsonl"),
+        ("tasks.nq.files.dev", "examples/byo/qa-dev.jsonl"),
+        ("tasks.nq.files.test", "examples/byo/qa-test.jsonl"),
+    ]
+
+
+@pytest.mark.parametrize("missing, key", [
+    ("documents.jsonl", "corpus.path"),
+    ("qa-train.jsonl", "tasks.nq.files.train"),
+    ("qa-test.jsonl", "tasks.nq.files.test"),
+])
+def test_missing_input_file_names_key_and_path(root, tmp_path, monkeypatch, missing, key):
+    from rag.config import check_input_files
+
+    cfg = _byo(root)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError):
+        load_config(cfg)  # none of the files exist here
+    shutil.copytree(root / "examples" / "byo", tmp_path / "examples" / "byo")
+    load_config(cfg)  # all present
+    (tmp_path / "examples" / "byo" / missing).unlink()
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg)
+    msg = str(err.value)
+    assert msg == f"config key '{key}': input file examples/byo/{missing} not found (relative to {tmp_path})"
+    assert "\n" not in msg
+    load_config(cfg, check_files=False)  # the configuration itself is valid
+    # relative paths from another base; absolute paths as they are
+    check_input_files(load_config(cfg, check_files=False), base=root)
+    absolute = copy.deepcopy(cfg)
+    absolute["tasks"]["nq"]["files"]["dev"] = str(tmp_path / "nowhere" / "dev.jsonl")
+    want = f"config key 'tasks.nq.files.dev': input file {tmp_path}/nowhere/dev.jsonl not found"
+    with pytest.raises(ConfigError, match=f"^{re.escape(want)}$"):
+        check_input_files(load_config(absolute, check_files=False), base=root)

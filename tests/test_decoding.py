@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import zlib
 
@@ -251,3 +252,101 @@ def test_test_time_k_is_independent_of_training_k(world):
     b = seq.generate(QUESTIONS, 1, method="fast", beams=beams, max_new_tokens=MAX_LEN)
     assert [p.text for p in a] == [p.text for p in b]
     assert all(abs(x.score - y.score) < 1e-4 for x, y in zip(a, b))
+
+
+# ---------------------------------------------------------------- ids -> text (byte-level BPE)
+MULTIBYTE_TEXTS = [
+    "Zürich is a city on a lake. The bird Ñandú runs fast.",
+    "東京 is the capital; 東京 has many trains.",
+    "A café in Zürich sells café au lait.",
+    "The mayor of Ñandú is Jürgen Müller.",
+]
+MULTIBYTE_ANSWERS = ["Zürich", "Ñandú", "東京", "café", "the café of 東京 and Ñandú"]
+
+
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory):
+    """The project's tokenizer: byte-level BPE trained as rag/models/generator.py does."""
+    from rag.models.generator import label_token, train_tokenizer
+    from rag.tasks import FEVER3_LABELS
+
+    # a small vocabulary: some characters are one token, some are split over two or three
+    return train_tokenizer(MULTIBYTE_TEXTS * 3, 280, [label_token(lb) for lb in FEVER3_LABELS],
+                           tmp_path_factory.mktemp("bpe"))
+
+
+def _body(tok, text: str) -> list[int]:
+    """The ids of ``text`` without <s> and </s>."""
+    return tok(text)["input_ids"][1:-1]
+
+
+def _predict(tok, ids: list[int]) -> str:
+    """The project's decode path for a generated sequence: RagSystem._predictions."""
+    from types import SimpleNamespace
+
+    from rag.models.decoding import Hypothesis
+    from rag.models.rag import RagSystem
+
+    me = SimpleNamespace(tokenizer=tok, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
+    [pred] = RagSystem._predictions(me, SimpleNamespace(retrieved=None),
+                                    [Hypothesis(tuple(ids) + (tok.eos_token_id,), -1.0)])
+    return pred.text
+
+
+def test_multibyte_answers_decode_whole(bpe):
+    from rag.models.decoding import decode_ids
+
+    split = 0
+    for answer in MULTIBYTE_ANSWERS:
+        ids = _body(bpe, answer)
+        # tokens holding part of a character: decoded one at a time they give U+FFFD
+        split += sum("\ufffd" in bpe.decode([i]) for i in ids)
+        text = _predict(bpe, ids)
+        assert text == answer.lower() and "\ufffd" not in text
+        full = bpe(answer)["input_ids"]  # with <s> ... </s>, as the library decodes it
+        assert decode_ids(bpe, full) == bpe.decode(full, skip_special_tokens=True)
+    assert split > 0, "no answer has a character split over tokens: the test shows nothing"
+
+
+def test_sequences_cut_inside_a_character_drop_the_partial_bytes(bpe):
+    """A sequence cut by the length limit, or one that starts inside a character (a model
+    emitting a continuation byte first), decodes to the whole characters it holds, no U+FFFD."""
+    from rag.models.decoding import decode_ids
+
+    answer = "the café of 東京 and Ñandú"
+    ids = _body(bpe, answer)
+    whole = decode_ids(bpe, ids)
+    assert whole == " " + answer.lower()
+    inside = 0
+    for cut in range(len(ids) + 1):
+        head, tail = decode_ids(bpe, ids[:cut]), decode_ids(bpe, ids[cut:])
+        assert "\ufffd" not in head + tail
+        assert whole.startswith(head) and whole.endswith(tail), (cut, head, tail)
+        if head + tail != whole:  # the cut falls inside a character: that one character is lost
+            inside += 1
+            assert len(head) + len(tail) == len(whole) - 1, (cut, head, tail)
+            assert "\ufffd" in bpe.decode(ids[:cut]) + bpe.decode(ids[cut:])  # the library's U+FFFD
+        assert "\ufffd" not in _predict(bpe, ids[:cut]) + _predict(bpe, ids[cut:])
+    assert inside >= 4, "too few cuts inside a character: the test shows little"
+    # stray bytes in the middle are dropped too; the characters around them stay whole
+    stray = [t for t in _body(bpe, "東京") if "\ufffd" in bpe.decode([t])][-1:]
+    assert stray and _predict(bpe, _body(bpe, "café") + stray + _body(bpe, "Ñandú")) == "café ñandú"
+
+
+def test_added_and_special_tokens(bpe):
+    from rag.models.decoding import decode_ids
+
+    tok = copy.deepcopy(bpe)
+    tok.add_tokens(["ñx"])
+    ids = tok("ñx Zürich")["input_ids"]
+    assert decode_ids(tok, ids).strip() == "ñx zürich"  # an added token stands for its own text
+    label = tok.convert_tokens_to_ids("<SUPPORTS>")
+    assert decode_ids(tok, [label] + _body(tok, "café")).strip() == "café"  # special tokens left out
+
+
+def test_other_tokenizers_decode_as_the_library(world):
+    from rag.models.decoding import decode_ids
+
+    tok = world.tokenizer
+    ids = tok("a b a")["input_ids"]
+    assert decode_ids(tok, ids) == tok.decode(ids, skip_special_tokens=True)

@@ -360,6 +360,15 @@ def test_compute_dispatch_and_errors():
         M.compute("em", ["a", "b"], [["a"]])
 
 
+def test_compute_never_falls_back_to_accuracy(monkeypatch):
+    """A metric name without its own scorer raises, naming the metric, instead of scoring accuracy."""
+    for name in M.METRICS:  # every listed metric has a scorer
+        M.compute(name, ["a b c d"], [["a b c d"]])
+    monkeypatch.setattr(M, "METRICS", M.METRICS + ("f1",))
+    with pytest.raises(ConfigError, match="'f1'"):
+        M.compute("f1", ["A"], [["A"]])
+
+
 # ------------------------------------------------------------------------------ CLI
 
 

@@ -320,3 +320,31 @@ def test_svg_labels_are_escaped():
         bar_chart([bad], [(bad, [50.0])], title=bad, ylabel=bad),
     ):
         assert "<b onload" not in svg and "&lt;b onload=x&gt;&amp;" in svg
+
+
+def _y_axis_top(svg: str) -> float:
+    """The largest y tick label of a chart (tick labels are the right-aligned texts)."""
+    ticks = re.findall(r'<text [^>]*text-anchor="end"[^>]*>([0-9.]+)</text>', str(svg))
+    assert ticks, "no y tick labels found"
+    return max(float(t) for t in ticks)
+
+
+@pytest.mark.parametrize("recall_top, em", [(100, [30, 40, 45, 50, 52]), (62, [1, 2, 3, 4, 5]), (100, [60, 80, 90, 96, 100])])
+def test_figure3_percent_axes_end_at_100(tmp_path, recall_top, em):
+    """Recall and EM are percentages: both panels' y axes run 0-100, whatever the values (an axis
+    fitted to the data would run to 200 % for a recall of 100 %)."""
+    from rag.report.build import figure3
+
+    d = tmp_path / "topk" / "nq"
+    d.mkdir(parents=True)
+    recall = [50, 60, 66, 75, recall_top]
+    for variant in ("rag_sequence", "rag_token"):
+        (d / f"{variant}.json").write_text(json.dumps({"k": [1, 2, 3, 5, 8], "em": em, "answer_recall": recall}))
+    [fig] = figure3(tmp_path)
+    em_panel, recall_panel = fig["panels"]
+    assert "exact match" in em_panel and "recall" in recall_panel
+    for panel in (em_panel, recall_panel):
+        assert _y_axis_top(panel) == 100
+        # the highest point lies inside the plot (y of the frame's top edge is 34)
+        ys = [float(y) for y in re.findall(r'<circle cx="[0-9.]+" cy="([0-9.]+)" r="3.5" fill="#[0-9a-f]+">', panel)]
+        assert ys and min(ys) >= 34.0

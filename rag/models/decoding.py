@@ -4,13 +4,15 @@ One search routine serves all models: ``step_fn(prefixes)`` returns next-token
 log-probabilities for every live prefix, so RAG-Token (marginalized distribution), the
 per-document beams of RAG-Sequence and the BART baseline share it. Scores are summed
 log-probabilities (no length normalisation), so with a beam at least as wide as the number of
-prefixes the search is exhaustive and returns the exact argmax.
+prefixes the search is exhaustive and returns the exact argmax. ``decode_ids`` turns a found
+sequence into its text.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from functools import lru_cache
+from typing import Callable, Sequence
 
 import torch
 
@@ -78,3 +80,61 @@ def beam_search(step_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], b
         if not return_all:
             done[b] = done[b][:beams]
     return done
+
+
+# ------------------------------------------------------------------------------------ ids -> text
+
+
+@lru_cache(maxsize=1)
+def _byte_level_chars() -> dict[str, int]:
+    """The byte-level BPE alphabet (GPT-2's ``bytes_to_unicode``) read backwards: char -> byte."""
+    printable = {*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)}  # stand for themselves
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+def _is_byte_level(tokenizer) -> bool:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return False
+    from tokenizers import decoders
+
+    return isinstance(backend.decoder, decoders.ByteLevel)
+
+
+def decode_ids(tokenizer, ids: Sequence[int]) -> str:
+    """The text of one generated sequence (special tokens left out), always valid UTF-8 without
+    U+FFFD replacement characters.
+
+    A byte-level BPE token (the project's tokenizer, BART's) can hold part of a multi-byte UTF-8
+    character ("ü" is two bytes, "東" three), so the bytes of the whole sequence are joined and
+    decoded once. Bytes that form no complete character (a sequence cut by the length limit, or
+    one a model started with a continuation byte) are dropped, where ``tokenizer.decode`` would
+    put U+FFFD. Added tokens stand for their own text. Other tokenizers: ``tokenizer.decode`` of
+    the whole sequence.
+    """
+    ids = [int(i) for i in ids]
+    special = set(tokenizer.all_special_ids)
+    ids = [i for i in ids if i not in special]
+    if not _is_byte_level(tokenizer):
+        return tokenizer.decode(ids, skip_special_tokens=True)
+    chars = _byte_level_chars()
+    added = {i: t.content for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()}
+    data = bytearray()
+    for i, token in zip(ids, tokenizer.convert_ids_to_tokens(ids)):
+        if i in added:
+            data += added[i].encode("utf-8")
+        elif token is not None:
+            raw = [chars.get(c) for c in token]
+            # a token outside the byte alphabet is taken as its text, as the tokenizers library does
+            data += bytes(raw) if None not in raw else token.encode("utf-8")
+    text = data.decode("utf-8", errors="ignore")
+    if getattr(tokenizer, "clean_up_tokenization_spaces", False):
+        text = tokenizer.clean_up_tokenization(text)
+    return text

@@ -19,7 +19,7 @@ import torch
 
 from rag import precision as P
 from rag.data.corpus import Passages
-from rag.models.decoding import Hypothesis, beam_search
+from rag.models.decoding import Hypothesis, beam_search, decode_ids
 from rag.models import seq2seq
 from rag.models.marginal import (_token_logprobs, rag_sequence_nll_from_logprobs, rag_token_nll,
                                  rag_token_nll_from_logprobs)
@@ -205,7 +205,7 @@ class RagSystem(torch.nn.Module):
         out = []
         for b, hyp in enumerate(best):
             toks = [t for t in hyp.tokens if t not in (self.eos_id, self.pad_id)]
-            text = self.tokenizer.decode(toks, skip_special_tokens=True).strip()
+            text = decode_ids(self.tokenizer, toks).strip()
             pred = Prediction(text, score=hyp.score)
             if enc.retrieved is not None:
                 rows = enc.retrieved.ids[b].tolist()

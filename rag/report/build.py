@@ -394,12 +394,12 @@ def figure3(experiments_dir: Path) -> list[dict]:
         if series_em:
             panels.append(
                 line_chart(series_em, title=f"{short}: exact match vs test-time K", xlabel="K retrieved documents",
-                           ylabel=f"{short} exact match (%)")
+                           ylabel=f"{short} exact match (%)", ymax=100.0)
             )
         if series_recall:
             panels.append(
                 line_chart(series_recall, title=f"{short}: answer recall@K", xlabel="K retrieved documents",
-                           ylabel="answer recall@K (%)")
+                           ylabel="answer recall@K (%)", ymax=100.0)
             )
         figures.append({"task": tname, "panels": panels})
     return figures

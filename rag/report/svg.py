@@ -46,10 +46,14 @@ def line_chart(
     title: str,
     xlabel: str,
     ylabel: str,
+    ymax: float | None = None,
     width: int = 440,
     height: int = 310,
 ) -> Markup:
-    """A line chart with markers; ``series`` is [(label, xs, ys)], ys may hold None (gap)."""
+    """A line chart with markers; ``series`` is [(label, xs, ys)], ys may hold None (gap).
+
+    The y axis runs from 0 to ``ymax`` (100 for percentages); without it, to a 'nice' number
+    just above the largest value."""
     left, right, top, bottom = 58, 16, 34, 52
     pw, ph = width - left - right, height - top - bottom
     xs_all = [float(x) for _, xs, _ in series for x in xs]
@@ -57,7 +61,8 @@ def line_chart(
     xmin, xmax = (min(xs_all), max(xs_all)) if xs_all else (0.0, 1.0)
     if xmax == xmin:
         xmin, xmax = xmin - 1, xmax + 1
-    ymax = nice_ceiling(max(ys_all) * 1.05) if ys_all else 1.0
+    if ymax is None:
+        ymax = nice_ceiling(max(ys_all) * 1.05) if ys_all else 1.0
 
     def sx(x: float) -> float:
         return left + (x - xmin) / (xmax - xmin) * pw

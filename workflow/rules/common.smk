@@ -10,6 +10,8 @@ from rag.tasks import TASKS, VARIANTS, variant_spec
 
 # load_config validates against workflow/schemas/config.schema.yaml (the same file) and stops
 # with one line naming the key; snakemake.utils.validate would print a whole jsonschema dump.
+# It also stops, naming key and path, when a local input file of the config does not exist:
+# Snakemake alone says "Nothing to be done" for it when the outputs exist from an earlier run.
 try:
     CFG = load_config(config)
 except ConfigError as exc:

@@ -2,7 +2,6 @@
 # files into resources/, for the sources `download`; `local` sources name files already on disk;
 # miniworld needs none. URLs come from the config as params and reach the shell quoted.
 # (Only values and lambdas here, no functions: snakemake --lint wants those in common.smk.)
-import os
 import re
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
@@ -26,13 +25,12 @@ TASK_DOWNLOADS = {
     for split, url in spec["files"].items()
 }
 
-# task -> its raw files: the downloads, or the local paths that exist (a missing local file is
-# reported by `rag tasks` with its path; listing it as input would stop the whole DAG).
+# task -> its raw files: the downloads, or the local paths (load_config has checked that they exist)
 TASK_SOURCES = {
     task: (
         [f"resources/tasks/{task}/{URL_NAME(url)}" for url in spec["files"].values()]
         if spec["source"] == "download"
-        else [p for p in spec.get("files", {}).values() if os.path.exists(p)]
+        else list(spec.get("files", {}).values())
     )
     for task, spec in CFG["tasks"].items()
 }
