@@ -45,6 +45,8 @@ def cmd_corpus(args) -> None:
     if corpus["source"] == "miniworld":
         world = miniworld.build_world(cfg["miniworld"], cfg["seed"])[args.snapshot]
         n = write_passages(args.out, miniworld.passages(world, corpus["passage_words"]))
+        if args.restatements:
+            write_jsonl(args.restatements, miniworld.restatements(world, corpus["passage_words"]))
     else:
         from rag.data.formats import prepare_corpus
 
@@ -168,10 +170,13 @@ def cmd_pretrain(args) -> None:
     precision.check(cfg["precision"], device)
     texts: list[str] = []
     titles: list[str] = []
+    ids: list[str] = []
     for path in args.passages:
         p = read_passages(path)
         titles += p.titles
         texts += p.texts
+        ids += p.ids
+    restated = G.Restatements(read_jsonl(args.restatements), ids) if args.restatements else None
     with atomic_dir(args.out) as tmp:
         tok = G.train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g.get("vocab_size", 8000),
                                 [G.label_token(lb) for lb in FEVER3_LABELS], tmp)
@@ -180,7 +185,8 @@ def cmd_pretrain(args) -> None:
         curve = []
         losses = G.pretrain(model, tok, titles, texts, g["pretrain_steps"], g["pretrain_batch_size"], g["pretrain_lr"],
                             g["max_source_len"], cfg["seed"], log_fn=lambda s, l: curve.append((s, l)),
-                            precision=cfg["precision"], chunk_overhead=g["chunk_overhead"])
+                            precision=cfg["precision"], chunk_overhead=g["chunk_overhead"],
+                            restatements=restated, restatement_share=g["pretrain_restatements"])
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         write_json(tmp / "pretrain.json", {"init": "scratch", "steps": g["pretrain_steps"], "seconds": time.time() - t,
@@ -204,6 +210,7 @@ def register(sub) -> None:
     p.add_argument("--snapshot", default="a", choices=["a", "b"])
     p.add_argument("--input", help="downloaded/local corpus file (non-miniworld sources)")
     p.add_argument("--out", required=True)
+    p.add_argument("--restatements", help="miniworld: also write the pretraining restatements (jsonl) here")
 
     p = add("tasks", cmd_tasks, "generate (miniworld) or convert one task's train/dev/test jsonl")
     p.add_argument("--config", required=True)
@@ -234,6 +241,7 @@ def register(sub) -> None:
     p = add("pretrain", cmd_pretrain, "build the generator (tokenizer + BART) and pretrain it on the corpus")
     p.add_argument("--config", required=True)
     p.add_argument("--passages", nargs="+", required=True)
+    p.add_argument("--restatements", help="miniworld: restated facts (rag corpus --restatements) for the reading objective")
     p.add_argument("--out", required=True)
 
     p = add("init-store", cmd_init_store, "create the MLflow tracking store once, before parallel jobs")

@@ -97,3 +97,33 @@ def test_snapshots_differ_only_where_leaders_changed():
         if e.kind == "country" and e.attrs["leader"] != worlds["b"][cid].attrs["leader"]:
             involved |= {cid, e.attrs["leader"], worlds["b"][cid].attrs["leader"]}
     assert changed and changed <= involved
+
+
+def test_restatements_are_train_facts_read_only_from_their_passage():
+    import random
+
+    from rag.models.generator import Restatements
+
+    world = miniworld.build_world(CFG, 3)["a"]
+    rows = miniworld.passages(world, 100)
+    text = {pid: t for pid, _, t in rows}
+    recs = miniworld.restatements(world, 100)
+    assert recs and {world[r["passage"].rsplit("_", 1)[0]].split for r in recs} == {"train"}
+    for r in recs:
+        assert r["sentence"].format(v=r["value"]) in text[r["passage"]]
+        assert r["queries"] and r["sentence"] not in r["queries"]  # asked in another phrasing
+        assert all("{v}" in q for q in r["queries"])
+    ids, titles, texts = zip(*rows)
+    restated = Restatements(recs, list(ids))
+    rng = random.Random(0)
+    for _ in range(50):
+        src, target = restated.example(list(titles), list(texts), rng)
+        passage, query = src.split(" // ")
+        assert "<mask>" in query and target in passage  # the answer is read from the passage
+    # a value swapped in, not the world's: one fact asked with several seeds gets several answers
+    one = Restatements(recs[:1], list(ids))
+    answers = {one.example(list(titles), list(texts), random.Random(s))[1] for s in range(20)}
+    assert len(answers) == 1  # a single record: its attribute has no other value to swap in
+    two = Restatements([r for r in recs if r["attribute"] == "founded"][:10], list(ids))
+    answers = {two.example(list(titles), list(texts), random.Random(s))[1] for s in range(40)}
+    assert len(answers) > 3

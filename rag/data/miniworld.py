@@ -304,6 +304,27 @@ def fact_passages(world: dict[str, Entity], words: int) -> dict[tuple[str, str],
     return out
 
 
+def restatements(world: dict[str, Entity], words: int) -> list[dict]:
+    """Reading-comprehension material for pretraining the generator: for every fact stated about a
+    training-split entity, the passage that states it, the stated sentence and the relation's other
+    phrasings, each with ``{v}`` where the value goes. Pretraining swaps a random value of the
+    same attribute into the sentence and asks for it in another phrasing, so the answer can only
+    be read from the passage, never memorised; dev and test entities are left out."""
+    where = fact_passages(world, words)
+    out = []
+    for e in sorted(world.values(), key=lambda e: e.id):
+        if e.split != "train":
+            continue
+        for attr, sentence, value in facts(world, e):
+            template = sentence.replace(value, "{v}", 1) if sentence.count(value) == 1 else None
+            if template is None or (e.id, attr) not in where:
+                continue
+            others = [t.format(s=e.name, v="{v}") for t in PHRASINGS[attr]]
+            out.append({"passage": where[(e.id, attr)], "attribute": attr, "value": value, "sentence": template,
+                        "queries": [q for q in others if q != template]})
+    return out
+
+
 def articles(world: dict[str, Entity]) -> list[tuple[str, str, str]]:
     """(doc id, title, whole article text) per entity, sorted by id."""
     return [(e.id, e.name, " ".join(s for _, s in article_sentences(world, e))) for e in sorted(world.values(), key=lambda e: e.id)]

@@ -199,6 +199,42 @@ def cloze_example(title: str, text: str, rng: random.Random, mask_token: str = "
     return None
 
 
+class Restatements:
+    """Restated-fact cloze (miniworld): a fact's sentence in its passage gets a random value of the
+    same attribute (a counterfactual), the query is another phrasing of the fact with ``<mask>``
+    for the value, the target is the swapped-in value. Nothing to memorise: the answer is in the
+    passage only, in other words than the query's (measured with the copy generator, 600 steps:
+    held-out restatements 21 % read vs 4 % with the salient-span cloze alone)."""
+
+    def __init__(self, records: list[dict], passage_ids: list[str]):
+        row = {pid: i for i, pid in enumerate(passage_ids)}
+        missing = [r["passage"] for r in records if r["passage"] not in row]
+        if missing:
+            raise ConfigError(f"restatements name passages the corpus lacks, e.g. {missing[0]!r}")
+        self.records = [r for r in records if r["queries"]]
+        if not self.records:
+            raise ConfigError("restatements: no fact has a second phrasing to ask it with")
+        self.row = [row[r["passage"]] for r in self.records]
+        values: dict[str, set] = {}
+        for r in self.records:
+            values.setdefault(r["attribute"], set()).add(r["value"])
+        self.values = {a: sorted(v) for a, v in values.items()}
+
+    def example(self, titles: list[str], texts: list[str], rng: random.Random, mask_token: str = "<mask>"):
+        i = rng.randrange(len(self.records))
+        r = self.records[i]
+        text = texts[self.row[i]]
+        stated = r["sentence"].format(v=r["value"])
+        if stated not in text:
+            raise ConfigError(f"restatements: passage {r['passage']!r} does not state {stated!r} (a corpus of another world?)")
+        value = rng.choice([v for v in self.values[r["attribute"]] if v != r["value"]] or [r["value"]])
+        text = text.replace(stated, r["sentence"].format(v=value), 1)
+        query = rng.choice(r["queries"]).format(v=mask_token)
+        from rag.models.rag import format_input
+
+        return format_input(titles[self.row[i]], text, query), value
+
+
 def curriculum_window(step: int, steps: int, sentences: int = 12) -> int | None:
     """Context size (sentences) of pretraining step ``step``: copying is learned first on one or
     two sentences, then the window grows to the whole passage by half of the steps (measured: from
@@ -211,8 +247,10 @@ def curriculum_window(step: int, steps: int, sentences: int = 12) -> int | None:
 
 def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, batch_size: int, lr: float,
              max_source_len: int, seed: int, log_fn=None, progress: bool = True, precision: str = "fp32",
-             chunk_overhead: int | None = None) -> list[float]:
-    """Pretrain ``model`` (on the device it is on) with the cloze objective. ``precision``: the forward
+             chunk_overhead: int | None = None, restatements: Restatements | None = None,
+             restatement_share: float = 0.0) -> list[float]:
+    """Pretrain ``model`` (on the device it is on) with the cloze objective, and a share
+    ``restatement_share`` of each batch from ``restatements`` when given. ``precision``: the forward
     runs under that autocast (fp16 with a gradient scaler), the loss in fp32; ``chunk_overhead``:
     generator.chunk_overhead (None: the device's default)."""
     from tqdm.auto import tqdm
@@ -234,6 +272,9 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
     for step in bar:
         pairs = []
         while len(pairs) < batch_size:
+            if restatements is not None and rng.random() < restatement_share:
+                pairs.append(restatements.example(titles, texts, rng, tokenizer.mask_token))
+                continue
             i = rng.randrange(len(texts))
             ex = cloze_example(titles[i], texts[i], rng, tokenizer.mask_token, curriculum_window(step, steps))
             if ex:
@@ -256,7 +297,7 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
             scaler.step(opt)
             scaler.update()
         sched.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if log_fn and (step + 1) % 50 == 0:
             log_fn(step + 1, sum(losses[-50:]) / len(losses[-50:]))
         bar.set_postfix(loss=f"{losses[-1]:.3f}")

@@ -9,6 +9,7 @@ if CFG["corpus"]["source"] == "miniworld":
             cfg=section("corpus"),
         output:
             "results/corpus/{corpus}/passages.tsv",
+            restatements="results/corpus/{corpus}/restatements.jsonl",
         params:
             snapshot=lambda w: "b" if w.corpus == f"{NAME}_b" else "a",
         log:
@@ -18,7 +19,8 @@ if CFG["corpus"]["source"] == "miniworld":
         conda:
             CONDA
         shell:
-            "rag corpus --config {input.cfg} --snapshot {params.snapshot} --out {output} 2> {log}"
+            "rag corpus --config {input.cfg} --snapshot {params.snapshot} --out {output[0]} "
+            "--restatements {output.restatements} 2> {log}"
 
 else:
 

@@ -6,8 +6,11 @@ rule pretrain_generator:
     input:
         cfg=section("generator"),
         passages=[corpus_passages(NAME)],
+        **({"restatements": f"results/corpus/{NAME}/restatements.jsonl"} if CFG["corpus"]["source"] == "miniworld" else {}),
     output:
         directory("results/generator/model"),
+    params:
+        restatements=lambda w, input: f"--restatements {input.restatements}" if "restatements" in input.keys() else "",
     priority: 50  # the critical path: every fine-tune waits for it
     threads: 8  # snakemake lowers it to --cores on a small machine
     resources:
@@ -21,7 +24,7 @@ rule pretrain_generator:
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} rag pretrain --config {input.cfg} --passages {input.passages} --out {output} 2> {log}"
+        "RAG_THREADS={threads} rag pretrain --config {input.cfg} --passages {input.passages} {params.restatements} --out {output} 2> {log}"
 
 
 rule train:
