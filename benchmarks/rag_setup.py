@@ -13,10 +13,14 @@ GEN_CFG = {"d_model": 128, "layers": 2, "heads": 4, "ffn": 512, "max_source_len"
 
 
 def load_generator(prefer_pretrained: bool = True):
-    """(generator, tokenizer, source): the pipeline's pretrained generator if present, else a fresh
-    small BART of the default size (config.yaml: d_model 128, 2+2 layers) on a corpus BPE."""
+    """(generator, tokenizer, source): the pipeline's pretrained generator if present and a plain
+    BART (transformers' Rag classes, the reference, run BART; a copy generator is not theirs), else
+    a fresh small BART of the default size (config.yaml: d_model 128, 2+2 layers) on a corpus BPE."""
+    import json
+
     path = ROOT / "results/generator/model"
-    if prefer_pretrained and (path / "model.safetensors").is_file():
+    plain = (path / "config.json").is_file() and not json.loads((path / "config.json").read_text()).get("copy_mechanism")
+    if prefer_pretrained and plain and (path / "model.safetensors").is_file():
         from rag.models.generator import load_generator as lg
 
         gen, tok = lg(path)
