@@ -60,6 +60,19 @@ def test_bootstrap_statistic_of_a_corpus_metric():
     assert full == pytest.approx(49.5) and lo < 49.5 < hi
 
 
+def test_bootstrap_interval_of_distinct_ngrams_holds_the_measured_value():
+    """Resamples repeat generations, which lowers the distinct tri-gram share of every resample;
+    the interval is still about the measured value."""
+    from rag.metrics import trigram_distinct
+
+    gens = [f"clue number {i} about the city of place{i} and river{i}" for i in range(60)]
+    full, lo, hi = bootstrap_statistic(lambda ix: trigram_distinct([gens[i] for i in ix]), len(gens))
+    assert full == pytest.approx(trigram_distinct(gens)) and lo <= full <= hi and hi - lo > 1
+    rng = np.random.default_rng(0)  # the plain percentile interval lies wholly below the measured value
+    plain = [trigram_distinct([gens[i] for i in rng.integers(0, len(gens), len(gens))]) for _ in range(200)]
+    assert np.quantile(plain, 0.975) < full
+
+
 def test_default_world_makes_retrieval_a_real_problem():
     """The default config's world, the frozen MiniLM bi-encoder and BM25, no training: NQ test
     answer recall@1 in the band where fine-tuning and K can show (35-80 %), recall@5 >= 85 %,
