@@ -120,6 +120,9 @@ def test_restatements_are_train_facts_read_only_from_their_passage():
         src, target = restated.example(list(titles), list(texts), rng)
         passage, query = src.split(" // ")
         assert "<mask>" in query and target in passage  # the answer is read from the passage
+        src, target = restated.example(list(titles), list(texts), rng, max_context=1)  # the curriculum's first window
+        passage = src.split(" // ")[0].split(" / ", 1)[1]
+        assert target in passage and passage.count(". ") == 0  # one sentence: the one stating the swapped value
     # a value swapped in, not the world's: one fact asked with several seeds gets several answers
     one = Restatements(recs[:1], list(ids))
     answers = {one.example(list(titles), list(texts), random.Random(s))[1] for s in range(20)}

@@ -175,6 +175,15 @@ def salient_spans(sentence: str) -> list[tuple[int, int]]:
     return spans
 
 
+def _window(text: str, sentences: list[str], i: int, rng: random.Random, max_context: int | None) -> str:
+    """The passage, or a window of 1..``max_context`` of its sentences holding sentence ``i``."""
+    if max_context is None or max_context >= len(sentences):
+        return text
+    w = rng.randint(1, max_context)
+    lo = rng.randint(max(0, i - w + 1), min(i, len(sentences) - w))
+    return " ".join(sentences[lo : lo + w])
+
+
 def cloze_example(title: str, text: str, rng: random.Random, mask_token: str = "<mask>", max_context: int | None = None):
     """(generator input, target span): one sentence of the passage with a salient span masked is
     the query; the context is the passage, or a window of at most ``max_context`` of its
@@ -190,12 +199,7 @@ def cloze_example(title: str, text: str, rng: random.Random, mask_token: str = "
         if spans:
             s, e = rng.choice(spans)
             query = sent[:s] + mask_token + sent[e:]
-            context = text
-            if max_context is not None and max_context < len(sentences):
-                w = rng.randint(1, max_context)
-                lo = rng.randint(max(0, i - w + 1), min(i, len(sentences) - w))
-                context = " ".join(sentences[lo : lo + w])
-            return format_input(title, context, query), sent[s:e]
+            return format_input(title, _window(text, sentences, i, rng, max_context), query), sent[s:e]
     return None
 
 
@@ -220,7 +224,9 @@ class Restatements:
             values.setdefault(r["attribute"], set()).add(r["value"])
         self.values = {a: sorted(v) for a, v in values.items()}
 
-    def example(self, titles: list[str], texts: list[str], rng: random.Random, mask_token: str = "<mask>"):
+    def example(self, titles: list[str], texts: list[str], rng: random.Random, mask_token: str = "<mask>",
+                max_context: int | None = None):
+        """(generator input, target); ``max_context``: the curriculum's window of sentences, as cloze_example."""
         i = rng.randrange(len(self.records))
         r = self.records[i]
         text = texts[self.row[i]]
@@ -228,11 +234,14 @@ class Restatements:
         if stated not in text:
             raise ConfigError(f"restatements: passage {r['passage']!r} does not state {stated!r} (a corpus of another world?)")
         value = rng.choice([v for v in self.values[r["attribute"]] if v != r["value"]] or [r["value"]])
-        text = text.replace(stated, r["sentence"].format(v=value), 1)
+        swapped = r["sentence"].format(v=value)
+        text = text.replace(stated, swapped, 1)
         query = rng.choice(r["queries"]).format(v=mask_token)
+        sentences = [x for x in _SENT.split(text) if x.strip()]
+        at = next(j for j, x in enumerate(sentences) if swapped in x)
         from rag.models.rag import format_input
 
-        return format_input(titles[self.row[i]], text, query), value
+        return format_input(titles[self.row[i]], _window(text, sentences, at, rng, max_context), query), value
 
 
 def curriculum_window(step: int, steps: int, sentences: int = 12) -> int | None:
@@ -271,12 +280,13 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
     bar = tqdm(range(steps), desc="pretrain", unit="step", disable=not progress)
     for step in bar:
         pairs = []
+        window = curriculum_window(step, steps)
         while len(pairs) < batch_size:
             if restatements is not None and rng.random() < restatement_share:
-                pairs.append(restatements.example(titles, texts, rng, tokenizer.mask_token))
+                pairs.append(restatements.example(titles, texts, rng, tokenizer.mask_token, window))
                 continue
             i = rng.randrange(len(texts))
-            ex = cloze_example(titles[i], texts[i], rng, tokenizer.mask_token, curriculum_window(step, steps))
+            ex = cloze_example(titles[i], texts[i], rng, tokenizer.mask_token, window)
             if ex:
                 pairs.append(ex)
         src = tokenizer([p[0] for p in pairs], padding=True, truncation=True, max_length=max_source_len, return_tensors="pt")
