@@ -448,6 +448,7 @@ def test_hostile_task_and_variant_names_rejected(rel_cfg, value):
 PATH_OR_INT_PARAMS = {
     "retrieval",  # retrieval_args(): --passages/--bm25/--embeddings/--index + input paths
     "init",  # "--init-from <input.init>" (a path) or ""
+    "restatements",  # "--restatements <input.restatements>" (a path) or ""
     "ckpt",  # results/runs/{task}/{variant}/checkpoint (wildcards only)
     "evaluate",  # "--eval-out-dir results/runs/{task}/{variant}" (constrained wildcards only) or ""
     "snapshot",  # the literal "a" or "b"
