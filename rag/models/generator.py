@@ -6,13 +6,19 @@ one or two tokens) and a BART of the configured size, pretrained once on the cor
 fine-tuned a pretrained BART. Paper scale: ``generator.init: pretrained`` with
 ``name_or_path: facebook/bart-large``: the same loading code as any saved checkpoint.
 
-Pretraining objective: salient-span cloze with the passage in context (REALM's salient span
-masking, Guu et al. 2020, with the passage given): the input is the passage followed by one
-of its sentences with a salient span (a run of capitalised words or a number, or the final
-word) replaced by ``<mask>``, laid out exactly like a RAG generator input
-(``title / text // query``); the target is the span. It teaches the small model to find the
-sentence a query points at and copy from it: the reading skill RAG needs. BART's own
-denoising objective (reconstruct the whole text) was measured to learn this far slower.
+Pretraining objectives, both laid out exactly like a RAG generator input
+(``title / text // query``) with the span as the target:
+
+- salient-span cloze with the passage in context (REALM's salient span masking, Guu et al.
+  2020, with the passage given): one of the passage's sentences with a salient span (a run of
+  capitalised words or a number, or the final word) replaced by ``<mask>`` is the query;
+- restated-fact cloze (:class:`Restatements`, miniworld): a training entity's fact asked in
+  another phrasing than its passage's, with a random value swapped into the passage.
+
+They teach the small model to find the sentence a query points at and copy from it: the
+reading skill RAG needs. BART's own denoising objective (reconstruct the whole text) was
+measured to learn this far slower. ``generator.copy`` adds a copy distribution over the source
+tokens (:class:`CopyBart`).
 """
 
 from __future__ import annotations
@@ -207,8 +213,10 @@ class Restatements:
     """Restated-fact cloze (miniworld): a fact's sentence in its passage gets a random value of the
     same attribute (a counterfactual), the query is another phrasing of the fact with ``<mask>``
     for the value, the target is the swapped-in value. Nothing to memorise: the answer is in the
-    passage only, in other words than the query's (measured with the copy generator, 600 steps:
-    held-out restatements 21 % read vs 4 % with the salient-span cloze alone)."""
+    passage only, in other words than the query's. Measured with the copy generator, 1,000
+    pretraining steps with the curriculum window, then 80 NQ fine-tuning steps: held-out
+    restatements 32 % read (3.5 % after the salient-span cloze alone); NQ test given the gold
+    passage 33 % EM (11 %)."""
 
     def __init__(self, records: list[dict], passage_ids: list[str]):
         row = {pid: i for i, pid in enumerate(passage_ids)}
