@@ -186,7 +186,8 @@ def cmd_pretrain(args) -> None:
         losses = G.pretrain(model, tok, titles, texts, g["pretrain_steps"], g["pretrain_batch_size"], g["pretrain_lr"],
                             g["max_source_len"], cfg["seed"], log_fn=lambda s, l: curve.append((s, l)),
                             precision=cfg["precision"], chunk_overhead=g["chunk_overhead"],
-                            restatements=restated, restatement_share=g["pretrain_restatements"])
+                            restatements=restated, restatement_share=g["pretrain_restatements"],
+                            claim_share=g["pretrain_claims"])
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         write_json(tmp / "pretrain.json", {"init": "scratch", "steps": g["pretrain_steps"], "seconds": time.time() - t,

@@ -102,7 +102,8 @@ def test_snapshots_differ_only_where_leaders_changed():
 def test_restatements_are_train_facts_read_only_from_their_passage():
     import random
 
-    from rag.models.generator import Restatements
+    from rag.models.generator import Restatements, label_token
+    from rag.tasks import FEVER3_LABELS
 
     world = miniworld.build_world(CFG, 3)["a"]
     rows = miniworld.passages(world, 100)
@@ -113,16 +114,28 @@ def test_restatements_are_train_facts_read_only_from_their_passage():
         assert r["sentence"].format(v=r["value"]) in text[r["passage"]]
         assert r["queries"] and r["sentence"] not in r["queries"]  # asked in another phrasing
         assert all("{v}" in q for q in r["queries"])
+        assert all("{v}" not in q for q in r["questions"])  # as the QA tasks ask it
+        assert bool(r["questions"]) == any(r["attribute"] in t for t in miniworld.QA_TEMPLATES.values())
+        assert all("{v}" in c for c in r["claims"]) and all("{v}" in c for _, c in r["unstated"])
+        assert not {a for a, _ in r["unstated"]} & {x["attribute"] for x in recs if x["passage"] == r["passage"]}
     ids, titles, texts = zip(*rows)
     restated = Restatements(recs, list(ids))
     rng = random.Random(0)
+    questions = {q for r in recs for q in r["questions"]}
+    orders = set()
     for _ in range(50):
         src, target = restated.example(list(titles), list(texts), rng)
         passage, query = src.split(" // ")
-        assert "<mask>" in query and target in passage  # the answer is read from the passage
+        assert ("<mask>" in query or query in questions) and target in passage  # the answer is read from the passage
         src, target = restated.example(list(titles), list(texts), rng, max_context=1)  # the curriculum's first window
         passage = src.split(" // ")[0].split(" / ", 1)[1]
         assert target in passage and passage.count(". ") == 0  # one sentence: the one stating the swapped value
+    # re-rendered: one passage comes in several sentence orders and phrasings
+    one_passage = Restatements([r for r in recs if r["passage"] == recs[0]["passage"]], list(ids))
+    for s in range(10):
+        src, _ = one_passage.example(list(titles), list(texts), random.Random(s))
+        orders.add(src.split(" // ")[0])
+    assert len(orders) > 5
     # a value swapped in, not the world's: one fact asked with several seeds gets several answers
     one = Restatements(recs[:1], list(ids))
     answers = {one.example(list(titles), list(texts), random.Random(s))[1] for s in range(20)}
@@ -130,3 +143,25 @@ def test_restatements_are_train_facts_read_only_from_their_passage():
     two = Restatements([r for r in recs if r["attribute"] == "founded"][:10], list(ids))
     answers = {two.example(list(titles), list(texts), random.Random(s))[1] for s in range(40)}
     assert len(answers) > 3
+    # claims, labelled by what the re-rendered passage says
+    def claimed(claim):  # {(stated in its record's passage?, value)} of the records' claim templates the claim fits
+        out = set()
+        for r in recs:
+            for stated, template in [(True, c) for c in r["claims"]] + [(False, c) for _, c in r["unstated"]]:
+                head, tail = template.split("{v}")
+                if claim.startswith(head) and claim.endswith(tail) and len(claim) > len(head) + len(tail):
+                    out.add((stated, claim[len(head):len(claim) - len(tail)]))
+        assert out, claim
+        return out
+
+    seen = set()
+    for s in range(80):
+        src, label = restated.claim(list(titles), list(texts), random.Random(s), FEVER3_LABELS)
+        passage, claim = src.split(" // ")
+        fits = claimed(claim)  # one claim can be stated in one passage of its entity and not in another
+        seen.add(label)
+        stated = label != label_token("NOT ENOUGH INFO")  # NEI: an attribute its passage does not state
+        assert any(st == stated for st, _ in fits)
+        if label == label_token("SUPPORTS"):
+            assert any(v in passage for st, v in fits if st)
+    assert seen == {label_token(lb) for lb in FEVER3_LABELS}

@@ -88,10 +88,10 @@ def test_length_chunks_minimise_padding_plus_overhead():
         assert cover(chunks) == list(range(6))
 
 
-@pytest.fixture(scope="module")
-def copy_parts(parts):
+@pytest.fixture(scope="module", params=[0, 3], ids=["copy", "copy+local_context"])
+def copy_parts(parts, request):
     tok, _, ids, mask, tgt = parts
-    return tok, make_generator(len(tok), seed=5, copy=True), ids, mask, tgt
+    return tok, make_generator(len(tok), seed=5, copy=True, local_context=request.param), ids, mask, tgt
 
 
 def test_copy_generator_gives_normalised_logprobs_that_put_mass_on_source_tokens(copy_parts):
@@ -123,6 +123,8 @@ def test_copy_generator_target_logprobs_and_gradients_equal_the_full_pass(copy_p
     (-ref_ll.masked_fill(pad, 0).sum()).backward()
     ref = {n: p.grad.clone() for n, p in gen.named_parameters() if p.grad is not None}
     assert "copy_query.weight" in ref and "copy_gate.weight" in ref
+    if gen.config.local_context:  # trained, and (overhead 0: rows cut to their own length) blind to right padding
+        assert "model.encoder.local_context.weight" in ref
     gen.zero_grad(set_to_none=True)
     ll, _ = seq2seq.target_logprobs(gen, ids, mask, tgt, tok.pad_token_id, overhead_tokens=overhead)
     assert float((ll - ref_ll.masked_fill(pad, 0)).abs().max()) < 1e-5
@@ -139,6 +141,7 @@ def test_copy_generator_saves_and_loads_as_itself(copy_parts, tmp_path):
     tok.save_pretrained(tmp_path)
     again, _ = load_generator(tmp_path)
     assert isinstance(again, CopyBart)
+    assert type(again.model.encoder) is type(gen.model.encoder)  # LocalContextEncoder where configured
     with torch.no_grad():
         a = gen(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits
         b = again.eval()(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits

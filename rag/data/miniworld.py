@@ -307,10 +307,15 @@ def fact_passages(world: dict[str, Entity], words: int) -> dict[tuple[str, str],
 def restatements(world: dict[str, Entity], words: int) -> list[dict]:
     """Reading-comprehension material for pretraining the generator: for every fact stated about a
     training-split entity, the passage that states it, the stated sentence and the relation's other
-    phrasings, each with ``{v}`` where the value goes. Pretraining swaps a random value of the
-    same attribute into the sentence and asks for it in another phrasing, so the answer can only
-    be read from the passage, never memorised; dev and test entities are left out."""
+    phrasings, each with ``{v}`` where the value goes; ``questions``: the fact asked as the QA
+    tasks ask it; ``claims``: stated as FEVER states it, with ``{v}``; ``unstated``: [attribute,
+    claim] pairs for the FEVER attributes of the entity's kind that the passage does not state.
+    Pretraining re-renders the passage with random values, so the answer can only be read from
+    the passage, never memorised; dev and test entities are left out."""
     where = fact_passages(world, words)
+    stated_here: dict[str, set] = {}  # passage id -> the attributes it states
+    for (_, attr), pid in where.items():
+        stated_here.setdefault(pid, set()).add(attr)
     out = []
     for e in sorted(world.values(), key=lambda e: e.id):
         if e.split != "train":
@@ -319,9 +324,17 @@ def restatements(world: dict[str, Entity], words: int) -> list[dict]:
             template = sentence.replace(value, "{v}", 1) if sentence.count(value) == 1 else None
             if template is None or (e.id, attr) not in where:
                 continue
+            pid = where[(e.id, attr)]
             others = [t.format(s=e.name, v="{v}") for t in PHRASINGS[attr]]
-            out.append({"passage": where[(e.id, attr)], "attribute": attr, "value": value, "sentence": template,
-                        "queries": [q for q in others if q != template]})
+            out.append({
+                "passage": pid, "attribute": attr, "value": value, "sentence": template,
+                "queries": [q for q in others if q != template],
+                "questions": [t[attr].format(s=e.name.lower() if task == "nq" else e.name)
+                              for task, t in QA_TEMPLATES.items() if attr in t],
+                "claims": [FEVER_CLAIMS[attr][0].format(s=e.name, v="{v}")] if attr in FEVER_CLAIMS else [],
+                "unstated": [[a, FEVER_CLAIMS[a][0].format(s=e.name, v="{v}")] for a in sorted(FEVER_CLAIMS)
+                             if ATTR_KIND[a] == e.kind and a not in stated_here[pid]],
+            })
     return out
 
 
