@@ -9,6 +9,7 @@ import os
 import time
 from pathlib import Path
 
+from rag.config import read_sections
 from rag.errors import ConfigError, DataError
 from rag.io import atomic_dir, read_json, read_jsonl, write_json, write_jsonl
 from rag.tasks import TASKS, variant_spec
@@ -157,12 +158,13 @@ def cmd_train(args) -> None:
     from rag.tracking import Run
     from rag.train import ddp_setup, train
 
-    cfg = read_json(args.config)
+    cfg = read_sections(args.config)
     device = _setup(cfg)
     rank, world = ddp_setup()  # torchrun (train.ddp_processes > 1): one process per device
     name, variant = cfg["task_name"], args.variant
     spec, vspec, t = TASKS[name], variant_spec(variant), cfg["train"]
-    rows = read_jsonl(Path(args.data_dir) / "train.jsonl", required=("id", "input", "targets"))
+    eval_io = _eval_io(args, required=False)  # evaluate_in_train_job: dev/test decoded by this job too
+    rows = read_jsonl(args.train_data, required=("id", "input", "targets"))
     retrieval = load_retrieval(variant, args.passages, args.embeddings, args.index, args.bm25)
     init = args.init_from or args.generator
     q_dir = None
@@ -191,7 +193,10 @@ def cmd_train(args) -> None:
     start = time.time()
     ckpt_dir = Path(args.checkpoint_dir)
     if rank == 0:
-        _guard_checkpoint(ckpt_dir, {"config": cfg, "variant": variant, "init": str(init), "n_train": len(inputs)})
+        # the training configuration only: after an edit of test-time keys (decode, metrics: the eval_<task>
+        # section a fused train job also reads) the finished checkpoint resumes at its last step
+        train_cfg = {k: v for k, v in cfg.items() if k not in ("decode", "metrics")}
+        _guard_checkpoint(ckpt_dir, {"config": train_cfg, "variant": variant, "init": str(init), "n_train": len(inputs)})
     if world > 1:
         torch.distributed.barrier()  # no rank reads the checkpoint before rank 0 has vetted it
     try:
@@ -227,9 +232,9 @@ def cmd_train(args) -> None:
                                         "train_seconds": seconds, "n_train": len(inputs), "init": init,
                                         "losses": losses})
     log.info("%s/%s: %d steps in %.1fs, final loss %.3f", name, variant, t["steps"], seconds, losses[-1] if losses else float("nan"))
-    if args.eval_out_dir:  # evaluate in this process (config key evaluate_in_train_job): no second start-up
+    if eval_io:  # evaluate in this process (config key evaluate_in_train_job): no second start-up
         del system
-        evaluate_model(cfg, variant, args.data_dir, args.out, retrieval, device, args.eval_out_dir)
+        evaluate_model(cfg, variant, eval_io, args.out, retrieval, device)
 
 
 # ------------------------------------------------------------------------------ evaluation
@@ -320,15 +325,33 @@ def score_predictions(cfg: dict, preds: list[dict], passages) -> tuple[dict, dic
     return scores, retrieval
 
 
+EVAL_FLAGS = ("dev", "test", "dev_predictions", "dev_metrics", "test_predictions", "test_metrics")
+
+
+def _eval_io(args, required: bool) -> dict[str, tuple[str, str, str]] | None:
+    """split -> (data file, predictions file, metrics file) from the --dev/--test/--*-predictions/
+    --*-metrics flags: all six, or (``required=False``) none."""
+    given = {f: getattr(args, f) for f in EVAL_FLAGS}
+    if not any(given.values()) and not required:
+        return None
+    missing = [f"--{f.replace('_', '-')}" for f, v in given.items() if not v]
+    if missing:
+        raise ConfigError(f"evaluation needs {', '.join(missing)} (the files to read and write for dev and test)")
+    return {split: (given[split], given[f"{split}_predictions"], given[f"{split}_metrics"]) for split in ("dev", "test")}
+
+
 def cmd_evaluate(args) -> None:
-    cfg = read_json(args.config)
+    cfg = read_sections(args.config)
     device = _setup(cfg)
     retrieval = load_retrieval(args.variant, args.passages, args.embeddings, args.index, args.bm25)
-    evaluate_model(cfg, args.variant, args.data_dir, args.model_dir, retrieval, device, args.out_dir)
+    evaluate_model(cfg, args.variant, _eval_io(args, required=True), args.model_dir, retrieval, device)
 
 
-def evaluate_model(cfg: dict, variant: str, data_dir: str, model_dir: str, retrieval, device: str, out_dir: str) -> None:
-    """Decode dev and test with the saved model folder, score, write predictions + metrics, log to its run."""
+def evaluate_model(cfg: dict, variant: str, files: dict[str, tuple[str, str, str]], model_dir: str, retrieval,
+                   device: str) -> None:
+    """Decode dev and test with the saved model folder, score, write predictions + metrics, log to its run.
+
+    ``files``: split -> (data jsonl to read, predictions jsonl and metrics.json to write)."""
     from rag.tracking import Run
 
     name = cfg["task_name"]
@@ -340,22 +363,21 @@ def evaluate_model(cfg: dict, variant: str, data_dir: str, model_dir: str, retri
         run = Run(cfg["tracking"]["uri"], f"{cfg['name']}/{name}", run_name=variant,
                   tags={"task": name, "variant": variant, "rule": "evaluate", "imported": "yes"})
     dec = cfg["decode"][variant_spec(variant).model]
-    for split in ("dev", "test"):
-        rows = read_jsonl(Path(data_dir) / f"{split}.jsonl", required=("id", "input", "targets"))
+    for split, (data_path, pred_path, metrics_path) in files.items():
+        rows = read_jsonl(data_path, required=("id", "input", "targets"))
         t = time.time()
         preds = predict(cfg, system, variant, rows)
         seconds = time.time() - t
         scores, rec = score_predictions(cfg, preds, retrieval[0])
-        out = Path(out_dir) / split
-        write_jsonl(out / "predictions.jsonl", preds)
+        write_jsonl(pred_path, preds)
         result = {"task": name, "variant": variant, "split": split, "n": len(preds), "metrics": scores, "retrieval": rec,
                   "metric_options": metric_options(cfg),
                   "decode": dec, "decode_seconds": seconds, "mlflow_run_id": run.run_id,
                   "mlflow_experiment_id": run.experiment_id}
-        write_json(out / "metrics.json", result)
+        write_json(metrics_path, result)
         run.metrics({f"{split}_{k}": v for k, v in {**scores, **rec}.items()})
-        run.artifact(out / "metrics.json", f"eval/{split}")
-        run.artifact(out / "predictions.jsonl", f"eval/{split}")
+        run.artifact(Path(metrics_path), f"eval/{split}")
+        run.artifact(Path(pred_path), f"eval/{split}")
         log.info("%s/%s %s: %s %s", name, variant, split, scores, rec)
     run.finish()
 
@@ -364,14 +386,14 @@ def cmd_topk_sweep(args) -> None:
     from rag import metrics as M
     from rag.tracking import Run
 
-    cfg = read_json(args.config)
-    exp = read_json(args.experiments_config)["experiments"]
+    cfg = read_sections(args.config)
+    exp = read_sections(args.experiments_config)["experiments"]
     device = _setup(cfg)
     variant = args.variant
     meta = read_json(Path(args.model_dir) / "meta.json")
     retrieval = load_retrieval(variant, args.passages, args.embeddings, args.index, args.bm25)
     system = load_trained(cfg, variant, args.model_dir, retrieval, device)
-    rows = read_jsonl(Path(args.data_dir) / "test.jsonl", required=("id", "input", "targets"))
+    rows = read_jsonl(args.test, required=("id", "input", "targets"))
     primary = TASKS[cfg["task_name"]].primary
     ks = sorted(k for k in exp["topk_sweep"] if k <= len(retrieval[0]))
     res = {"task": cfg["task_name"], "variant": variant, "k": ks, "em": [], "answer_recall": [], "metric": primary}
@@ -399,7 +421,7 @@ def cmd_topk_sweep(args) -> None:
 def cmd_hotswap(args) -> None:
     from rag import metrics as M
 
-    cfg = read_json(args.config)
+    cfg = read_sections(args.config)
     device = _setup(cfg)
     variant = args.variant
     rows = read_jsonl(args.questions, required=("id", "input", "targets"))
@@ -463,7 +485,7 @@ def oracle_eval(cfg: dict, variant: str, model_dir: str, passages_path: str, row
 
 
 def cmd_oracle(args) -> None:
-    cfg = read_json(args.config)
+    cfg = read_sections(args.config)
     device = _setup(cfg)
     rows = read_jsonl(Path(args.test), required=("id", "input", "targets"))
     write_json(args.out, oracle_eval(cfg, args.variant, args.model_dir, args.passages, rows, device))
@@ -471,36 +493,44 @@ def cmd_oracle(args) -> None:
 
 def register(sub, add) -> None:
     def retrieval_args(p, required_model=True):
-        p.add_argument("--config", required=True)
+        p.add_argument("--config", required=True, nargs="+", help="config section file(s), merged")
         p.add_argument("--variant", required=True)
-        p.add_argument("--data-dir", required=True)
         p.add_argument("--passages")
         p.add_argument("--embeddings", nargs="+")
         p.add_argument("--index")
         p.add_argument("--bm25")
 
+    def eval_args(p, required):
+        p.add_argument("--dev", required=required, help="dev jsonl to decode")
+        p.add_argument("--test", required=required, help="test jsonl to decode")
+        for split in ("dev", "test"):
+            p.add_argument(f"--{split}-predictions", required=required, help=f"{split} predictions.jsonl to write")
+            p.add_argument(f"--{split}-metrics", required=required, help=f"{split} metrics.json to write")
+
     p = add("train", cmd_train, "fine-tune one task x variant (resumes from its checkpoint)")
     retrieval_args(p)
+    p.add_argument("--train-data", required=True, help="the task's train jsonl")
     p.add_argument("--generator", required=True, help="the pretrained generator folder")
     p.add_argument("--init-from", help="start from this model folder (WebQuestions/CuratedTrec start from NQ)")
     p.add_argument("--checkpoint-dir", required=True)
     p.add_argument("--config-hash", default="")
     p.add_argument("--out", required=True)
-    p.add_argument("--eval-out-dir", help="then decode dev and test with the saved model, as `rag evaluate --out-dir`")
+    eval_args(p, required=False)  # all six: then decode dev and test with the saved model, as `rag evaluate`
 
     p = add("evaluate", cmd_evaluate, "decode dev and test, score, log to the run")
     retrieval_args(p)
+    eval_args(p, required=True)
     p.add_argument("--model-dir", required=True)
-    p.add_argument("--out-dir", required=True)
 
     p = add("topk-sweep", cmd_topk_sweep, "Figure 3: test-time K against the task metric and answer recall")
     retrieval_args(p)
+    p.add_argument("--test", required=True, help="test jsonl to decode at each K")
     p.add_argument("--experiments-config", required=True)
     p.add_argument("--model-dir", required=True)
     p.add_argument("--out", required=True)
 
     p = add("oracle", cmd_oracle, "reader quality: decode test with the gold passage as the only document (K = 1)")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, nargs="+")
     p.add_argument("--variant", required=True)
     p.add_argument("--model-dir", required=True)
     p.add_argument("--passages", required=True)
@@ -508,7 +538,7 @@ def register(sub, add) -> None:
     p.add_argument("--out", required=True)
 
     p = add("hotswap", cmd_hotswap, "Section 4.5: answer the leader questions with the index of each snapshot")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, nargs="+")
     p.add_argument("--variant", required=True)
     p.add_argument("--model-dir", required=True)
     p.add_argument("--questions", required=True)

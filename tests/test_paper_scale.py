@@ -22,8 +22,8 @@ def test_paper_config_is_valid():
     assert set(cfg["tasks"]) == {"nq", "triviaqa", "webquestions", "curatedtrec", "msmarco", "jeopardy", "fever3", "fever2"}
     assert cfg["tasks"]["webquestions"]["init_from"] == "nq" and cfg["tasks"]["curatedtrec"]["init_from"] == "nq"
     s = sections(cfg)
-    assert s["task_nq"]["decode"]["token"]["k"] == 15 and s["task_nq"]["decode"]["sequence"]["method"] == "thorough"
-    assert s["task_msmarco"]["decode"]["sequence"] == {"method": "fast", "beams": 4, "k": 10, "max_new_tokens": 40}
+    assert s["eval_nq"]["decode"]["token"]["k"] == 15 and s["eval_nq"]["decode"]["sequence"]["method"] == "thorough"
+    assert s["eval_msmarco"]["decode"]["sequence"] == {"method": "fast", "beams": 4, "k": 10, "max_new_tokens": 40}
     for rule in ("train", "encode_shard", "evaluate", "pretrain_generator"):
         assert cfg["resources"][rule]["gpu"] == 1
 

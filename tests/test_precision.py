@@ -185,7 +185,7 @@ def test_rag_system_takes_the_chunk_overhead_from_config_or_device(world):
 def test_chunk_overhead_config_key(base):
     cfg = load_config(base)
     assert cfg["generator"]["chunk_overhead"] is None
-    assert sections(cfg)["task_nq"]["generator"]["chunk_overhead"] is None
+    assert sections(cfg)["train_nq"]["generator"]["chunk_overhead"] is None
     cfg2 = copy.deepcopy(base)
     cfg2.setdefault("generator", {})["chunk_overhead"] = -1
     with pytest.raises(ConfigError, match="generator.chunk_overhead"):

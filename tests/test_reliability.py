@@ -449,14 +449,14 @@ PATH_OR_INT_PARAMS = {
     "retrieval",  # retrieval_args(): --passages/--bm25/--embeddings/--index + input paths
     "init",  # "--init-from <input.init>" (a path) or ""
     "restatements",  # "--restatements <input.restatements>" (a path) or ""
-    "ckpt",  # results/runs/{task}/{variant}/checkpoint (wildcards only)
-    "evaluate",  # "--eval-out-dir results/runs/{task}/{variant}" (constrained wildcards only) or ""
+    "ckpt",  # results/<name>/runs/{task}/{variant}/checkpoint (the schema's name pattern, constrained wildcards)
+    "evaluate",  # fused_eval_args(): "--dev <input> --test <input> --dev-predictions <output> ..." or ""
+    "train_data",  # train_data_args(): "<task enum>=<input path> ..."
     "snapshot",  # the literal "a" or "b"
     "shards",  # retriever.shards, a schema integer
     "samples",  # report.samples_per_task, a schema integer
     "sha",  # "--sha256 <hex>" (the schema pattern allows 64 hex digits only) or ""
     "http",  # the literal "--allow-http" or ""
-    "input_dir",  # "--input-dir resources/tasks/{task}" (task: an enum wildcard) or ""
     "launcher",  # "torchrun --standalone --nproc-per-node <train.ddp_processes, a schema integer> -m" or ""
 }
 ALLOWED_FIELDS = {"input", "output", "wildcards", "threads", "log", "params", "resources"}

@@ -1,7 +1,9 @@
 # Configuration: validated against workflow/schemas/config.schema.yaml (defaults filled in) before
-# any job runs, then split into per-stage sections. Each section is written to
-# results/config/<section>.json by rule `config_section` with the section as a param, so editing
-# one task re-runs only the jobs of that task.
+# any job runs, then split into per-stage sections (rag.config.sections: each holds only the keys its
+# consumer reads). Each section is written to results/<name>/config/<section>.json by rule
+# `config_section` with the section as a param, so an edit re-runs only the jobs that read it.
+# Every output of an experiment lives under results/<name>/ and reports/<name>/ (<name>: the
+# config's top-level `name`), so two experiments never share or overwrite an output.
 import sys
 
 from rag.config import encoder_slug, load_config, sections
@@ -18,7 +20,9 @@ except ConfigError as exc:
     sys.exit(f"error: {exc}")
 
 SECTIONS = sections(CFG)
-NAME = CFG["corpus"]["name"]
+EXP = CFG["name"]  # the experiment: results/<EXP>/..., reports/<EXP>/..., MLflow experiments <EXP>/<task>
+R = f"results/{EXP}"
+NAME = CFG["corpus"]["name"]  # the corpus (wildcard {corpus}; the hot-swap's second snapshot is <NAME>_b)
 TASK_NAMES = sorted(CFG["tasks"])
 VARIANT_NAMES = list(CFG["variants"])
 ENCODER = encoder_slug(CFG["retriever"]["context_encoder"])
@@ -34,7 +38,7 @@ RES = CFG.get("resources", {})
 # evaluate_in_train_job: the train rule also writes the dev/test predictions and metrics (no evaluate rule)
 FUSED_EVAL = CFG["evaluate_in_train_job"]
 EVAL_OUTPUTS = {
-    f"{split}_{kind}": f"results/runs/{{task}}/{{variant}}/{split}/{name}"
+    f"{split}_{kind}": f"{R}/runs/{{task}}/{{variant}}/{split}/{name}"
     for split in ("dev", "test")
     for kind, name in (("metrics", "metrics.json"), ("predictions", "predictions.jsonl"))
 }
@@ -55,19 +59,24 @@ def res(rule_name, key, default):
 
 
 def section(name):
-    return f"results/config/{name}.json"
+    return f"{R}/config/{name}.json"
+
+
+def task_sections(wildcards):
+    """The sections a job that loads a task's model reads: train_<task> and eval_<task>."""
+    return [section(f"train_{wildcards.task}"), section(f"eval_{wildcards.task}")]
 
 
 def corpus_passages(corpus):
-    return f"results/corpus/{corpus}/passages.tsv"
+    return f"{R}/corpus/{corpus}/passages.tsv"
 
 
 def shard_files(corpus):
-    return expand(f"results/index/{corpus}/{ENCODER}/emb-{{shard}}.npy", shard=SHARDS)
+    return expand(f"{R}/index/{corpus}/{ENCODER}/emb-{{shard}}.npy", shard=SHARDS)
 
 
 def index_file(corpus):
-    return f"results/index/{corpus}/{ENCODER}/{INDEX}.faiss"
+    return f"{R}/index/{corpus}/{ENCODER}/{INDEX}.faiss"
 
 
 def retrieval_inputs(wildcards):
@@ -76,7 +85,7 @@ def retrieval_inputs(wildcards):
     if spec.retriever is None:
         return {}
     if spec.retriever == "bm25":
-        return {"passages": corpus_passages(NAME), "bm25": f"results/index/{NAME}/bm25"}
+        return {"passages": corpus_passages(NAME), "bm25": f"{R}/index/{NAME}/bm25"}
     return {"passages": corpus_passages(NAME), "embeddings": shard_files(NAME), "index": index_file(NAME)}
 
 
@@ -92,25 +101,44 @@ def retrieval_args(wildcards, input):
     return " ".join(args)
 
 
+def fused_eval_args(wildcards, input, output):
+    """evaluate_in_train_job: the train job's flags naming the dev/test files it decodes and writes."""
+    if not FUSED_EVAL:
+        return ""
+    return (f"--dev {input.dev} --test {input.test} --dev-predictions {output.dev_predictions} "
+            f"--dev-metrics {output.dev_metrics} --test-predictions {output.test_predictions} "
+            f"--test-metrics {output.test_metrics}")
+
+
 def init_from(wildcards):
     src = CFG["tasks"][wildcards.task].get("init_from")
-    return {"init": f"results/runs/{src}/{wildcards.variant}/model"} if src else {}
+    return {"init": f"{R}/runs/{src}/{wildcards.variant}/model"} if src else {}
+
+
+def run_files(kind):
+    """Every run's dev and test <kind> file (metrics.json | predictions.jsonl), task by task."""
+    return expand(f"{R}/runs/{{task}}/{{variant}}/{{split}}/{kind}", task=TASK_NAMES, variant=VARIANT_NAMES, split=["dev", "test"])
 
 
 def all_targets():
-    out = ["reports/report.html"]
-    out += expand("results/runs/{task}/{variant}/{split}/metrics.json", task=TASK_NAMES, variant=VARIANT_NAMES, split=["dev", "test"])
-    return out
+    return [f"reports/{EXP}/report.html"] + run_files("metrics.json")
 
 
 def report_inputs(wildcards):
-    """Every metrics file, and the Figure 3 and hot-swap results where configured."""
-    ins = expand("results/runs/{task}/{variant}/{split}/metrics.json", task=TASK_NAMES, variant=VARIANT_NAMES, split=["dev", "test"])
+    """Exactly the files the report reads: every run's metrics and predictions (in the same order),
+    and the Figure 3, hot-swap and oracle results where configured."""
     rag_variants = [v for v in ("rag_sequence", "rag_token") if v in VARIANT_NAMES]
-    if TOPK_TASK in TASK_NAMES:
-        ins += expand("results/experiments/topk/{task}/{variant}.json", task=[TOPK_TASK], variant=rag_variants)
-    if HOTSWAP:
-        ins += expand("results/experiments/hotswap/{variant}.json", variant=rag_variants)
-    if ORACLE:
-        ins += expand("results/experiments/oracle/{task}/{variant}.json", task=[TOPK_TASK], variant=rag_variants)
-    return ins
+    topk = TOPK_TASK in TASK_NAMES
+    return {
+        "metrics": run_files("metrics.json"),
+        "predictions": run_files("predictions.jsonl"),
+        "topk": expand(f"{R}/experiments/topk/{{task}}/{{variant}}.json", task=[TOPK_TASK], variant=rag_variants) if topk else [],
+        "hotswap": expand(f"{R}/experiments/hotswap/{{variant}}.json", variant=rag_variants) if HOTSWAP else [],
+        "oracle": expand(f"{R}/experiments/oracle/{{task}}/{{variant}}.json", task=[TOPK_TASK], variant=rag_variants) if ORACLE else [],
+        "train_data": [f"{R}/data/{task}/train.jsonl" for task in TASK_NAMES],
+    }
+
+
+def train_data_args(wildcards, input):
+    """`rag report --train-data task=path ...`: each task's train file (report_inputs lists them in TASK_NAMES order)."""
+    return " ".join(f"{task}={path}" for task, path in zip(TASK_NAMES, input.train_data))
