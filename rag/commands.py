@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rag.config import read_sections
 from rag.errors import ConfigError, DataError
-from rag.io import atomic_dir, read_json, read_jsonl, write_json, write_jsonl
+from rag.io import atomic_dir, read_jsonl, write_json, write_jsonl
 
 log = logging.getLogger("rag")
 

@@ -158,7 +158,7 @@ def test_e2e_config_edits_rerun_only_what_they_change(e2e):
     # train-time (the logit scale of p(z|x)): the three tasks' train sections, all 12 fine-tunes
     # (each decoding dev/test: evaluate_in_train_job) and what reads their models
     got = _planned(work, cfg, lambda c: c["retriever"].update(score_scale=21.0))
-    assert got == {"config_section": 3, "train": 12, **after_training, "total": 24}, got
+    assert got == {"config_section": 3, "train": 12, **after_training, "total": 23}, got
     # search-time: Figure 3's test-time K sweep re-runs the sweep and the report only
     got = _planned(work, cfg, lambda c: c["experiments"].update(topk_sweep=[1, 2]))
     assert got == {"config_section": 1, "topk_sweep": 2, "report": 1, "all": 1, "total": 5}, got

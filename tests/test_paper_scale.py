@@ -55,7 +55,7 @@ def test_slurm_localhost(tmp_path):
             if daemon not in running_before:
                 subprocess.run(["pkill", "-x", daemon], capture_output=True)
     assert proc.returncode == 0, log.read_text()[-5000:]
-    assert (tmp_path / "work" / "reports" / "report.html").is_file()
+    assert (tmp_path / "work" / "reports" / "slurmtiny" / "report.html").is_file()
 
 
 # ------------------------------------------------------------------------- HF checkpoint import
