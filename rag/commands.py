@@ -8,34 +8,16 @@ clear message on bad input.
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import os
 import time
 from pathlib import Path
 
+from rag import runtime
 from rag.config import read_sections
-from rag.errors import ConfigError, DataError
+from rag.errors import ConfigError
 from rag.io import atomic_dir, read_jsonl, write_json, write_jsonl
 
 log = logging.getLogger("rag")
-
-
-def _threads(cfg: dict) -> None:
-    import torch
-
-    torch.set_num_threads(int(os.environ.get("RAG_THREADS", cfg.get("threads", 1))))
-
-
-def _device(cfg: dict) -> str:
-    if cfg.get("device") == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError("config key 'device': cuda requested but torch sees no GPU")
-        return "cuda"
-    return "cpu"
 
 
 # ---------------------------------------------------------------------------------- corpus
@@ -107,12 +89,11 @@ def cmd_encode(args) -> None:
     from rag.retrieval.encoders import Encoder, encode_passages, shard_range
 
     cfg = read_sections(args.config)
-    _threads(cfg)
+    device = runtime.setup(cfg, seed=False, check_precision=False)  # CPU encodes in fp32 whatever the precision
     r = cfg["retriever"]
     p = read_passages(args.passages)
     lo, hi = shard_range(len(p), args.shard, args.num_shards)
     enc = Encoder.load(r["context_encoder"], r["pooling"], r["normalize"], r["max_length"])
-    device = _device(cfg)
     import torch
 
     # precision on GPUs: the context encoder's weights in fp16/bf16 (inference only, no autocast needed); CPU: fp32
@@ -131,7 +112,7 @@ def cmd_index(args) -> None:
     from rag.retrieval.index import build_index, load_embeddings, recall_against_flat, save_index
 
     cfg = read_sections(args.config)
-    _threads(cfg)
+    runtime.threads(cfg)
     r = cfg["retriever"]
     emb = load_embeddings(args.embeddings)
     t = time.time()
@@ -162,13 +143,12 @@ def cmd_bm25(args) -> None:
 def cmd_pretrain(args) -> None:
     import torch
 
-    from rag import precision
     from rag.data.corpus import read_passages
     from rag.models import generator as G
     from rag.tasks import FEVER3_LABELS
 
     cfg = read_sections(args.config)
-    _threads(cfg)
+    runtime.threads(cfg)
     g = cfg["generator"]
     torch.manual_seed(cfg["seed"])
     if g["init"] == "pretrained":
@@ -178,8 +158,7 @@ def cmd_pretrain(args) -> None:
             tok.save_pretrained(tmp)
             write_json(tmp / "pretrain.json", {"init": "pretrained", "name_or_path": g["name_or_path"]})
         return
-    device = _device(cfg)  # pretraining from scratch runs on the configured device and precision
-    precision.check(cfg["precision"], device)
+    device = runtime.setup(cfg, seed=False)  # pretraining from scratch runs on the configured device and precision
     texts: list[str] = []
     titles: list[str] = []
     ids: list[str] = []
@@ -261,7 +240,3 @@ def register(sub) -> None:
     p = add("init-store", cmd_init_store, "create the MLflow tracking store once, before parallel jobs")
     p.add_argument("--uri", required=True)
     p.add_argument("--marker", required=True)
-
-    from rag import pipeline
-
-    pipeline.register(sub, add)

@@ -19,15 +19,22 @@ from typing import Any
 import yaml
 
 from rag.errors import ConfigError
-from rag.tasks import TASKS
+from rag.tasks import TASKS, VARIANTS
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
 
 
 @lru_cache(maxsize=1)
 def schema() -> dict:
+    """The config schema, its task and variant enums (and the default variant list) generated
+    from the registry (rag/tasks.py)."""
     with open(SCHEMA_PATH, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+        sch = yaml.safe_load(fh)
+    defs = sch["definitions"]
+    defs["variant"]["enum"] = list(VARIANTS)
+    defs["task_name"]["enum"] = list(TASKS)
+    sch["properties"]["variants"]["default"] = list(VARIANTS)
+    return sch
 
 
 def _validator_with_defaults():

@@ -361,12 +361,16 @@ def test_compute_dispatch_and_errors():
 
 
 def test_compute_never_falls_back_to_accuracy(monkeypatch):
-    """A metric name without its own scorer raises, naming the metric, instead of scoring accuracy."""
-    for name in M.METRICS:  # every listed metric has a scorer
+    """Scoring goes through the name -> scorer map: every listed metric has its own scorer, and a
+    name added to METRICS alone (without a scorer) raises, naming the metric."""
+    for name in M.METRICS:
         M.compute(name, ["a b c d"], [["a b c d"]])
+    assert M.METRICS == tuple(M.SCORERS)
     monkeypatch.setattr(M, "METRICS", M.METRICS + ("f1",))
     with pytest.raises(ConfigError, match="'f1'"):
         M.compute("f1", ["A"], [["A"]])
+    monkeypatch.setitem(M.SCORERS, "f1", lambda p, t, tokenizer, qbleu_weights: 42.0)
+    assert M.compute("f1", ["A"], [["A"]]) == 42.0
 
 
 # ------------------------------------------------------------------------------ CLI

@@ -120,6 +120,7 @@ def _system(model_dir: Path, kind: str, n_docs: int):
     from rag.data.corpus import Passages
     from rag.models.generator import load_generator
     from rag.models.rag import RagSystem
+    from rag.retrieval.dense import DenseRetriever
     from rag.retrieval.encoders import Encoder
 
     rng = np.random.default_rng(1)
@@ -132,7 +133,7 @@ def _system(model_dir: Path, kind: str, n_docs: int):
     gen, tok = load_generator(model_dir / "generator")
     qenc = Encoder.load(str(model_dir / "question_encoder"), pooling="pooler", normalize=False, max_length=32)
     torch.manual_seed(0)
-    system = RagSystem(gen, tok, kind, passages, qenc, emb, index, None, 1.0, 64, 16).eval()
+    system = RagSystem(gen, tok, kind, DenseRetriever(passages, qenc, emb, index, 1.0), 64, 16).eval()
     return system, passages, emb
 
 

@@ -200,11 +200,11 @@ def test_pipeline_builds_the_system_with_the_configured_precision_and_chunking(w
     cfg = {"precision": "bf16", "retriever": {"score_scale": 1.0, "question_encoder": "unused", "pooling": "pooler",
                                               "normalize": False, "max_length": 32},
            "generator": {"max_source_len": 64, "max_target_len": 16, "chunk_overhead": None}}
-    system = build_system(cfg, "bart", str(tmp_path), (None, None, None, None), "cpu")
+    system = build_system(cfg, "bart", str(tmp_path), "cpu")
     assert system.precision == "bf16" and system.chunk_overhead == 512
     cfg["generator"]["chunk_overhead"] = 10**9
     cfg["precision"] = "fp32"
-    system = build_system(cfg, "bart", str(tmp_path), (None, None, None, None), "cpu")
+    system = build_system(cfg, "bart", str(tmp_path), "cpu")
     assert system.precision == "fp32" and system.chunk_overhead == 10**9
 
 

@@ -20,29 +20,13 @@ log = logging.getLogger(__name__)
 DASH = "\u2013"  # the en dash shown for a missing number
 
 from rag.tasks import TASKS as _TASK_SPECS
-from rag.tasks import VARIANTS
+from rag.tasks import VARIANTS as _VARIANT_SPECS
 
 TASKS = tuple(_TASK_SPECS)  # the paper's task order
+VARIANTS = tuple(_VARIANT_SPECS)  # the report's variant order
 SPLITS = ("dev", "test")
-TASK_NAMES = {
-    "nq": "Natural Questions",
-    "triviaqa": "TriviaQA",
-    "webquestions": "WebQuestions",
-    "curatedtrec": "CuratedTrec",
-    "msmarco": "MS-MARCO",
-    "jeopardy": "Jeopardy QGen",
-    "fever3": "FEVER-3",
-    "fever2": "FEVER-2",
-}
-VARIANT_NAMES = {
-    "rag_sequence": "RAG-Sequence",
-    "rag_token": "RAG-Token",
-    "bart": "BART",
-    "rag_sequence_frozen": "RAG-Sequence-Frozen",
-    "rag_token_frozen": "RAG-Token-Frozen",
-    "rag_sequence_bm25": "RAG-Sequence-BM25",
-    "rag_token_bm25": "RAG-Token-BM25",
-}
+TASK_NAMES = {name: spec.display for name, spec in _TASK_SPECS.items()}
+VARIANT_NAMES = {name: spec.display for name, spec in _VARIANT_SPECS.items()}
 
 # Column label (as in paper_results.yaml) -> (task, metric) measured for it.
 COLUMN_SOURCES = {
@@ -58,21 +42,22 @@ COLUMN_SOURCES = {
     "FEVER-3 acc": ("fever3", "accuracy"),
     "FEVER-2 acc": ("fever2", "accuracy"),
 }
-TABLE5_SOURCES = {"MS-MARCO": "msmarco", "Jeopardy QGen": "jeopardy"}
+TABLE5_SOURCES = {TASK_NAMES[t]: t for t in ("msmarco", "jeopardy")}
 
-# Paper row label -> variant measured for it (None: paper only).
+
+
+def _rows(*variants: str) -> dict[str, str]:
+    """Paper row label (the variant's registered display name) -> the variant measured for it."""
+    return {VARIANT_NAMES[v]: v for v in variants}
+
+
+# the variants each paper table measures, in the paper's row order
 ROW_VARIANTS = {
-    "table1": {"RAG-Token": "rag_token", "RAG-Sequence": "rag_sequence"},
-    "table2": {"BART": "bart", "RAG-Token": "rag_token", "RAG-Sequence": "rag_sequence"},
-    "table5": {"BART": "bart", "RAG-Token": "rag_token", "RAG-Sequence": "rag_sequence"},
-    "table6": {
-        "RAG-Token-BM25": "rag_token_bm25",
-        "RAG-Sequence-BM25": "rag_sequence_bm25",
-        "RAG-Token-Frozen": "rag_token_frozen",
-        "RAG-Sequence-Frozen": "rag_sequence_frozen",
-        "RAG-Token": "rag_token",
-        "RAG-Sequence": "rag_sequence",
-    },
+    "table1": _rows("rag_token", "rag_sequence"),
+    "table2": _rows("bart", "rag_token", "rag_sequence"),
+    "table5": _rows("bart", "rag_token", "rag_sequence"),
+    "table6": _rows("rag_token_bm25", "rag_sequence_bm25", "rag_token_frozen", "rag_sequence_frozen", "rag_token",
+                    "rag_sequence"),
 }
 TABLE_SPLIT = {"table1": "test", "table2": "test", "table5": "test", "table6": "dev"}
 TABLE_TITLES = {
@@ -142,11 +127,9 @@ def _number(value: Any, where: str) -> float | None:
 
 
 def load_paper() -> dict:
-    import yaml
+    from rag.data import paper_results
 
-    path = Path(__file__).resolve().parent.parent / "data" / "paper_results.yaml"
-    with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+    return paper_results()
 
 
 # ---------------------------------------------------------------- runs

@@ -8,7 +8,8 @@ import sys
 
 from rag.config import encoder_slug, load_config, sections
 from rag.errors import ConfigError
-from rag.tasks import TASKS, VARIANTS, variant_spec
+from rag.retrieval import FILE_ROLES
+from rag.tasks import RETRIEVERS, TASKS, VARIANTS, variant_spec
 
 # load_config validates against workflow/schemas/config.schema.yaml (the same file) and stops
 # with one line naming the key; snakemake.utils.validate would print a whole jsonschema dump.
@@ -28,7 +29,6 @@ VARIANT_NAMES = list(CFG["variants"])
 ENCODER = encoder_slug(CFG["retriever"]["context_encoder"])
 INDEX = CFG["retriever"]["index"]
 SHARDS = range(CFG["retriever"]["shards"])
-DENSE = [v for v in VARIANT_NAMES if variant_spec(v).retriever == "dense"]
 HOTSWAP = CFG["experiments"]["hotswap"] and CFG["corpus"]["source"] == "miniworld" and "nq" in CFG["tasks"]
 TOPK_TASK = CFG["experiments"]["topk_task"]
 # the oracle (gold passage as the only document) needs questions that name their gold passage: miniworld's do
@@ -79,25 +79,31 @@ def index_file(corpus):
     return f"{R}/index/{corpus}/{ENCODER}/{INDEX}.faiss"
 
 
+def retrieval_file(role, corpus):
+    """The file (or files) of a retrieval file role (rag.retrieval.FILE_ROLES) for ``corpus``."""
+    return {
+        "passages": corpus_passages(corpus),
+        "embeddings": shard_files(corpus),
+        "index": index_file(corpus),
+        "bm25": f"{R}/index/{corpus}/bm25",
+    }[role]
+
+
 def retrieval_inputs(wildcards):
-    """The passages and the retriever files a variant reads (none for bart)."""
-    spec = variant_spec(wildcards.variant)
-    if spec.retriever is None:
+    """The retrieval files the variant's retriever reads (rag/tasks.py RETRIEVERS; none for bart)."""
+    name = variant_spec(wildcards.variant).retriever
+    if name is None:
         return {}
-    if spec.retriever == "bm25":
-        return {"passages": corpus_passages(NAME), "bm25": f"{R}/index/{NAME}/bm25"}
-    return {"passages": corpus_passages(NAME), "embeddings": shard_files(NAME), "index": index_file(NAME)}
+    return {role: retrieval_file(role, NAME) for role in RETRIEVERS[name].files}
 
 
 def retrieval_args(wildcards, input):
     """Command-line flags naming the retrieval inputs (paths only: no config value reaches a shell)."""
     args = []
-    if "passages" in input.keys():
-        args += ["--passages", input.passages]
-    if "bm25" in input.keys():
-        args += ["--bm25", input.bm25]
-    if "embeddings" in input.keys():
-        args += ["--embeddings", *input.embeddings, "--index", input.index]
+    for role, (flag, many) in FILE_ROLES.items():
+        if role in input.keys():
+            value = getattr(input, role)
+            args += [flag, *(value if many else [value])]
     return " ".join(args)
 
 
