@@ -1,9 +1,9 @@
-"""Run the speed benchmarks (issue 7) and write results/benchmarks/<section>.json and summary.md.
+"""Run the speed benchmarks and write results/benchmarks/<section>.json and summary.md.
 
     python -m benchmarks.run --out results/benchmarks                # everything, full sizes
     python -m benchmarks.run --quick --out /tmp/bench                 # smoke test, tiny sizes, ~1-2 min
     python -m benchmarks.run --only encoding,train --out results/benchmarks
-    python -m benchmarks.run --device cuda --paper-size --out results/benchmarks/gpu   # on a GPU (issue 12)
+    python -m benchmarks.run --device cuda --paper-size --out results/benchmarks/gpu   # on a GPU
     python -m benchmarks.run --paper-size --quick --out /tmp/bench_paper               # CPU smoke of that section
 
 Sections: encoding, index, train, decode, dag, scaling, and paper (bart-large-sized generator,

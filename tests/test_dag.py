@@ -150,7 +150,7 @@ def _planned(work: Path, cfg: Path, edit) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_e2e_config_edits_rerun_only_what_they_change(e2e):
-    """Each config section holds only what its consumer reads (issue 13): a train-time key re-runs
+    """Each config section holds only what its consumer reads: a train-time key re-runs
     the fine-tunes and what follows them, a search-time key neither encodes nor indexes nor
     regenerates data, the report's MLflow link re-runs the report alone."""
     work, cfg = e2e
@@ -212,3 +212,12 @@ def test_two_experiments_side_by_side(e2e, tmp_path):
     # the BYO experiment: its one task and two variants
     assert sorted(p.relative_to(work / "results" / "byo" / "runs").parts[:2]
                   for p in (work / "results" / "byo" / "runs").glob("*/*/test/metrics.json")) == [("nq", "bart"), ("nq", "rag_token")]
+
+
+def test_train_jobs_tag_their_config_hash(tmp_path):
+    """Each train job gets --config-hash (the hash of its train_<task> section): the MLflow tag is set."""
+    res = smk(tmp_path, "-n", "-p", configfile=ROOT / "tests" / "data" / "e2e.yaml")
+    assert res.returncode == 0, res.stderr[-3000:]
+    hashes = re.findall(r"rag train .*?--config-hash ([0-9a-f]+) ", res.stdout + res.stderr)
+    assert len(hashes) == 3 * 4 and all(len(h) == 12 for h in hashes)
+    assert len(set(hashes)) == 3  # one per task section

@@ -77,7 +77,7 @@ TOKENIZER_CASES = {
     '"Hello," she said... U.S. Mr. Smith': "hello she said u.s. mr. smith",
     "Wait?! !!! 1,000 3.14 10:30": "wait ?! !!! 1,000 3.14 10:30",
     "?!.": "?!",
-    # Java 3.4.1 behaviours found by issue 14 (checked against the jar):
+    # Java 3.4.1 behaviours (checked against the jar):
     "Washington, D.C.'s U.S.'s Mr.'s": "washington d.c. 's u.s. 's mr. 's",  # clitic after an abbreviation
     "At 5'11\" and 6'4\" or 5'11": "at 5 11 and 6 4 or 5 '11",  # feet and inches
     "at 7pm or 10am, 12:30pm": "at 7pm or 10am 12:30 pm",  # am/pm split only after a clock time

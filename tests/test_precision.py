@@ -1,4 +1,4 @@
-"""The config key ``precision`` (issue 12): bf16 autocast in training, scoring and decoding with the
+"""The config key ``precision``: bf16 autocast in training, scoring and decoding with the
 loss and the marginalisation in fp32; fp16 on CPU is one config error; the generator's chunking
 per device (``generator.chunk_overhead``)."""
 

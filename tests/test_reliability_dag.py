@@ -1,4 +1,4 @@
-"""Reliability of the DAG (issue 6): kill-and-resume and determinism on ``tests/data/reliability.yaml``.
+"""Reliability of the DAG: kill-and-resume and determinism on ``tests/data/reliability.yaml``.
 
 Scope, to fit the time budget: the upstream part of the DAG (config sections, corpus, task data,
 BM25, pretrained generator, MLflow store) runs once (explicit targets ``UPSTREAM``) and is copied, with
@@ -30,9 +30,9 @@ In both cases the killed ``rag train`` resumes from ``checkpoint/checkpoint.pt``
 "resumed from ... at step N" with 0 < N < steps) because the checkpoint directory is not an
 output of the rule (it is a param), so snakemake never deletes it; the rest of the train log
 and the final metrics, predictions and loss curve equal the uninterrupted run's.
-Left behind by a kill (SIGTERM or SIGKILL): the killed attempt's MLflow run stays RUNNING (the
-re-run creates a new run; ``rag train`` has no SIGTERM handler, so its ``except BaseException``
-that marks the run FAILED never runs).
+Left behind by a kill: after SIGTERM the killed attempt's MLflow run is FAILED (``rag`` turns
+SIGTERM into SystemExit, so ``rag train``'s ``except BaseException`` marks the run); after SIGKILL
+it stays RUNNING. Either way the re-run logs to a new run.
 """
 
 from __future__ import annotations

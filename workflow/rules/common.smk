@@ -6,7 +6,7 @@
 # config's top-level `name`), so two experiments never share or overwrite an output.
 import sys
 
-from rag.config import encoder_slug, load_config, sections
+from rag.config import config_hash, encoder_slug, load_config, sections
 from rag.errors import ConfigError
 from rag.retrieval import FILE_ROLES
 from rag.tasks import RETRIEVERS, TASKS, VARIANTS, variant_spec
@@ -60,6 +60,11 @@ def res(rule_name, key, default):
 
 def section(name):
     return f"{R}/config/{name}.json"
+
+
+def train_config_hash(wildcards):
+    """The hash of the train_<task> section: the MLflow run's config_hash tag."""
+    return config_hash(SECTIONS[f"train_{wildcards.task}"])
 
 
 def task_sections(wildcards):

@@ -44,6 +44,7 @@ rule train:
         retrieval=lambda w, input: retrieval_args(w, input),
         init=lambda w, input: f"--init-from {input.init}" if "init" in input.keys() else "",
         ckpt=f"{R}/runs/{{task}}/{{variant}}/checkpoint",
+        config_hash=train_config_hash,
         evaluate=fused_eval_args,
         # train.ddp_processes > 1: data-parallel training, one process per device, through torchrun
         launcher=(f"torchrun --standalone --nproc-per-node {CFG['train']['ddp_processes']} -m"
@@ -62,4 +63,4 @@ rule train:
     shell:
         "RAG_THREADS={threads} {params.launcher} rag train --config {input.cfg} --variant {wildcards.variant} "
         "--train-data {input.data} --generator {input.generator} {params.retrieval} {params.init} "
-        "--checkpoint-dir {params.ckpt} --out {output.model} {params.evaluate} 2> {log}"
+        "--checkpoint-dir {params.ckpt} --config-hash {params.config_hash} --out {output.model} {params.evaluate} 2> {log}"
