@@ -221,3 +221,35 @@ def test_train_jobs_tag_their_config_hash(tmp_path):
     hashes = re.findall(r"rag train .*?--config-hash ([0-9a-f]+) ", res.stdout + res.stderr)
     assert len(hashes) == 3 * 4 and all(len(h) == 12 for h in hashes)
     assert len(set(hashes)) == 3  # one per task section
+
+
+E2E_CONFIGS = ("e2e.yaml", "e2e_coverage.yaml")
+
+
+def test_the_e2e_configs_cover_every_task_and_variant():
+    from rag.tasks import TASKS, VARIANTS
+
+    tasks, variants = set(), set()
+    for name in E2E_CONFIGS:
+        cfg = yaml.safe_load((ROOT / "tests" / "data" / name).read_text())
+        tasks |= set(cfg["tasks"])
+        variants |= set(cfg["variants"])
+    assert tasks == set(TASKS) and variants == set(VARIANTS)
+
+
+@pytest.mark.slow
+def test_e2e_coverage_runs_every_other_task_and_variant(tmp_path):
+    from rag.tasks import TASKS
+
+    cfg = tmp_path / "config.yaml"
+    shutil.copy(ROOT / "tests" / "data" / "e2e_coverage.yaml", cfg)
+    res = smk(tmp_path, configfile=cfg)
+    assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
+    spec = yaml.safe_load(cfg.read_text())
+    runs = tmp_path / "results" / spec["name"] / "runs"
+    for task in spec["tasks"]:
+        for variant in spec["variants"]:
+            for split in ("dev", "test"):
+                m = json.loads((runs / task / variant / split / "metrics.json").read_text())
+                assert set(m["metrics"]) == set(TASKS[task].metrics) and m["n"] == spec["tasks"][task][split]
+    assert (tmp_path / "reports" / spec["name"] / "report.html").is_file()
