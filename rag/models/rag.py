@@ -64,8 +64,6 @@ class RagSystem(torch.nn.Module):
         super().__init__()
         if model not in ("sequence", "token", "bart"):
             raise ValueError(f"unknown model kind {model!r}")
-        if model != "bart" and retriever is None:
-            raise ValueError(f"model kind {model!r} needs a retriever")
         if precision not in P.PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}")
         self.generator = generator
