@@ -63,4 +63,4 @@ rule train:
     shell:
         "RAG_THREADS={threads} {params.launcher} rag train --config {input.cfg} --variant {wildcards.variant} "
         "--train-data {input.data} --generator {input.generator} {params.retrieval} {params.init} "
-        "--checkpoint-dir {params.ckpt} --config-hash {params.config_hash} --out {output.model} {params.evaluate} 2> {log}"
+        "--checkpoint-dir {params.ckpt} --config-hash {params.config_hash:q} --out {output.model} {params.evaluate} 2> {log}"
