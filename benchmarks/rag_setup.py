@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks.common import ROOT, load_corpus, load_questions
+from benchmarks.common import DEFAULT_RESULTS, ROOT, load_corpus, load_questions
 
 GEN_CFG = {"d_model": 128, "layers": 2, "heads": 4, "ffn": 512, "max_source_len": 128, "max_target_len": 32, "dropout": 0.1}
 
@@ -18,7 +18,7 @@ def load_generator(prefer_pretrained: bool = True):
     a fresh small BART of the default size (config.yaml: d_model 128, 2+2 layers) on a corpus BPE."""
     import json
 
-    path = ROOT / "results/generator/model"
+    path = DEFAULT_RESULTS / "generator/model"
     plain = (path / "config.json").is_file() and not json.loads((path / "config.json").read_text()).get("copy_mechanism")
     if prefer_pretrained and plain and (path / "model.safetensors").is_file():
         from rag.models.generator import load_generator as lg

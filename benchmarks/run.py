@@ -1,9 +1,9 @@
-"""Run the speed benchmarks (issue 7) and write results/benchmarks/<section>.json and summary.md.
+"""Run the speed benchmarks and write results/benchmarks/<section>.json and summary.md.
 
     python -m benchmarks.run --out results/benchmarks                # everything, full sizes
     python -m benchmarks.run --quick --out /tmp/bench                 # smoke test, tiny sizes, ~1-2 min
     python -m benchmarks.run --only encoding,train --out results/benchmarks
-    python -m benchmarks.run --device cuda --paper-size --out results/benchmarks/gpu   # on a GPU (issue 12)
+    python -m benchmarks.run --device cuda --paper-size --out results/benchmarks/gpu   # on a GPU
     python -m benchmarks.run --paper-size --quick --out /tmp/bench_paper               # CPU smoke of that section
 
 Sections: encoding, index, train, decode, dag, scaling, and paper (bart-large-sized generator,
@@ -67,7 +67,8 @@ def parse(argv=None):
     p.add_argument("--decode-n", type=int, default=32)
     p.add_argument("--beams", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=16)
-    p.add_argument("--dag-dir", default=None, help="Snakemake benchmark folder (default results/benchmarks)")
+    p.add_argument("--dag-dir", default=None, help="Snakemake benchmark folder (default results/miniworld/benchmarks: "
+                   "the embedded default's experiment)")
     p.add_argument("--scale-enc-sizes", default="1000,10000")
     p.add_argument("--scale-index-sizes", default="10000,100000",
                    help="built here; the 1M point comes from the index section (index.json in --out) when present")

@@ -17,6 +17,7 @@ from rag.errors import RagError
 
 MODULES = (
     "rag.commands",
+    "rag.pipeline",
     "rag.metrics",
     "rag.data.download",
     "rag.data.formats",

@@ -1,38 +1,23 @@
 """Pipeline subcommands: each Snakemake rule runs exactly one of these.
 
-Every command reads the config section Snakemake wrote for it (``results/config/*.json``),
-writes its outputs atomically and exits 2 with one clear message on bad input.
+Every command reads the config section(s) Snakemake wrote for it (``results/<name>/config/*.json``;
+several ``--config`` files are merged), reads and writes exactly the files its arguments name
+(no directory plus a naming convention), writes its outputs atomically and exits 2 with one
+clear message on bad input.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import os
 import time
 from pathlib import Path
 
-from rag.errors import ConfigError, DataError
-from rag.io import atomic_dir, read_json, read_jsonl, write_json, write_jsonl
+from rag import runtime
+from rag.config import read_sections
+from rag.errors import ConfigError
+from rag.io import atomic_dir, read_jsonl, write_json, write_jsonl
 
 log = logging.getLogger("rag")
-
-
-def _threads(cfg: dict) -> None:
-    import torch
-
-    torch.set_num_threads(int(os.environ.get("RAG_THREADS", cfg.get("threads", 1))))
-
-
-def _device(cfg: dict) -> str:
-    if cfg.get("device") == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError("config key 'device': cuda requested but torch sees no GPU")
-        return "cuda"
-    return "cpu"
 
 
 # ---------------------------------------------------------------------------------- corpus
@@ -40,7 +25,7 @@ def cmd_corpus(args) -> None:
     from rag.data import miniworld
     from rag.data.corpus import write_passages
 
-    cfg = read_json(args.config)
+    cfg = read_sections(args.config)
     corpus = cfg["corpus"]
     if corpus["source"] == "miniworld":
         world = miniworld.build_world(cfg["miniworld"], cfg["seed"])[args.snapshot]
@@ -56,36 +41,41 @@ def cmd_corpus(args) -> None:
     log.info("wrote %d passages to %s", n, args.out)
 
 
+SPLITS = ("train", "dev", "test")
+
+
 def cmd_tasks(args) -> None:
     from rag.data import miniworld
 
-    cfg = read_json(args.config)
+    cfg = read_sections(args.config)
     name, task = cfg["task_name"], cfg["task"]
-    out = Path(args.out_dir)
+    outs = {split: getattr(args, f"out_{split}") for split in SPLITS}
     if task["source"] == "miniworld":
         world = miniworld.build_world(cfg["miniworld"], cfg["seed"])["a"]
-        for split in ("train", "dev", "test"):
+        for split in SPLITS:
             try:
                 rows = miniworld.make_task(world, name, split, task[split], cfg["seed"], cfg["miniworld"]["passage_words"])
             except ValueError as exc:
                 raise ConfigError(f"config key 'tasks.{name}.{split}': {exc}") from None
-            write_jsonl(out / f"{split}.jsonl", rows)
+            write_jsonl(outs[split], rows)
     else:
         from rag.data.formats import prepare_task
 
-        for split in ("train", "dev", "test"):
-            src = Path(args.input_dir) / Path(task["files"][split]).name if args.input_dir else Path(task["files"][split])
+        for split in SPLITS:
+            src = getattr(args, f"in_{split}")
+            if not src:
+                raise ConfigError(f"task {name} (source {task['source']}) needs --in-{split} (the downloaded or local file)")
             fmt = task.get("formats", {}).get(split, task.get("format", name))
             wf = task.get("well_formed_only", False)
             wf = split in wf if isinstance(wf, list) else bool(wf)
             extra = {"well_formed_only": True} if wf and fmt == "msmarco" else {}
-            prepare_task(fmt, src, out / f"{split}.jsonl", task=name, split=split, **extra)
+            prepare_task(fmt, Path(src), Path(outs[split]), task=name, split=split, **extra)
 
 
 def cmd_hotswap_data(args) -> None:
     from rag.data import miniworld
 
-    cfg = read_json(args.config)
+    cfg = read_sections(args.config)
     worlds = miniworld.build_world(cfg["miniworld"], cfg["seed"])
     write_jsonl(args.out, miniworld.hotswap_questions(worlds))
 
@@ -98,13 +88,12 @@ def cmd_encode(args) -> None:
     from rag.io import atomic_path
     from rag.retrieval.encoders import Encoder, encode_passages, shard_range
 
-    cfg = read_json(args.config)
-    _threads(cfg)
+    cfg = read_sections(args.config)
+    device = runtime.setup(cfg, seed=False, check_precision=False)  # CPU encodes in fp32 whatever the precision
     r = cfg["retriever"]
     p = read_passages(args.passages)
     lo, hi = shard_range(len(p), args.shard, args.num_shards)
     enc = Encoder.load(r["context_encoder"], r["pooling"], r["normalize"], r["max_length"])
-    device = _device(cfg)
     import torch
 
     # precision on GPUs: the context encoder's weights in fp16/bf16 (inference only, no autocast needed); CPU: fp32
@@ -122,12 +111,16 @@ def cmd_index(args) -> None:
 
     from rag.retrieval.index import build_index, load_embeddings, recall_against_flat, save_index
 
-    cfg = read_json(args.config)
-    _threads(cfg)
+    cfg = read_sections(args.config)
+    runtime.threads(cfg)
     r = cfg["retriever"]
     emb = load_embeddings(args.embeddings)
     t = time.time()
-    index = build_index(emb, r["index"], r["hnsw_m"], r["ivf_lists"], r["pq_m"], r["hnsw_ef_search"], use_gpu=cfg["device"] == "cuda")
+    # the section holds the parameters of the configured index type only (rag.config.INDEX_KEYS)
+    params = {k: r[k] for k in ("hnsw_m", "ivf_lists", "pq_m") if k in r}
+    if "hnsw_ef_search" in r:
+        params["ef_search"] = r["hnsw_ef_search"]
+    index = build_index(emb, r["index"], use_gpu=cfg["device"] == "cuda", **params)
     stats = {"kind": r["index"], "n": int(emb.shape[0]), "dim": int(emb.shape[1]), "build_seconds": time.time() - t}
     rng = np.random.default_rng(0)
     queries = emb[rng.choice(len(emb), size=min(200, len(emb)), replace=False)]
@@ -150,13 +143,12 @@ def cmd_bm25(args) -> None:
 def cmd_pretrain(args) -> None:
     import torch
 
-    from rag import precision
     from rag.data.corpus import read_passages
     from rag.models import generator as G
     from rag.tasks import FEVER3_LABELS
 
-    cfg = read_json(args.config)
-    _threads(cfg)
+    cfg = read_sections(args.config)
+    runtime.threads(cfg)
     g = cfg["generator"]
     torch.manual_seed(cfg["seed"])
     if g["init"] == "pretrained":
@@ -166,8 +158,7 @@ def cmd_pretrain(args) -> None:
             tok.save_pretrained(tmp)
             write_json(tmp / "pretrain.json", {"init": "pretrained", "name_or_path": g["name_or_path"]})
         return
-    device = _device(cfg)  # pretraining from scratch runs on the configured device and precision
-    precision.check(cfg["precision"], device)
+    device = runtime.setup(cfg, seed=False)  # pretraining from scratch runs on the configured device and precision
     texts: list[str] = []
     titles: list[str] = []
     ids: list[str] = []
@@ -207,30 +198,32 @@ def register(sub) -> None:
         return p
 
     p = add("corpus", cmd_corpus, "generate (miniworld) or convert a corpus into 100-word passages.tsv")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, nargs="+")
     p.add_argument("--snapshot", default="a", choices=["a", "b"])
     p.add_argument("--input", help="downloaded/local corpus file (non-miniworld sources)")
     p.add_argument("--out", required=True)
     p.add_argument("--restatements", help="miniworld: also write the pretraining restatements (jsonl) here")
 
     p = add("tasks", cmd_tasks, "generate (miniworld) or convert one task's train/dev/test jsonl")
-    p.add_argument("--config", required=True)
-    p.add_argument("--input-dir", help="folder holding the downloaded task files")
-    p.add_argument("--out-dir", required=True)
+    p.add_argument("--config", required=True, nargs="+")
+    for split in SPLITS:
+        p.add_argument(f"--in-{split}", help=f"download/local sources: the {split} file (or folder) to convert")
+    for split in SPLITS:
+        p.add_argument(f"--out-{split}", required=True, help=f"the {split} jsonl to write")
 
     p = add("hotswap-data", cmd_hotswap_data, "world-leader questions with answers of both snapshots")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, nargs="+")
     p.add_argument("--out", required=True)
 
     p = add("encode", cmd_encode, "encode one shard of the passages with the context encoder")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, nargs="+")
     p.add_argument("--passages", required=True)
     p.add_argument("--shard", type=int, required=True)
     p.add_argument("--num-shards", type=int, required=True)
     p.add_argument("--out", required=True)
 
     p = add("index", cmd_index, "merge embedding shards into a FAISS index")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, nargs="+")
     p.add_argument("--embeddings", nargs="+", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--stats", required=True)
@@ -240,7 +233,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True)
 
     p = add("pretrain", cmd_pretrain, "build the generator (tokenizer + BART) and pretrain it on the corpus")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, nargs="+")
     p.add_argument("--passages", nargs="+", required=True)
     p.add_argument("--restatements", help="miniworld: restated facts (rag corpus --restatements) for the reading objective")
     p.add_argument("--out", required=True)
@@ -248,7 +241,3 @@ def register(sub) -> None:
     p = add("init-store", cmd_init_store, "create the MLflow tracking store once, before parallel jobs")
     p.add_argument("--uri", required=True)
     p.add_argument("--marker", required=True)
-
-    from rag import pipeline
-
-    pipeline.register(sub, add)

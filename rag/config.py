@@ -19,15 +19,22 @@ from typing import Any
 import yaml
 
 from rag.errors import ConfigError
-from rag.tasks import TASKS
+from rag.tasks import TASKS, VARIANTS
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
 
 
 @lru_cache(maxsize=1)
 def schema() -> dict:
+    """The config schema, its task and variant enums (and the default variant list) generated
+    from the registry (rag/tasks.py)."""
     with open(SCHEMA_PATH, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+        sch = yaml.safe_load(fh)
+    defs = sch["definitions"]
+    defs["variant"]["enum"] = list(VARIANTS)
+    defs["task_name"]["enum"] = list(TASKS)
+    sch["properties"]["variants"]["default"] = list(VARIANTS)
+    return sch
 
 
 def _validator_with_defaults():
@@ -249,40 +256,94 @@ def _canonical(obj: Any) -> Any:
 
 
 def sections(cfg: dict) -> dict[str, dict]:
-    """Split the resolved config into the pieces each stage depends on.
+    """Split the resolved config into the pieces each stage reads, and only those.
 
-    Snakemake writes each piece to ``results/config/<name>.json`` with the piece as a rule
-    param, so editing one task's settings re-runs only the jobs that read that task's piece.
+    Snakemake writes each piece to ``results/<name>/config/<piece>.json`` with the piece as a rule
+    param, so an edit re-runs only the jobs whose piece it changes (and what follows them):
+
+    ``corpus``        the corpus rule and the hot-swap questions (miniworld world, passage cut)
+    ``encode``        passage encoding (context encoder, pooling, max length, batch, device)
+    ``index``         the FAISS index (its type and that type's parameters)
+    ``generator``     generator construction and pretraining
+    ``data_<task>``   one task's train/dev/test files (miniworld sizes, or format options)
+    ``train_<task>``  fine-tuning (train keys, the question encoder and retrieval scale, MLflow)
+    ``eval_<task>``   test-time decoding (K, method) and metric options; read with ``train_<task>``
+    ``experiments``   Figure 3's K sweep
+    ``report``        the report's scale summary, samples, tasks and variants
+
+    Runtime knobs (``threads``, ``resources``) are in none: they never invalidate an output
+    (rules pass ``threads`` as ``RAG_THREADS``). ``tracking.ui_url`` is the report rule's param.
     Pieces are canonical (sorted keys), so the order of keys in a YAML file changes nothing.
     """
     return _canonical(_sections(cfg))
 
 
+# the retriever keys each consumer reads (rag.commands.cmd_encode / cmd_index, rag.pipeline.build_system)
+ENCODE_KEYS = ("context_encoder", "pooling", "normalize", "max_length", "batch_size")
+INDEX_KEYS = {"flat": (), "hnsw": ("hnsw_m", "hnsw_ef_search"), "ivfpq": ("ivf_lists", "pq_m")}
+QUESTION_KEYS = ("question_encoder", "pooling", "normalize", "max_length", "score_scale")
+# what a task's data files depend on (the rest of tasks.<task> is training or decoding)
+DATA_KEYS = ("source", "train", "dev", "test", "format", "formats", "well_formed_only")
+DECODE_KEYS = ("decode_sequence", "decode_token")
+
+
 def _sections(cfg: dict) -> dict[str, dict]:
-    shared = {k: cfg[k] for k in ("name", "seed", "device", "precision", "threads", "tracking")}
+    corpus, r, g = cfg["corpus"], cfg["retriever"], cfg["generator"]
+    miniworld = corpus["source"] == "miniworld"
+    run = {"name": cfg["name"], "seed": cfg["seed"], "device": cfg["device"], "precision": cfg["precision"]}
     out = {
-        "corpus": {**shared, "corpus": cfg["corpus"], "miniworld": cfg["miniworld"]},
-        "retriever": {**shared, "corpus": {"name": cfg["corpus"]["name"]}, "retriever": cfg["retriever"]},
-        "generator": {**shared, "generator": cfg["generator"]},
-        "experiments": {**shared, "experiments": cfg["experiments"], "train": cfg["train"]},
-        "report": {**shared, "report": cfg["report"], "variants": cfg["variants"], "tasks": sorted(cfg["tasks"]),
+        "corpus": {"seed": cfg["seed"],
+                   "corpus": {k: corpus[k] for k in (("source", "passage_words") if miniworld else ("source", "format", "passage_words"))},
+                   **({"miniworld": cfg["miniworld"]} if miniworld else {})},
+        "encode": {"device": cfg["device"], "precision": cfg["precision"], "retriever": {k: r[k] for k in ENCODE_KEYS}},
+        "index": {"device": cfg["device"], "retriever": {k: r[k] for k in ("index", *INDEX_KEYS[r["index"]])}},
+        "generator": {"seed": cfg["seed"], "device": cfg["device"], "precision": cfg["precision"], "generator": g},
+        "experiments": {"experiments": {"topk_sweep": cfg["experiments"]["topk_sweep"]}},
+        "report": {"report": cfg["report"], "variants": cfg["variants"], "tasks": sorted(cfg["tasks"]),
                    "scale": scale_summary(cfg)},
     }
     for name, task in cfg["tasks"].items():
-        out[f"task_{name}"] = {
-            **shared,
+        data = {"task_name": name, "task": {k: task[k] for k in DATA_KEYS if k in task}}
+        if task["source"] == "miniworld":  # gold passages depend on how the corpus is cut
+            data.update(seed=cfg["seed"], miniworld={**cfg["miniworld"], "passage_words": corpus["passage_words"]})
+        out[f"data_{name}"] = data
+        out[f"train_{name}"] = {
+            **run,
+            "tracking": {"uri": cfg["tracking"]["uri"]},
             "task_name": name,
-            "task": task,
-            # gold passages depend on how the corpus is cut
-            "miniworld": ({**cfg["miniworld"], "passage_words": cfg["corpus"]["passage_words"]}
-                          if task["source"] == "miniworld" else None),
+            "task": {k: v for k, v in task.items() if k not in DECODE_KEYS},
             "train": {**cfg["train"], **({"steps": task["steps"]} if "steps" in task else {})},
-            "generator": {k: cfg["generator"][k] for k in ("max_source_len", "max_target_len", "chunk_overhead")},
-            "retriever": {k: cfg["retriever"][k] for k in ("score_scale", "max_length", "pooling", "normalize", "question_encoder")},
-            "decode": {m: task_decode(cfg, name, m) for m in ("sequence", "token", "bart")},
+            "generator": {k: g[k] for k in ("max_source_len", "max_target_len", "chunk_overhead")},
+            "retriever": {k: r[k] for k in QUESTION_KEYS},
         }
+        out[f"eval_{name}"] = {"task_name": name, "decode": {m: task_decode(cfg, name, m) for m in ("sequence", "token", "bart")}}
         if set(TASKS[name].metrics) & {"bleu1", "rougeL", "qbleu1"}:  # only these read metrics options
-            out[f"task_{name}"]["metrics"] = cfg["metrics"]
+            out[f"eval_{name}"]["metrics"] = cfg["metrics"]
+    return out
+
+
+def read_sections(paths: str | list[str]) -> dict:
+    """The config a command runs with: one section file, or several merged (``merge_sections``)."""
+    from rag.io import read_json
+
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    parts = [read_json(p) for p in paths]
+    for p, part in zip(paths, parts):
+        if not isinstance(part, dict):
+            raise ConfigError(f"{p}: a config section must be a JSON object")
+    return merge_sections(parts, [str(p) for p in paths])
+
+
+def merge_sections(parts: list[dict], names: list[str] | None = None) -> dict:
+    """One config from several section files (``rag train --config train_nq.json eval_nq.json``);
+    a key two of them give different values is an error."""
+    out: dict = {}
+    for i, part in enumerate(parts):
+        for key, value in part.items():
+            if key in out and out[key] != value:
+                where = names[i] if names else f"section {i}"
+                raise ConfigError(f"{where}: key {key!r} differs from an earlier --config file")
+            out[key] = value
     return out
 
 

@@ -33,7 +33,6 @@ from typing import Callable, Sequence
 
 from rag.errors import ConfigError, DataError
 
-METRICS = ("em", "em_regex", "bleu1", "rougeL", "qbleu1", "accuracy", "trigram_distinct")
 TOKENIZERS = ("python", "ptb")
 
 # ---------------------------------------------------------------------------------------------
@@ -631,32 +630,30 @@ def _mean_bool(fn: Callable[[str, Sequence[str]], bool], predictions, targets) -
     return 100.0 * sum(bool(fn(p, t)) for p, t in zip(predictions, targets)) / len(predictions)
 
 
+# metric name -> scorer(predictions, targets, tokenizer, qbleu_weights) -> score in [0, 100]
+SCORERS: dict[str, Callable[..., float]] = {
+    "em": lambda p, t, tokenizer, qbleu_weights: _mean_bool(exact_match, p, t),
+    "em_regex": lambda p, t, tokenizer, qbleu_weights: _mean_bool(regex_match, p, t),
+    "bleu1": lambda p, t, tokenizer, qbleu_weights: bleu1(p, t, tokenizer),
+    "rougeL": lambda p, t, tokenizer, qbleu_weights: rouge_l(p, t, tokenizer),
+    "qbleu1": lambda p, t, tokenizer, qbleu_weights: qbleu1(p, t, tokenizer=tokenizer, **(qbleu_weights or {})),
+    "accuracy": lambda p, t, tokenizer, qbleu_weights: accuracy(p, t),
+    "trigram_distinct": lambda p, t, tokenizer, qbleu_weights: trigram_distinct(p),
+}
+METRICS = tuple(SCORERS)
+
+
 def compute(metric: str, predictions: Sequence[str], targets: Sequence[Sequence[str]],
             tokenizer: str = "python", qbleu_weights: dict | None = None) -> float:
     """Score ``predictions`` against ``targets`` (one list of golds per example) with ``metric``.
 
     ``tokenizer`` (python|ptb) is used by bleu1, rougeL and qbleu1; ``qbleu_weights`` (keys of
     ``QBLEU_WEIGHT_KEYS``) by qbleu1 only (default ``QBLEU_DEFAULT_WEIGHTS``)."""
-    if metric not in METRICS:
+    if metric not in SCORERS:
         raise ConfigError(f"unknown metric {metric!r}; valid metrics: {', '.join(METRICS)}")
     if len(predictions) == 0:
         raise DataError(f"metric {metric}: no predictions to score (empty list)")
-    if metric == "trigram_distinct":
-        return trigram_distinct(predictions)
-    if metric == "em":
-        return _mean_bool(exact_match, predictions, targets)
-    if metric == "em_regex":
-        return _mean_bool(regex_match, predictions, targets)
-    if metric == "bleu1":
-        return bleu1(predictions, targets, tokenizer)
-    if metric == "rougeL":
-        return rouge_l(predictions, targets, tokenizer)
-    if metric == "qbleu1":
-        return qbleu1(predictions, targets, tokenizer=tokenizer, **(qbleu_weights or {}))
-    if metric == "accuracy":
-        return accuracy(predictions, targets)
-    # every name of METRICS has a branch above: a listed name without one is a bug, not accuracy
-    raise ConfigError(f"metric {metric!r} is listed in METRICS but has no scorer")
+    return SCORERS[metric](predictions, targets, tokenizer, qbleu_weights)
 
 
 def _index_by_id(rows: list[dict], path, field: str) -> dict:

@@ -5,78 +5,50 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import time
 from pathlib import Path
 
+from rag import runtime
+from rag.config import read_sections
 from rag.errors import ConfigError, DataError
 from rag.io import atomic_dir, read_json, read_jsonl, write_json, write_jsonl
-from rag.tasks import TASKS, variant_spec
+from rag.retrieval import RetrievalFiles, add_file_args
+from rag.evaluate import answer_hits, metric_options, predict, score_predictions
+from rag.tasks import TASKS, VARIANTS, variant_spec
 
 log = logging.getLogger("rag")
 
 
-def _setup(cfg: dict) -> str:
-    import torch
-
-    from rag import precision
-
-    torch.set_num_threads(int(os.environ.get("RAG_THREADS", cfg.get("threads", 1))))
-    torch.manual_seed(cfg["seed"])
-    device = "cpu"
-    if cfg.get("device") == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError("config key 'device': cuda requested but torch sees no GPU")
-        device = "cuda"
-    precision.check(cfg["precision"], device)
-    return device
+def trained_question_encoder(model_dir: str | Path | None) -> str | None:
+    """The fine-tuned question encoder a model folder holds (``question_encoder/``), else None."""
+    q_dir = Path(model_dir) / "question_encoder" if model_dir else None
+    return str(q_dir) if q_dir is not None and q_dir.is_dir() else None
 
 
-def load_retrieval(variant: str, passages: str | None, embeddings: list[str] | None, index: str | None,
-                   bm25: str | None):
-    """Passages plus the variant's retriever parts: (passages, doc_emb, faiss index, bm25)."""
-    from rag.data.corpus import read_passages
-
-    spec = variant_spec(variant)
-    if spec.retriever is None:
-        return None, None, None, None
-    p = read_passages(passages)
-    if spec.retriever == "bm25":
-        from rag.retrieval.bm25 import BM25Retriever
-
-        return p, None, None, BM25Retriever(bm25)
-    from rag.retrieval.index import load_embeddings, load_index
-
-    emb = load_embeddings(embeddings)
-    if len(emb) != len(p):
-        raise DataError(f"{embeddings[0]}: {len(emb)} embeddings for {len(p)} passages in {passages}")
-    return p, emb, load_index(index), None
-
-
-def build_system(cfg: dict, variant: str, model_dir: str, retrieval, device: str, question_encoder_dir: str | None = None):
+def build_system(cfg: dict, variant: str, model_dir: str, device: str, files: RetrievalFiles | None = None,
+                 question_encoder_dir: str | None = None, retriever=None):
+    """The variant's RAG system: the generator of ``model_dir`` and ``retriever``, or (None) the
+    variant's registered retriever over ``files`` (its question encoder from ``question_encoder_dir``
+    or the configured one)."""
     from rag.models.generator import load_generator
     from rag.models.rag import RagSystem
-    from rag.retrieval.encoders import Encoder
+    from rag.retrieval import build_retriever
 
     spec = variant_spec(variant)
-    r = cfg["retriever"]
     gen_dir = Path(model_dir) / "generator" if (Path(model_dir) / "generator").is_dir() else Path(model_dir)
     generator, tok = load_generator(gen_dir, device)
-    qenc = None
-    if spec.retriever == "dense":
-        q_path = question_encoder_dir or r["question_encoder"]
-        qenc = Encoder.load(q_path, r["pooling"], r["normalize"], r["max_length"]).to(device)
-    passages, emb, index, bm25 = retrieval
+    if retriever is None:
+        retriever = build_retriever(spec.retriever, files or RetrievalFiles(), cfg, device, question_encoder_dir)
     g = cfg["generator"]
-    return RagSystem(generator, tok, spec.model, passages, qenc, emb, index, bm25, r["score_scale"],
-                     g["max_source_len"], g["max_target_len"], chunk_overhead=g["chunk_overhead"],
-                     precision=cfg["precision"])
+    return RagSystem(generator, tok, spec.model, retriever, g["max_source_len"], g["max_target_len"],
+                     chunk_overhead=g["chunk_overhead"], precision=cfg["precision"])
 
 
-def load_trained(cfg: dict, variant: str, model_dir: str, retrieval, device: str):
-    """A trained model folder (generator/, question_encoder/ when fine-tuned) ready for inference."""
-    q_dir = Path(model_dir) / "question_encoder"
-    system = build_system(cfg, variant, model_dir, retrieval, device, str(q_dir) if q_dir.is_dir() else None)
+def load_trained(cfg: dict, variant: str, model_dir: str, device: str, files: RetrievalFiles | None = None,
+                 retriever=None):
+    """A trained model folder (generator/, question_encoder/ when fine-tuned) ready for inference,
+    with ``retriever`` or the variant's retriever over ``files``."""
+    system = build_system(cfg, variant, model_dir, device, files, trained_question_encoder(model_dir), retriever)
     system.eval()
     return system
 
@@ -92,7 +64,6 @@ def _targets_for_training(cfg: dict, system, rows: list[dict], k: int) -> tuple[
         return [r["input"] for r in rows], [label_token(r["targets"][0]) for r in rows]
     if spec.kind != "regex":
         return [r["input"] for r in rows], [r["targets"][0] for r in rows]
-    from rag.data.corpus import read_passages  # noqa: F401  (passages come with the system)
     from rag.metrics import compile_regex
 
     if system.passages is None:
@@ -157,18 +128,16 @@ def cmd_train(args) -> None:
     from rag.tracking import Run
     from rag.train import ddp_setup, train
 
-    cfg = read_json(args.config)
-    device = _setup(cfg)
+    cfg = read_sections(args.config)
+    device = runtime.setup(cfg)
     rank, world = ddp_setup()  # torchrun (train.ddp_processes > 1): one process per device
     name, variant = cfg["task_name"], args.variant
     spec, vspec, t = TASKS[name], variant_spec(variant), cfg["train"]
-    rows = read_jsonl(Path(args.data_dir) / "train.jsonl", required=("id", "input", "targets"))
-    retrieval = load_retrieval(variant, args.passages, args.embeddings, args.index, args.bm25)
+    eval_io = _eval_io(args, required=False)  # evaluate_in_train_job: dev/test decoded by this job too
+    rows = read_jsonl(args.train_data, required=("id", "input", "targets"))
     init = args.init_from or args.generator
-    q_dir = None
-    if args.init_from and (Path(args.init_from) / "question_encoder").is_dir():
-        q_dir = str(Path(args.init_from) / "question_encoder")
-    system = build_system(cfg, variant, init, retrieval, device, q_dir)
+    q_dir = trained_question_encoder(args.init_from)
+    system = build_system(cfg, variant, init, device, RetrievalFiles.from_args(args), q_dir)
     if system.question_encoder is not None:
         system.question_encoder.train_top_layers = t.get("question_encoder_layers")
     if spec.kind == "classification":
@@ -191,7 +160,10 @@ def cmd_train(args) -> None:
     start = time.time()
     ckpt_dir = Path(args.checkpoint_dir)
     if rank == 0:
-        _guard_checkpoint(ckpt_dir, {"config": cfg, "variant": variant, "init": str(init), "n_train": len(inputs)})
+        # the training configuration only: after an edit of test-time keys (decode, metrics: the eval_<task>
+        # section a fused train job also reads) the finished checkpoint resumes at its last step
+        train_cfg = {k: v for k, v in cfg.items() if k not in ("decode", "metrics")}
+        _guard_checkpoint(ckpt_dir, {"config": train_cfg, "variant": variant, "init": str(init), "n_train": len(inputs)})
     if world > 1:
         torch.distributed.barrier()  # no rank reads the checkpoint before rank 0 has vetted it
     try:
@@ -227,135 +199,68 @@ def cmd_train(args) -> None:
                                         "train_seconds": seconds, "n_train": len(inputs), "init": init,
                                         "losses": losses})
     log.info("%s/%s: %d steps in %.1fs, final loss %.3f", name, variant, t["steps"], seconds, losses[-1] if losses else float("nan"))
-    if args.eval_out_dir:  # evaluate in this process (config key evaluate_in_train_job): no second start-up
+    if eval_io:  # evaluate in this process (config key evaluate_in_train_job): no second start-up
+        # the saved generator, and the retriever as trained (its question encoder is the one just saved)
+        retriever = system.retriever
         del system
-        evaluate_model(cfg, variant, args.data_dir, args.out, retrieval, device, args.eval_out_dir)
+        evaluate_model(cfg, variant, eval_io, args.out, device, retriever=retriever)
 
 
 # ------------------------------------------------------------------------------ evaluation
-def predict(cfg: dict, system, variant: str, rows: list[dict], k: int | None = None, batch_size: int = 32) -> list[dict]:
-    """Predictions (with retrieved passages and p(z|x)) for ``rows`` under the task's decoding."""
-    from tqdm.auto import tqdm
-
-    name = cfg["task_name"]
-    spec = TASKS[name]
-    vspec = variant_spec(variant)
-    dec = cfg["decode"][vspec.model]
-    k = k or dec["k"]
-    out = []
-    label_ids = None
-    if spec.kind == "classification":
-        from rag.models.generator import label_token
-
-        label_ids = [system.tokenizer.convert_tokens_to_ids(label_token(lb)) for lb in spec.labels]
-    for i in tqdm(range(0, len(rows), batch_size), desc=f"decode {name}/{variant}", unit="batch"):
-        chunk = rows[i : i + batch_size]
-        qs = [r["input"] for r in chunk]
-        if label_ids is not None:
-            scores, enc = system.score_labels(qs, label_ids, k)
-            best = scores.argmax(1).tolist()
-            preds = system._predictions(enc, [_FakeHyp() for _ in chunk])
-            for p, b in zip(preds, best):
-                p.text = spec.labels[b]
-        else:
-            preds = system.generate(qs, k, dec["method"], dec["beams"], dec["max_new_tokens"])
-        for r, p in zip(chunk, preds):
-            out.append({"id": r["id"], "input": r["input"], "targets": r["targets"], "prediction": p.text,
-                        "doc_ids": p.doc_ids, "doc_titles": p.doc_titles, "doc_scores": [round(x, 6) for x in p.doc_probs],
-                        "gold_docs": r.get("meta", {}).get("gold_docs", [])})
-    return out
+EVAL_FLAGS = ("dev", "test", "dev_predictions", "dev_metrics", "test_predictions", "test_metrics")
 
 
-class _FakeHyp:
-    tokens = ()
-    score = 0.0
-
-
-def metric_options(cfg: dict) -> dict:
-    """The scorer options this task's metrics use (recorded in metrics.json, shown by the report)."""
-    from rag import metrics as M
-
-    spec = TASKS[cfg["task_name"]]
-    given = cfg.get("metrics") or {}
-    opts = {}
-    if set(spec.metrics) & {"bleu1", "rougeL", "qbleu1"}:
-        opts["tokenizer"] = given.get("tokenizer", "python")
-    if "qbleu1" in spec.metrics:
-        w = M.check_qbleu_weights(given.get("qbleu1") or {})
-        opts["qbleu1"] = {k: w[k] for k in M.QBLEU_WEIGHT_KEYS}
-    return opts
-
-
-def answer_hits(preds: list[dict], passages, regex: bool = False) -> list[float]:
-    """100 for each prediction whose retrieved passages contain an answer, else 0."""
-    from rag import metrics as M
-
-    row_of = passages.index_of()
-    return [100.0 * any(M.answer_in_text(passages.texts[row_of[d]], x["targets"], regex=regex) for d in x["doc_ids"])
-            for x in preds]
-
-
-def score_predictions(cfg: dict, preds: list[dict], passages) -> tuple[dict, dict]:
-    from rag import metrics as M
-
-    spec = TASKS[cfg["task_name"]]
-    p = [x["prediction"] for x in preds]
-    t = [x["targets"] for x in preds]
-    opts = metric_options(cfg)
-    scores = {m: M.compute(m, p, t, tokenizer=opts.get("tokenizer", "python"), qbleu_weights=opts.get("qbleu1"))
-              for m in spec.metrics}
-    retrieval = {}
-    if passages is not None and preds and preds[0]["doc_ids"]:
-        k = len(preds[0]["doc_ids"])
-        row_of = passages.index_of()
-        if spec.kind in ("qa", "regex"):
-            hits = answer_hits(preds, passages, regex=spec.kind == "regex")
-            retrieval[f"answer_recall@{k}"] = sum(hits) / len(hits)
-        gold = [x for x in preds if x["gold_docs"]]
-        if gold:
-            # gold_docs name passages (miniworld) or whole articles (an entity id)
-            hits = [any(d in x["gold_docs"] or passages.doc_entity(row_of[d]) in x["gold_docs"] for d in x["doc_ids"])
-                    for x in gold]
-            retrieval[f"passage_recall@{k}"] = 100.0 * sum(hits) / len(hits)
-    return scores, retrieval
+def _eval_io(args, required: bool) -> dict[str, tuple[str, str, str]] | None:
+    """split -> (data file, predictions file, metrics file) from the --dev/--test/--*-predictions/
+    --*-metrics flags: all six, or (``required=False``) none."""
+    given = {f: getattr(args, f) for f in EVAL_FLAGS}
+    if not any(given.values()) and not required:
+        return None
+    missing = [f"--{f.replace('_', '-')}" for f, v in given.items() if not v]
+    if missing:
+        raise ConfigError(f"evaluation needs {', '.join(missing)} (the files to read and write for dev and test)")
+    return {split: (given[split], given[f"{split}_predictions"], given[f"{split}_metrics"]) for split in ("dev", "test")}
 
 
 def cmd_evaluate(args) -> None:
-    cfg = read_json(args.config)
-    device = _setup(cfg)
-    retrieval = load_retrieval(args.variant, args.passages, args.embeddings, args.index, args.bm25)
-    evaluate_model(cfg, args.variant, args.data_dir, args.model_dir, retrieval, device, args.out_dir)
+    cfg = read_sections(args.config)
+    device = runtime.setup(cfg)
+    evaluate_model(cfg, args.variant, _eval_io(args, required=True), args.model_dir, device,
+                   files=RetrievalFiles.from_args(args))
 
 
-def evaluate_model(cfg: dict, variant: str, data_dir: str, model_dir: str, retrieval, device: str, out_dir: str) -> None:
-    """Decode dev and test with the saved model folder, score, write predictions + metrics, log to its run."""
+def evaluate_model(cfg: dict, variant: str, io: dict[str, tuple[str, str, str]], model_dir: str, device: str,
+                   files: RetrievalFiles | None = None, retriever=None) -> None:
+    """Decode dev and test with the saved model folder, score, write predictions + metrics, log to its run.
+
+    ``io``: split -> (data jsonl to read, predictions jsonl and metrics.json to write); the
+    retriever is ``retriever`` or the variant's over ``files``."""
     from rag.tracking import Run
 
     name = cfg["task_name"]
     meta = read_json(Path(model_dir) / "meta.json")
-    system = load_trained(cfg, variant, model_dir, retrieval, device)
+    system = load_trained(cfg, variant, model_dir, device, files, retriever)
     if meta.get("mlflow_run_id"):
         run = Run(cfg["tracking"]["uri"], "", run_id=meta["mlflow_run_id"], tags={"evaluated": "yes"})
     else:  # a model imported without a run (rag import-hf-rag): evaluation opens one
         run = Run(cfg["tracking"]["uri"], f"{cfg['name']}/{name}", run_name=variant,
                   tags={"task": name, "variant": variant, "rule": "evaluate", "imported": "yes"})
     dec = cfg["decode"][variant_spec(variant).model]
-    for split in ("dev", "test"):
-        rows = read_jsonl(Path(data_dir) / f"{split}.jsonl", required=("id", "input", "targets"))
+    for split, (data_path, pred_path, metrics_path) in io.items():
+        rows = read_jsonl(data_path, required=("id", "input", "targets"))
         t = time.time()
         preds = predict(cfg, system, variant, rows)
         seconds = time.time() - t
-        scores, rec = score_predictions(cfg, preds, retrieval[0])
-        out = Path(out_dir) / split
-        write_jsonl(out / "predictions.jsonl", preds)
+        scores, rec = score_predictions(cfg, preds, system.passages)
+        write_jsonl(pred_path, preds)
         result = {"task": name, "variant": variant, "split": split, "n": len(preds), "metrics": scores, "retrieval": rec,
                   "metric_options": metric_options(cfg),
                   "decode": dec, "decode_seconds": seconds, "mlflow_run_id": run.run_id,
                   "mlflow_experiment_id": run.experiment_id}
-        write_json(out / "metrics.json", result)
+        write_json(metrics_path, result)
         run.metrics({f"{split}_{k}": v for k, v in {**scores, **rec}.items()})
-        run.artifact(out / "metrics.json", f"eval/{split}")
-        run.artifact(out / "predictions.jsonl", f"eval/{split}")
+        run.artifact(Path(metrics_path), f"eval/{split}")
+        run.artifact(Path(pred_path), f"eval/{split}")
         log.info("%s/%s %s: %s %s", name, variant, split, scores, rec)
     run.finish()
 
@@ -364,16 +269,16 @@ def cmd_topk_sweep(args) -> None:
     from rag import metrics as M
     from rag.tracking import Run
 
-    cfg = read_json(args.config)
-    exp = read_json(args.experiments_config)["experiments"]
-    device = _setup(cfg)
+    cfg = read_sections(args.config)
+    exp = read_sections(args.experiments_config)["experiments"]
+    device = runtime.setup(cfg)
     variant = args.variant
     meta = read_json(Path(args.model_dir) / "meta.json")
-    retrieval = load_retrieval(variant, args.passages, args.embeddings, args.index, args.bm25)
-    system = load_trained(cfg, variant, args.model_dir, retrieval, device)
-    rows = read_jsonl(Path(args.data_dir) / "test.jsonl", required=("id", "input", "targets"))
+    system = load_trained(cfg, variant, args.model_dir, device, RetrievalFiles.from_args(args))
+    passages = system.passages
+    rows = read_jsonl(args.test, required=("id", "input", "targets"))
     primary = TASKS[cfg["task_name"]].primary
-    ks = sorted(k for k in exp["topk_sweep"] if k <= len(retrieval[0]))
+    ks = sorted(k for k in exp["topk_sweep"] if k <= len(passages))
     res = {"task": cfg["task_name"], "variant": variant, "k": ks, "em": [], "answer_recall": [], "metric": primary}
     run = Run(cfg["tracking"]["uri"], "", run_id=meta["mlflow_run_id"])
     res["per_example"] = {}
@@ -381,14 +286,14 @@ def cmd_topk_sweep(args) -> None:
     opts = metric_options(cfg)
     for k in ks:
         preds = predict(cfg, system, variant, rows, k=k)
-        scores, rec = score_predictions(cfg, preds, retrieval[0])
+        scores, rec = score_predictions(cfg, preds, passages)
         # per question, in id order: the claims checklist bootstraps over them
         preds = sorted(preds, key=lambda x: x["id"])
         res["per_example"][str(k)] = {
             "id": [x["id"] for x in preds],
             "correct": [M.compute(primary, [x["prediction"]], [x["targets"]], tokenizer=opts.get("tokenizer", "python"),
                                   qbleu_weights=opts.get("qbleu1")) for x in preds],
-            "hit": answer_hits(preds, retrieval[0], regex),
+            "hit": answer_hits(preds, passages, regex),
         }
         res["em"].append(scores[primary])
         res["answer_recall"].append(rec.get(f"answer_recall@{k}", float("nan")))
@@ -399,16 +304,16 @@ def cmd_topk_sweep(args) -> None:
 def cmd_hotswap(args) -> None:
     from rag import metrics as M
 
-    cfg = read_json(args.config)
-    device = _setup(cfg)
+    cfg = read_sections(args.config)
+    device = runtime.setup(cfg)
     variant = args.variant
     rows = read_jsonl(args.questions, required=("id", "input", "targets"))
     cells = {}
     detail = []
     for snap, passages, embs, index in (("a", args.passages_a, args.embeddings_a, args.index_a),
                                         ("b", args.passages_b, args.embeddings_b, args.index_b)):
-        retrieval = load_retrieval(variant, passages, embs, index, None)
-        system = load_trained(cfg, variant, args.model_dir, retrieval, device)
+        files = RetrievalFiles(passages=passages, embeddings=embs, index=index)
+        system = load_trained(cfg, variant, args.model_dir, device, files)
         preds = predict(cfg, system, variant, [{**r, "targets": r["targets"]["a"]} for r in rows])
         for qs in ("a", "b"):
             cells[f"{qs}|{snap}"] = sum(M.exact_match(p["prediction"], r["targets"][qs]) for p, r in zip(preds, rows))
@@ -420,35 +325,14 @@ def cmd_hotswap(args) -> None:
                           "changed": sum(r["meta"]["changed"] for r in rows), "detail": detail})
 
 
-class GoldRetriever:
-    """The oracle's retriever: each question's gold passage (``meta.gold_docs[0]``), alone."""
-
-    def __init__(self, passages, rows: list[dict]):
-        row_of = passages.index_of()
-        self.gold: dict[str, int] = {}
-        for r in rows:
-            gold = (r.get("meta") or {}).get("gold_docs") or []
-            if not gold or gold[0] not in row_of:
-                raise DataError(f"question {r['id']}: no gold passage in the corpus (meta.gold_docs {gold!r})")
-            self.gold[r["input"]] = row_of[gold[0]]
-
-    def search(self, questions: list[str], k: int):
-        import numpy as np
-
-        if k != 1:
-            raise ValueError("the oracle retrieves exactly one passage (K = 1)")
-        return np.array([[self.gold[q]] for q in questions], dtype=np.int64), np.zeros((len(questions), 1), np.float32)
-
-
 def oracle_eval(cfg: dict, variant: str, model_dir: str, passages_path: str, rows: list[dict], device: str) -> dict:
     """The trained model's answers with the gold passage as its only document (K = 1): reader
     quality apart from retrieval. Per example and per attribute."""
     from rag import metrics as M
     from rag.data.corpus import read_passages
+    from rag.retrieval.gold import GoldRetriever
 
-    passages = read_passages(passages_path)
-    system = load_trained(cfg, "rag_token_bm25" if variant_spec(variant).model == "token" else "rag_sequence_bm25",
-                          model_dir, (passages, None, None, GoldRetriever(passages, rows)), device)
+    system = load_trained(cfg, variant, model_dir, device, retriever=GoldRetriever(read_passages(passages_path), rows))
     primary = TASKS[cfg["task_name"]].primary
     preds = sorted(predict(cfg, system, variant, rows, k=1), key=lambda x: x["id"])
     by_id = {r["id"]: r for r in rows}
@@ -463,53 +347,63 @@ def oracle_eval(cfg: dict, variant: str, model_dir: str, passages_path: str, row
 
 
 def cmd_oracle(args) -> None:
-    cfg = read_json(args.config)
-    device = _setup(cfg)
+    cfg = read_sections(args.config)
+    device = runtime.setup(cfg)
     rows = read_jsonl(Path(args.test), required=("id", "input", "targets"))
     write_json(args.out, oracle_eval(cfg, args.variant, args.model_dir, args.passages, rows, device))
 
 
-def register(sub, add) -> None:
-    def retrieval_args(p, required_model=True):
-        p.add_argument("--config", required=True)
-        p.add_argument("--variant", required=True)
-        p.add_argument("--data-dir", required=True)
-        p.add_argument("--passages")
-        p.add_argument("--embeddings", nargs="+")
-        p.add_argument("--index")
-        p.add_argument("--bm25")
+def register(sub) -> None:
+    def add(name, func, help_):
+        p = sub.add_parser(name, help=help_)
+        p.set_defaults(func=func)
+        return p
+
+    def retrieval_args(p):
+        p.add_argument("--config", required=True, nargs="+", help="config section file(s), merged")
+        p.add_argument("--variant", required=True, choices=VARIANTS)
+        add_file_args(p)  # the variant's retrieval files (rag/tasks.py RETRIEVERS names them)
+
+    def eval_args(p, required):
+        p.add_argument("--dev", required=required, help="dev jsonl to decode")
+        p.add_argument("--test", required=required, help="test jsonl to decode")
+        for split in ("dev", "test"):
+            p.add_argument(f"--{split}-predictions", required=required, help=f"{split} predictions.jsonl to write")
+            p.add_argument(f"--{split}-metrics", required=required, help=f"{split} metrics.json to write")
 
     p = add("train", cmd_train, "fine-tune one task x variant (resumes from its checkpoint)")
     retrieval_args(p)
+    p.add_argument("--train-data", required=True, help="the task's train jsonl")
     p.add_argument("--generator", required=True, help="the pretrained generator folder")
     p.add_argument("--init-from", help="start from this model folder (WebQuestions/CuratedTrec start from NQ)")
     p.add_argument("--checkpoint-dir", required=True)
     p.add_argument("--config-hash", default="")
     p.add_argument("--out", required=True)
-    p.add_argument("--eval-out-dir", help="then decode dev and test with the saved model, as `rag evaluate --out-dir`")
+    eval_args(p, required=False)  # all six: then decode dev and test with the saved model, as `rag evaluate`
 
     p = add("evaluate", cmd_evaluate, "decode dev and test, score, log to the run")
     retrieval_args(p)
+    eval_args(p, required=True)
     p.add_argument("--model-dir", required=True)
-    p.add_argument("--out-dir", required=True)
 
     p = add("topk-sweep", cmd_topk_sweep, "Figure 3: test-time K against the task metric and answer recall")
     retrieval_args(p)
+    p.add_argument("--test", required=True, help="test jsonl to decode at each K")
     p.add_argument("--experiments-config", required=True)
     p.add_argument("--model-dir", required=True)
     p.add_argument("--out", required=True)
 
     p = add("oracle", cmd_oracle, "reader quality: decode test with the gold passage as the only document (K = 1)")
-    p.add_argument("--config", required=True)
-    p.add_argument("--variant", required=True)
+    p.add_argument("--config", required=True, nargs="+")
+    p.add_argument("--variant", required=True, choices=VARIANTS)
     p.add_argument("--model-dir", required=True)
     p.add_argument("--passages", required=True)
     p.add_argument("--test", required=True)
     p.add_argument("--out", required=True)
 
     p = add("hotswap", cmd_hotswap, "Section 4.5: answer the leader questions with the index of each snapshot")
-    p.add_argument("--config", required=True)
-    p.add_argument("--variant", required=True)
+    p.add_argument("--config", required=True, nargs="+")
+    p.add_argument("--variant", required=True, choices=VARIANTS)
     p.add_argument("--model-dir", required=True)
     p.add_argument("--questions", required=True)
     for s in ("a", "b"):

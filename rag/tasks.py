@@ -1,4 +1,10 @@
-"""What each paper task is: its kind, its metrics, its decoding, as in the paper's appendix."""
+"""The registry: every task, variant, retriever and metric the harness knows, declared once.
+
+The config schema's enums (``rag.config.schema``), the Snakemake wildcard constraints, the CLI
+choices, the report's labels and the Table 7 checks are all read from here
+(tests/test_registry.py walks every entry). Adding a task, a variant or a retriever means adding
+an entry here (plus its data, or its class); a metric is a scorer in ``rag.metrics.SCORERS``.
+"""
 
 from __future__ import annotations
 
@@ -9,60 +15,103 @@ from dataclasses import dataclass, field
 class TaskSpec:
     name: str
     kind: str  # qa | regex | generation | classification
-    metrics: tuple[str, ...]
+    metrics: tuple[str, ...]  # names of rag.metrics.SCORERS
     primary: str  # the metric Tables 1/2/6 report
-    # decoding at test time (paper, appendix B): QA -> greedy / thorough, generation -> beam 4 / fast
+    # decoding at test time (paper, appendix B): QA -> greedy / thorough, generation -> beam 4 / fast;
+    # the test-time K is configuration (schema default: tasks.<task>.decode_*.k)
     decode_sequence: dict = field(default_factory=dict)
     decode_token: dict = field(default_factory=dict)
     labels: tuple[str, ...] = ()
-
-
-QA_SEQ = {"method": "thorough", "beams": 4, "k": 5, "max_new_tokens": 16}
-QA_TOK = {"method": "greedy", "beams": 1, "k": 5, "max_new_tokens": 16}
-GEN_SEQ = {"method": "fast", "beams": 4, "k": 5, "max_new_tokens": 40}
-GEN_TOK = {"method": "beam", "beams": 4, "k": 5, "max_new_tokens": 40}
-CLS = {"method": "greedy", "beams": 1, "k": 5, "max_new_tokens": 1}
-
-FEVER3_LABELS = ("SUPPORTS", "REFUTES", "NOT ENOUGH INFO")
-FEVER2_LABELS = ("SUPPORTS", "REFUTES")
-
-TASKS: dict[str, TaskSpec] = {
-    "nq": TaskSpec("nq", "qa", ("em",), "em", QA_SEQ, QA_TOK),
-    "triviaqa": TaskSpec("triviaqa", "qa", ("em",), "em", QA_SEQ, QA_TOK),
-    "webquestions": TaskSpec("webquestions", "qa", ("em",), "em", QA_SEQ, QA_TOK),
-    "curatedtrec": TaskSpec("curatedtrec", "regex", ("em_regex",), "em_regex", QA_SEQ, QA_TOK),
-    "msmarco": TaskSpec("msmarco", "generation", ("rougeL", "bleu1", "trigram_distinct"), "rougeL", GEN_SEQ, GEN_TOK),
-    "jeopardy": TaskSpec("jeopardy", "generation", ("bleu1", "qbleu1", "trigram_distinct"), "qbleu1", GEN_SEQ, GEN_TOK),
-    "fever3": TaskSpec("fever3", "classification", ("accuracy",), "accuracy", CLS, CLS, FEVER3_LABELS),
-    "fever2": TaskSpec("fever2", "classification", ("accuracy",), "accuracy", CLS, CLS, FEVER2_LABELS),
-}
-
-VARIANTS = (
-    "rag_sequence",
-    "rag_token",
-    "bart",
-    "rag_sequence_frozen",
-    "rag_token_frozen",
-    "rag_sequence_bm25",
-    "rag_token_bm25",
-)
+    display: str = ""  # the report's name of the task
+    table7_row: str = ""  # its row of table7 in rag/data/paper_results.yaml (the paper's dataset sizes)
+    format: str = ""  # the default parser (rag.data.formats.PARSERS) of downloaded/local files
 
 
 @dataclass(frozen=True)
 class VariantSpec:
     name: str
-    model: str  # sequence | token | bart
-    retriever: str | None  # dense | bm25 | None
-    train_question_encoder: bool
+    model: str  # sequence | token | bart: how the generator marginalizes over documents
+    retriever: str | None  # a name of RETRIEVERS; None: no retrieval (the closed-book BART baseline)
+    train_question_encoder: bool  # fine-tune the question encoder (only a dense retriever has one)
+    display: str = ""  # the report's (and the paper's) row label
+
+
+@dataclass(frozen=True)
+class RetrieverSpec:
+    name: str
+    # the retrieval files it reads, roles of rag.retrieval.FILE_ROLES (the Snakemake rules pass exactly these)
+    files: tuple[str, ...]
+    # "module:callable" building it: callable(files: RetrievalFiles, cfg: dict, device: str, question_encoder_dir)
+    factory: str
+    description: str = ""
+
+
+QA_SEQ = {"method": "thorough", "beams": 4, "max_new_tokens": 16}
+QA_TOK = {"method": "greedy", "beams": 1, "max_new_tokens": 16}
+GEN_SEQ = {"method": "fast", "beams": 4, "max_new_tokens": 40}
+GEN_TOK = {"method": "beam", "beams": 4, "max_new_tokens": 40}
+CLS = {"method": "greedy", "beams": 1, "max_new_tokens": 1}
+
+FEVER3_LABELS = ("SUPPORTS", "REFUTES", "NOT ENOUGH INFO")
+FEVER2_LABELS = ("SUPPORTS", "REFUTES")
+
+
+def _tasks(*specs: TaskSpec) -> dict[str, TaskSpec]:
+    return {s.name: s for s in specs}
+
+
+# in the paper's order (the report's tables follow it)
+TASKS: dict[str, TaskSpec] = _tasks(
+    TaskSpec("nq", "qa", ("em",), "em", QA_SEQ, QA_TOK, display="Natural Questions", table7_row="Natural Questions",
+             format="nq_open"),
+    TaskSpec("triviaqa", "qa", ("em",), "em", QA_SEQ, QA_TOK, display="TriviaQA", table7_row="TriviaQA",
+             format="triviaqa"),
+    TaskSpec("webquestions", "qa", ("em",), "em", QA_SEQ, QA_TOK, display="WebQuestions", table7_row="WebQuestions",
+             format="webquestions"),
+    TaskSpec("curatedtrec", "regex", ("em_regex",), "em_regex", QA_SEQ, QA_TOK, display="CuratedTrec",
+             table7_row="CuratedTrec", format="curatedtrec"),
+    TaskSpec("msmarco", "generation", ("rougeL", "bleu1", "trigram_distinct"), "rougeL", GEN_SEQ, GEN_TOK,
+             display="MS-MARCO", table7_row="MS-MARCO", format="msmarco"),
+    TaskSpec("jeopardy", "generation", ("bleu1", "qbleu1", "trigram_distinct"), "qbleu1", GEN_SEQ, GEN_TOK,
+             display="Jeopardy QGen", table7_row="Jeopardy QGen", format="jeopardy"),
+    TaskSpec("fever3", "classification", ("accuracy",), "accuracy", CLS, CLS, FEVER3_LABELS, display="FEVER-3",
+             table7_row="FEVER-3-way", format="fever"),
+    TaskSpec("fever2", "classification", ("accuracy",), "accuracy", CLS, CLS, FEVER2_LABELS, display="FEVER-2",
+             table7_row="FEVER-2-way", format="fever"),
+)
+
+RETRIEVERS: dict[str, RetrieverSpec] = {
+    "dense": RetrieverSpec("dense", ("passages", "embeddings", "index"), "rag.retrieval.dense:DenseRetriever.from_files",
+                           "question encoder + FAISS index over the passage embeddings (DPR)"),
+    "bm25": RetrieverSpec("bm25", ("passages", "bm25"), "rag.retrieval.bm25:BM25Retriever.from_files",
+                          "BM25 scores as the logits of p(z|x) (Table 6)"),
+}
+
+# in the report's order
+VARIANTS: dict[str, VariantSpec] = {v.name: v for v in (
+    VariantSpec("rag_sequence", "sequence", "dense", True, "RAG-Sequence"),
+    VariantSpec("rag_token", "token", "dense", True, "RAG-Token"),
+    VariantSpec("bart", "bart", None, False, "BART"),
+    VariantSpec("rag_sequence_frozen", "sequence", "dense", False, "RAG-Sequence-Frozen"),
+    VariantSpec("rag_token_frozen", "token", "dense", False, "RAG-Token-Frozen"),
+    VariantSpec("rag_sequence_bm25", "sequence", "bm25", False, "RAG-Sequence-BM25"),
+    VariantSpec("rag_token_bm25", "token", "bm25", False, "RAG-Token-BM25"),
+)}
 
 
 def variant_spec(name: str) -> VariantSpec:
-    if name == "bart":
-        return VariantSpec(name, "bart", None, False)
-    base, _, suffix = name.partition("_")[2].partition("_")
-    model = base  # sequence | token
-    if suffix == "frozen":
-        return VariantSpec(name, model, "dense", False)
-    if suffix == "bm25":
-        return VariantSpec(name, model, "bm25", False)
-    return VariantSpec(name, model, "dense", True)
+    from rag.errors import ConfigError
+
+    try:
+        return VARIANTS[name]
+    except KeyError:
+        raise ConfigError(f"unknown variant {name!r} (known: {', '.join(VARIANTS)})") from None
+
+
+def retriever_spec(name: str) -> RetrieverSpec:
+    from rag.errors import ConfigError
+
+    try:
+        return RETRIEVERS[name]
+    except KeyError:
+        raise ConfigError(f"unknown retriever {name!r} (known: {', '.join(RETRIEVERS)})") from None

@@ -132,5 +132,6 @@ snakemake -s "$REPO/Snakefile" --configfile "$CONFIG" --directory "$WORKDIR" \
     --latency-wait 10 --printshellcmds
 say "slurm jobs of this run:"
 squeue -h -t all -o '%.8i %.30j %.10T %.10M' || true
-test -s "$WORKDIR/reports/report.html"
-say "OK: $WORKDIR/reports/report.html"
+NAME="$(python -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1])).get("name", "miniworld"))' "$CONFIG")"
+test -s "$WORKDIR/reports/$NAME/report.html"   # every experiment's outputs: results/<name>/, reports/<name>/
+say "OK: $WORKDIR/reports/$NAME/report.html"

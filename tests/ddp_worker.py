@@ -101,15 +101,15 @@ def make_world(seed: int = 0, n_docs: int = 6, words=WORDS, d: int = 16) -> Worl
 
 def make_system(world: World, kind: str, generator=None, question_encoder=None):
     from rag.models.rag import RagSystem
+    from rag.retrieval.dense import DenseRetriever
 
     qe = world.encoder
     if question_encoder is not None:
         from rag.retrieval.encoders import Encoder
 
         qe = Encoder(question_encoder, world.tokenizer, pooling="pooler", normalize=False)
-    return RagSystem(generator if generator is not None else world.generator, world.tokenizer, kind,
-                     passages=world.passages, question_encoder=qe, doc_emb=world.doc_emb,
-                     index=ExactIndex(world.doc_emb))
+    retriever = DenseRetriever(world.passages, qe, world.doc_emb, ExactIndex(world.doc_emb))
+    return RagSystem(generator if generator is not None else world.generator, world.tokenizer, kind, retriever)
 
 
 QUESTIONS = ["what is the capital of france", "where is rome", "who was born in berlin", "which river is in london",

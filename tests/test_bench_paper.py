@@ -1,4 +1,4 @@
-"""The paper-size benchmark section (issue 12) runs on CPU at --quick size, and --device is checked."""
+"""The paper-size benchmark section runs on CPU at --quick size, and --device is checked."""
 
 from __future__ import annotations
 

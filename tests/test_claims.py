@@ -40,8 +40,11 @@ def test_a_claim_without_examples_is_reported_not_raised(tmp_path):
 
     (tmp_path / "experiments" / "hotswap").mkdir(parents=True)
     (tmp_path / "experiments" / "hotswap" / "rag_token.json").write_text(
-        '{"detail": [{"id": "q", "index": "a", "changed": false, "correct_a": true, "correct_b": false}]}')
-    claims = build_claims(tmp_path / "runs", tmp_path / "experiments", {})
+        '{"variant": "rag_token", "detail": [{"id": "q", "index": "a", "changed": false, "correct_a": true, "correct_b": false}]}')
+    from rag.report.inputs import ReportInputs
+
+    inputs = ReportInputs.from_files(hotswap=[tmp_path / "experiments" / "hotswap" / "rag_token.json"])
+    claims = build_claims(inputs, {})
     swap = [c for c in claims if c.claim.startswith("Swapping the index") and "RAG-Token" in c.claim][0]
     assert swap.verdict == "missing" and "no examples" in swap.measured
     assert all(c.verdict == "missing" for c in claims)

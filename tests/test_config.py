@@ -81,7 +81,93 @@ def test_sections_isolate_tasks(base):
     changed["tasks"]["fever2"]["train"] = 123
     b = sections(load_config(changed))
     differing = {k for k in a if a[k] != b[k]}
-    assert differing == {"task_fever2"}
+    assert differing == {"data_fever2", "train_fever2"}
+
+
+def _edited(base, *path, value):
+    cfg = copy.deepcopy(base)
+    node = cfg
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    return sections(load_config(cfg))
+
+
+@pytest.mark.parametrize("path, value, changed", [
+    # train-time: the fine-tunes (and what reads their models), not encoding, index, data or pretraining
+    (("retriever", "score_scale"), 21.0, {f"train_{t}" for t in
+                                          ("nq", "triviaqa", "webquestions", "curatedtrec", "msmarco", "jeopardy", "fever3", "fever2")}),
+    (("train", "lr"), 0.001, {f"train_{t}" for t in
+                              ("nq", "triviaqa", "webquestions", "curatedtrec", "msmarco", "jeopardy", "fever3", "fever2")}),
+    # search / test time: one task's decoding, or Figure 3's sweep; the index's own search parameter
+    (("tasks", "nq", "decode_sequence", "k"), 8, {"eval_nq"}),
+    (("experiments", "topk_sweep"), [1, 2], {"experiments"}),
+    # encode time and index time apart
+    (("retriever", "max_length"), 64, {"encode"} | {f"train_{t}" for t in
+                                                   ("nq", "triviaqa", "webquestions", "curatedtrec", "msmarco", "jeopardy", "fever3", "fever2")}),
+    (("retriever", "index"), "hnsw", {"index", "report"}),  # the report's scale summary names the index
+    (("retriever", "hnsw_ef_search"), 64, set()),  # a flat index has no such parameter
+    (("retriever", "shards"), 4, set()),  # a rule param (the shard ranges), in no section
+    # runtime knobs and the report's link: in no section
+    (("tracking", "ui_url"), "http://mlflow.example:5000", set()),
+    (("threads",), 4, set()),
+    (("resources",), {"train": {"mem_mb": 1}}, set()),
+])
+def test_sections_hold_only_what_their_consumer_reads(base, path, value, changed):
+    a = sections(load_config(base))
+    b = _edited(base, *path, value=value)
+    assert set(a) == set(b)
+    assert {k for k in a if a[k] != b[k]} == changed
+
+
+def test_index_section_holds_its_type_parameters(base):
+    hnsw = _edited(base, "retriever", "index", value="hnsw")
+    assert hnsw["index"]["retriever"] == {"index": "hnsw", "hnsw_m": 128, "hnsw_ef_search": 128}
+    cfg = copy.deepcopy(base)
+    cfg["retriever"].update(index="hnsw", hnsw_ef_search=64)
+    assert sections(load_config(cfg))["index"] != hnsw["index"]
+    assert sections(load_config(cfg))["encode"] == hnsw["encode"]
+
+
+def _leaves(node, path=()):
+    if isinstance(node, dict) and node:
+        for key, value in node.items():
+            yield from _leaves(value, path + (key,))
+    else:
+        yield path
+
+
+def test_schema_defaults_are_what_config_yaml_says(base):
+    """One source of defaults: for every key config.yaml sets (but the task list, which has no
+    default), a config that omits it resolves to the same value, so a --configfile that replaces
+    config.yaml gets the embedded default's values for what it leaves out."""
+    full = load_config(base)
+    keys = [p for p in _leaves(base) if p[0] != "tasks"]
+    assert len(keys) > 40
+    for path in keys:
+        cfg = copy.deepcopy(base)
+        node = cfg
+        for key in path[:-1]:
+            node = node[key]
+        del node[path[-1]]
+        assert load_config(cfg) == full, f"config.yaml sets {'.'.join(path)} to a value the schema's default differs from"
+    # whole sections too
+    for key in [k for k in base if k not in ("tasks",)]:
+        cfg = copy.deepcopy(base)
+        del cfg[key]
+        assert load_config(cfg) == full, key
+
+
+def test_test_time_k_default_is_in_the_schema(base):
+    from rag.config import schema, task_decode
+
+    default_k = schema()["definitions"]["decode"]["properties"]["k"]["default"]
+    cfg = load_config(base)
+    assert cfg["tasks"]["nq"]["decode_sequence"] == {"k": default_k}
+    assert task_decode(cfg, "nq", "token")["k"] == task_decode(cfg, "fever3", "sequence")["k"] == default_k
+    from rag.tasks import TASKS
+
+    assert all("k" not in spec.decode_sequence and "k" not in spec.decode_token for spec in TASKS.values())
 
 
 def test_metric_options_default_and_recorded(base):
@@ -90,12 +176,13 @@ def test_metric_options_default_and_recorded(base):
     cfg = load_config(base)
     assert cfg["metrics"] == {"tokenizer": "python", "qbleu1": {"w_ner": 0.41, "w_qt": 0.2, "w_re": 0.2, "delta": 0.66}}
     parts = sections(cfg)
-    assert "metrics" in parts["task_jeopardy"] and "metrics" in parts["task_msmarco"]
-    assert "metrics" not in parts["task_nq"]  # EM tasks do not re-run when the Q-BLEU weights change
-    assert metric_options(parts["task_jeopardy"]) == {
+    assert "metrics" in parts["eval_jeopardy"] and "metrics" in parts["eval_msmarco"]
+    assert "metrics" not in parts["eval_nq"]  # EM tasks do not re-run when the Q-BLEU weights change
+    assert not any("metrics" in parts[f"train_{t}"] for t in cfg["tasks"])  # nor does any fine-tune
+    assert metric_options(parts["eval_jeopardy"]) == {
         "tokenizer": "python", "qbleu1": {"w_ner": 0.41, "w_qt": 0.2, "w_re": 0.2, "delta": 0.66}}
-    assert metric_options(parts["task_msmarco"]) == {"tokenizer": "python"}
-    assert metric_options(parts["task_nq"]) == {}
+    assert metric_options(parts["eval_msmarco"]) == {"tokenizer": "python"}
+    assert metric_options(parts["eval_nq"]) == {}
 
 
 def _byo(root) -> dict:

@@ -74,19 +74,19 @@ def e2e(tmp_path_factory):
 @pytest.mark.slow
 def test_e2e_outputs(e2e):
     work, _ = e2e
-    html = (work / "reports" / "report.html").read_text()
+    html = (work / "reports" / "e2e" / "report.html").read_text()
     assert "Table 1" in html and "Table 2" in html
     for task in ("nq", "webquestions", "fever3"):
         for variant in ("rag_sequence", "rag_token", "bart", "rag_token_bm25"):
             for split in ("dev", "test"):
-                m = json.loads((work / f"results/runs/{task}/{variant}/{split}/metrics.json").read_text())
+                m = json.loads((work / f"results/e2e/runs/{task}/{variant}/{split}/metrics.json").read_text())
                 assert m["n"] > 0 and m["metrics"], (task, variant, split)
-                preds = (work / f"results/runs/{task}/{variant}/{split}/predictions.jsonl").read_text().splitlines()
+                preds = (work / f"results/e2e/runs/{task}/{variant}/{split}/predictions.jsonl").read_text().splitlines()
                 row = json.loads(preds[0])
                 assert ("doc_ids" in row) and (bool(row["doc_ids"]) == (variant != "bart"))
-    topk = json.loads((work / "results/experiments/topk/nq/rag_sequence.json").read_text())
+    topk = json.loads((work / "results/e2e/experiments/topk/nq/rag_sequence.json").read_text())
     assert topk["k"] == [1, 2, 3] and len(topk["em"]) == 3
-    hot = json.loads((work / "results/experiments/hotswap/rag_token.json").read_text())
+    hot = json.loads((work / "results/e2e/experiments/hotswap/rag_token.json").read_text())
     assert set(hot["cells"]) == {"a|a", "a|b", "b|a", "b|b"}
 
 
@@ -94,7 +94,7 @@ def test_e2e_outputs(e2e):
 @needs_chromium
 def test_e2e_report_renders_in_headless_chromium(e2e, tmp_path):
     work, _ = e2e
-    dom, png = chromium_render(work / "reports" / "report.html", tmp_path)
+    dom, png = chromium_render(work / "reports" / "e2e" / "report.html", tmp_path)
     for caption in ("Table 1:", "Table 2:", "Table 5:", "Table 6:", "Figure 3", "Index hot-swap, RAG-Token"):
         assert caption in dom, caption
     assert dom.count("<svg") >= 2  # Figure 3 and the hot-swap chart, from this run's own results
@@ -132,5 +132,124 @@ def test_e2e_rerun_does_nothing_and_config_change_is_local(e2e):
     res = smk(work, "-n", configfile=cfg2)
     assert res.returncode == 0, res.stderr[-2000:]
     counts = job_counts(res.stdout + res.stderr)
-    # only fever3's section, data, 4 trainings (each evaluating dev/test: evaluate_in_train_job), and the report
-    assert counts == {"config_section": 1, "task_data": 1, "train": 4, "report": 1, "all": 1, "total": 8}, counts
+    # only fever3's data and train sections, data, 4 trainings (each evaluating dev/test:
+    # evaluate_in_train_job), and the report
+    assert counts == {"config_section": 2, "task_data": 1, "train": 4, "report": 1, "all": 1, "total": 9}, counts
+
+
+def _planned(work: Path, cfg: Path, edit) -> dict[str, int]:
+    """The jobs a dry run plans after ``edit`` (a function changing the config mapping)."""
+    changed = yaml.safe_load(cfg.read_text())
+    edit(changed)
+    path = work / "edited.yaml"
+    path.write_text(yaml.safe_dump(changed))
+    res = smk(work, "-n", configfile=path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return job_counts(res.stdout + res.stderr)
+
+
+@pytest.mark.slow
+def test_e2e_config_edits_rerun_only_what_they_change(e2e):
+    """Each config section holds only what its consumer reads: a train-time key re-runs
+    the fine-tunes and what follows them, a search-time key neither encodes nor indexes nor
+    regenerates data, the report's MLflow link re-runs the report alone."""
+    work, cfg = e2e
+    after_training = {"topk_sweep": 2, "hotswap": 2, "oracle": 2, "report": 1, "all": 1}
+    # train-time (the logit scale of p(z|x)): the three tasks' train sections, all 12 fine-tunes
+    # (each decoding dev/test: evaluate_in_train_job) and what reads their models
+    got = _planned(work, cfg, lambda c: c["retriever"].update(score_scale=21.0))
+    assert got == {"config_section": 3, "train": 12, **after_training, "total": 23}, got
+    # search-time: Figure 3's test-time K sweep re-runs the sweep and the report only
+    got = _planned(work, cfg, lambda c: c["experiments"].update(topk_sweep=[1, 2]))
+    assert got == {"config_section": 1, "topk_sweep": 2, "report": 1, "all": 1, "total": 5}, got
+    # search-time: NQ's test-time K re-decodes NQ (in its train jobs, which resume from their final
+    # checkpoint; WebQuestions starts from NQ), nothing upstream
+    got = _planned(work, cfg, lambda c: c["tasks"]["nq"].update(decode_sequence={"k": 3}))
+    assert got == {"config_section": 1, "train": 8, **after_training, "total": 17}, got
+    # the report's link to the MLflow UI: the report alone
+    got = _planned(work, cfg, lambda c: c.setdefault("tracking", {}).update(ui_url="http://mlflow.example:5000"))
+    assert got == {"report": 1, "all": 1, "total": 2}, got
+    # runtime knobs invalidate nothing
+    got = _planned(work, cfg, lambda c: c.update(threads=2, resources={"train": {"mem_mb": 100}}))
+    assert got == {}, got
+
+
+def _run_ids(results: Path) -> set[str]:
+    return {json.loads(p.read_text())["mlflow_run_id"] for p in results.glob("runs/*/*/*/metrics.json")}
+
+
+@pytest.mark.slow
+def test_two_experiments_side_by_side(e2e, tmp_path):
+    """Issue 13: miniworld (e2e), then a bring-your-own-data experiment, then miniworld again in
+    the same directory. Each experiment owns results/<name>/ and reports/<name>/: the second
+    touches none of the first's files, the third has nothing to do, each report shows its own
+    runs only."""
+    work = tmp_path / "work"
+    shutil.copytree(e2e[0], work, symlinks=True)  # copy2 keeps file times: the e2e run, as it was
+    cfg_a = work / "config.yaml"
+    shutil.copytree(ROOT / "examples", work / "examples")
+    cfg_b = work / "examples" / "byo" / "config.yaml"
+    before = {p: p.stat().st_mtime_ns for p in (work / "results" / "e2e").rglob("*") if p.is_file()}
+    report_a = work / "reports" / "e2e" / "report.html"
+    html_a = report_a.read_text()
+
+    res = smk(work, configfile=cfg_b)
+    assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
+    print("run 2 (byo):", *(res.stdout + res.stderr).strip().splitlines()[-4:], sep="\n")
+    assert {p: p.stat().st_mtime_ns for p in (work / "results" / "e2e").rglob("*") if p.is_file()} == before
+    assert report_a.read_text() == html_a
+
+    res = smk(work, configfile=cfg_a)
+    out = res.stdout + res.stderr
+    print("run 3 (e2e again):", *out.strip().splitlines()[-4:], sep="\n")
+    assert res.returncode == 0 and "Nothing to be done" in out, out[-3000:]
+
+    ids_a, ids_b = _run_ids(work / "results" / "e2e"), _run_ids(work / "results" / "byo")
+    assert ids_a and ids_b and not ids_a & ids_b
+    html_b = (work / "reports" / "byo" / "report.html").read_text()
+    assert all(i in html_a for i in ids_a) and not any(i in html_a for i in ids_b)
+    assert all(i in html_b for i in ids_b) and not any(i in html_b for i in ids_a)
+    # the BYO experiment: its one task and two variants
+    assert sorted(p.relative_to(work / "results" / "byo" / "runs").parts[:2]
+                  for p in (work / "results" / "byo" / "runs").glob("*/*/test/metrics.json")) == [("nq", "bart"), ("nq", "rag_token")]
+
+
+def test_train_jobs_tag_their_config_hash(tmp_path):
+    """Each train job gets --config-hash (the hash of its train_<task> section): the MLflow tag is set."""
+    res = smk(tmp_path, "-n", "-p", configfile=ROOT / "tests" / "data" / "e2e.yaml")
+    assert res.returncode == 0, res.stderr[-3000:]
+    hashes = re.findall(r"rag train .*?--config-hash ([0-9a-f]+) ", res.stdout + res.stderr)
+    assert len(hashes) == 3 * 4 and all(len(h) == 12 for h in hashes)
+    assert len(set(hashes)) == 3  # one per task section
+
+
+E2E_CONFIGS = ("e2e.yaml", "e2e_coverage.yaml")
+
+
+def test_the_e2e_configs_cover_every_task_and_variant():
+    from rag.tasks import TASKS, VARIANTS
+
+    tasks, variants = set(), set()
+    for name in E2E_CONFIGS:
+        cfg = yaml.safe_load((ROOT / "tests" / "data" / name).read_text())
+        tasks |= set(cfg["tasks"])
+        variants |= set(cfg["variants"])
+    assert tasks == set(TASKS) and variants == set(VARIANTS)
+
+
+@pytest.mark.slow
+def test_e2e_coverage_runs_every_other_task_and_variant(tmp_path):
+    from rag.tasks import TASKS
+
+    cfg = tmp_path / "config.yaml"
+    shutil.copy(ROOT / "tests" / "data" / "e2e_coverage.yaml", cfg)
+    res = smk(tmp_path, configfile=cfg)
+    assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
+    spec = yaml.safe_load(cfg.read_text())
+    runs = tmp_path / "results" / spec["name"] / "runs"
+    for task in spec["tasks"]:
+        for variant in spec["variants"]:
+            for split in ("dev", "test"):
+                m = json.loads((runs / task / variant / split / "metrics.json").read_text())
+                assert set(m["metrics"]) == set(TASKS[task].metrics) and m["n"] == spec["tasks"][task][split]
+    assert (tmp_path / "reports" / spec["name"] / "report.html").is_file()

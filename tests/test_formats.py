@@ -324,7 +324,7 @@ def test_table7_and_check_counts():
     assert F.TABLE7["nq"] == {"train": 79169, "dev": 8758, "test": 3611}
     assert F.TABLE7["fever2"]["dev"] == 6666
     assert F.check_counts("nq", "test", 3611) is None
-    # Table 7 is one more than DPR's files for every NQ / TriviaQA / WebQuestions split (issue 14)
+    # Table 7 is one more than DPR's files for every NQ / TriviaQA / WebQuestions split
     for task, split, n in (("nq", "test", 3610), ("triviaqa", "test", 11313), ("webquestions", "test", 2032),
                            ("nq", "train", 79168), ("webquestions", "dev", 361)):
         assert F.check_counts(task, split, n) is None, (task, split)

@@ -77,7 +77,7 @@ TOKENIZER_CASES = {
     '"Hello," she said... U.S. Mr. Smith': "hello she said u.s. mr. smith",
     "Wait?! !!! 1,000 3.14 10:30": "wait ?! !!! 1,000 3.14 10:30",
     "?!.": "?!",
-    # Java 3.4.1 behaviours found by issue 14 (checked against the jar):
+    # Java 3.4.1 behaviours (checked against the jar):
     "Washington, D.C.'s U.S.'s Mr.'s": "washington d.c. 's u.s. 's mr. 's",  # clitic after an abbreviation
     "At 5'11\" and 6'4\" or 5'11": "at 5 11 and 6 4 or 5 '11",  # feet and inches
     "at 7pm or 10am, 12:30pm": "at 7pm or 10am 12:30 pm",  # am/pm split only after a clock time
@@ -361,12 +361,16 @@ def test_compute_dispatch_and_errors():
 
 
 def test_compute_never_falls_back_to_accuracy(monkeypatch):
-    """A metric name without its own scorer raises, naming the metric, instead of scoring accuracy."""
-    for name in M.METRICS:  # every listed metric has a scorer
+    """Scoring goes through the name -> scorer map: every listed metric has its own scorer, and a
+    name added to METRICS alone (without a scorer) raises, naming the metric."""
+    for name in M.METRICS:
         M.compute(name, ["a b c d"], [["a b c d"]])
+    assert M.METRICS == tuple(M.SCORERS)
     monkeypatch.setattr(M, "METRICS", M.METRICS + ("f1",))
     with pytest.raises(ConfigError, match="'f1'"):
         M.compute("f1", ["A"], [["A"]])
+    monkeypatch.setitem(M.SCORERS, "f1", lambda p, t, tokenizer, qbleu_weights: 42.0)
+    assert M.compute("f1", ["A"], [["A"]]) == 42.0
 
 
 # ------------------------------------------------------------------------------ CLI

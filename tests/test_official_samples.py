@@ -1,4 +1,4 @@
-"""Parsers on small samples in the official layouts (issue 14), and a dry run of config/paper.yaml's
+"""Parsers on small samples in the official layouts, and a dry run of config/paper.yaml's
 parsers over such samples: every task's every split must prepare.
 
 The samples copy the layout of the public files (a few lines each; contents shortened):

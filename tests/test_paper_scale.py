@@ -22,8 +22,8 @@ def test_paper_config_is_valid():
     assert set(cfg["tasks"]) == {"nq", "triviaqa", "webquestions", "curatedtrec", "msmarco", "jeopardy", "fever3", "fever2"}
     assert cfg["tasks"]["webquestions"]["init_from"] == "nq" and cfg["tasks"]["curatedtrec"]["init_from"] == "nq"
     s = sections(cfg)
-    assert s["task_nq"]["decode"]["token"]["k"] == 15 and s["task_nq"]["decode"]["sequence"]["method"] == "thorough"
-    assert s["task_msmarco"]["decode"]["sequence"] == {"method": "fast", "beams": 4, "k": 10, "max_new_tokens": 40}
+    assert s["eval_nq"]["decode"]["token"]["k"] == 15 and s["eval_nq"]["decode"]["sequence"]["method"] == "thorough"
+    assert s["eval_msmarco"]["decode"]["sequence"] == {"method": "fast", "beams": 4, "k": 10, "max_new_tokens": 40}
     for rule in ("train", "encode_shard", "evaluate", "pretrain_generator"):
         assert cfg["resources"][rule]["gpu"] == 1
 
@@ -55,7 +55,7 @@ def test_slurm_localhost(tmp_path):
             if daemon not in running_before:
                 subprocess.run(["pkill", "-x", daemon], capture_output=True)
     assert proc.returncode == 0, log.read_text()[-5000:]
-    assert (tmp_path / "work" / "reports" / "report.html").is_file()
+    assert (tmp_path / "work" / "reports" / "slurmtiny" / "report.html").is_file()
 
 
 # ------------------------------------------------------------------------- HF checkpoint import
@@ -120,6 +120,7 @@ def _system(model_dir: Path, kind: str, n_docs: int):
     from rag.data.corpus import Passages
     from rag.models.generator import load_generator
     from rag.models.rag import RagSystem
+    from rag.retrieval.dense import DenseRetriever
     from rag.retrieval.encoders import Encoder
 
     rng = np.random.default_rng(1)
@@ -132,7 +133,7 @@ def _system(model_dir: Path, kind: str, n_docs: int):
     gen, tok = load_generator(model_dir / "generator")
     qenc = Encoder.load(str(model_dir / "question_encoder"), pooling="pooler", normalize=False, max_length=32)
     torch.manual_seed(0)
-    system = RagSystem(gen, tok, kind, passages, qenc, emb, index, None, 1.0, 64, 16).eval()
+    system = RagSystem(gen, tok, kind, DenseRetriever(passages, qenc, emb, index, 1.0), 64, 16).eval()
     return system, passages, emb
 
 

@@ -1,4 +1,4 @@
-"""The config key ``precision`` (issue 12): bf16 autocast in training, scoring and decoding with the
+"""The config key ``precision``: bf16 autocast in training, scoring and decoding with the
 loss and the marginalisation in fp32; fp16 on CPU is one config error; the generator's chunking
 per device (``generator.chunk_overhead``)."""
 
@@ -185,7 +185,7 @@ def test_rag_system_takes_the_chunk_overhead_from_config_or_device(world):
 def test_chunk_overhead_config_key(base):
     cfg = load_config(base)
     assert cfg["generator"]["chunk_overhead"] is None
-    assert sections(cfg)["task_nq"]["generator"]["chunk_overhead"] is None
+    assert sections(cfg)["train_nq"]["generator"]["chunk_overhead"] is None
     cfg2 = copy.deepcopy(base)
     cfg2.setdefault("generator", {})["chunk_overhead"] = -1
     with pytest.raises(ConfigError, match="generator.chunk_overhead"):
@@ -200,11 +200,11 @@ def test_pipeline_builds_the_system_with_the_configured_precision_and_chunking(w
     cfg = {"precision": "bf16", "retriever": {"score_scale": 1.0, "question_encoder": "unused", "pooling": "pooler",
                                               "normalize": False, "max_length": 32},
            "generator": {"max_source_len": 64, "max_target_len": 16, "chunk_overhead": None}}
-    system = build_system(cfg, "bart", str(tmp_path), (None, None, None, None), "cpu")
+    system = build_system(cfg, "bart", str(tmp_path), "cpu")
     assert system.precision == "bf16" and system.chunk_overhead == 512
     cfg["generator"]["chunk_overhead"] = 10**9
     cfg["precision"] = "fp32"
-    system = build_system(cfg, "bart", str(tmp_path), (None, None, None, None), "cpu")
+    system = build_system(cfg, "bart", str(tmp_path), "cpu")
     assert system.precision == "fp32" and system.chunk_overhead == 10**9
 
 

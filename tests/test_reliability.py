@@ -1,4 +1,4 @@
-"""Reliability (issue 6): bad input, hostile input and property tests. ``pytest -m reliability``.
+"""Reliability: bad input, hostile input and property tests. ``pytest -m reliability``.
 
 The DAG fault tests (kill and resume, determinism) are in ``test_reliability_dag.py`` and the
 concurrent-tracking tests in ``test_reliability_tracking.py``; this table covers all three files.
@@ -14,8 +14,9 @@ DAG: SIGTERM to snakemake's process group after  | the killed ``rag train`` dies
 DAG: SIGKILL to the whole process group          | stale snakemake lock: the re-run needs ``snakemake --unlock`` first
                                                  | (not --rerun-incomplete: the killed output never existed); then as
                                                  | above: resumed at step N, identical results.
-DAG: either kill                                 | the killed attempt's MLflow run stays RUNNING (no SIGTERM handler
-                                                 | in ``rag``); the re-run logs to a new run (see fixes in the report)
+DAG: either kill                                 | SIGTERM: the killed attempt's MLflow run is FAILED (``rag`` exits
+                                                 | through SystemExit); SIGKILL: it stays RUNNING; the re-run logs to
+                                                 | a new run
 DAG: the same config run twice from scratch      | identical metrics, retrieval, predictions and loss curves; nothing
                                                  | forced (seeded, 1 torch thread per job, deterministic CPU kernels)
 Tracking: 8 processes create runs in one fresh   | all 8 runs, 8x params, 50-point curves, metrics and artifacts are
@@ -30,18 +31,17 @@ Config: wrong type (train.steps: "many")         | load_config: ConfigError "con
 Config: unknown key (train.stepz)                | ConfigError "unknown config key 'train.stepz'"
 Config: unknown task (tasks.squad)               | ConfigError naming 'tasks' and 'squad'
 Config: impossible K (train.k > passages)        | ConfigError naming 'train.k'
-Config: miniworld.people < 2 x countries         | ConfigError naming 'miniworld.people' (was: KeyError 'leader' in
-                                                 | ``rag tasks`` for fever; found by these tests, fixed in config.py)
+Config: miniworld.people < 2 x countries         | ConfigError naming 'miniworld.people' (config.py checks it before
+                                                 | ``rag tasks`` would need a leader per country)
 Config via ``snakemake -n`` (the 4 above)        | exit 1, no Python traceback; impossible K: one line
-                                                 | "error: config key 'train.k': ..." on stderr. Schema-level errors
-                                                 | (type / unknown key / unknown task) are first caught by
-                                                 | snakemake.utils.validate in common.smk, which prints a multi-line
-                                                 | jsonschema dump on stdout (xfail until common.smk drops it).
+                                                 | "error: config key 'train.k': ..." on stderr; schema-level errors
+                                                 | (type / unknown key / unknown task) too: common.smk validates with
+                                                 | rag.config.load_config only.
 Data: truncated gzip                             | DataError "<file>:<line>: unreadable (EOFError ...); truncated or
                                                  | corrupt file?"; CLI exit 2, no output file, no temp file left.
 Data: TSV line with 2 of 3 columns               | DataError "<file>:<line>: expected 3 tab-separated columns ..."
-Data: non-UTF-8 bytes on line 397 (past the 8KiB | DataError "<file>:397: not valid UTF-8 ..." -- exact line (was off:
-  read buffer)                                   | rag.io.iter_lines decoded through a buffered reader; fixed)
+Data: non-UTF-8 bytes on line 397 (past the 8KiB | DataError "<file>:397: not valid UTF-8 ..." -- the exact line
+  read buffer)                                   | (rag.io.iter_lines decodes line by line)
 Data: empty file                                 | DataError "<file>: empty file ..."
 Data: duplicate passage ids                      | DataError "<file>:<line of the 2nd>: duplicate passage id ..."
 Data: a 10 MB line                               | valid: read in full; invalid: one short message naming file:line
@@ -144,9 +144,6 @@ def test_bad_config_snakemake_dry_run(dry_runs, what, mutate, message):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "Traceback" not in out
-    if f"error: {message}" not in proc.stderr and "validate(config" in (ROOT / "workflow/rules/common.smk").read_text():
-        pytest.xfail("workflow/rules/common.smk runs snakemake.utils.validate before rag.config.load_config: a "
-                     "multi-line jsonschema dump on stdout instead of one 'error: config key ...' line")
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and message in errors[0], out
 
@@ -449,14 +446,14 @@ PATH_OR_INT_PARAMS = {
     "retrieval",  # retrieval_args(): --passages/--bm25/--embeddings/--index + input paths
     "init",  # "--init-from <input.init>" (a path) or ""
     "restatements",  # "--restatements <input.restatements>" (a path) or ""
-    "ckpt",  # results/runs/{task}/{variant}/checkpoint (wildcards only)
-    "evaluate",  # "--eval-out-dir results/runs/{task}/{variant}" (constrained wildcards only) or ""
+    "ckpt",  # results/<name>/runs/{task}/{variant}/checkpoint (the schema's name pattern, constrained wildcards)
+    "evaluate",  # fused_eval_args(): "--dev <input> --test <input> --dev-predictions <output> ..." or ""
+    "train_data",  # train_data_args(): "<task enum>=<input path> ..."
     "snapshot",  # the literal "a" or "b"
     "shards",  # retriever.shards, a schema integer
     "samples",  # report.samples_per_task, a schema integer
     "sha",  # "--sha256 <hex>" (the schema pattern allows 64 hex digits only) or ""
     "http",  # the literal "--allow-http" or ""
-    "input_dir",  # "--input-dir resources/tasks/{task}" (task: an enum wildcard) or ""
     "launcher",  # "torchrun --standalone --nproc-per-node <train.ddp_processes, a schema integer> -m" or ""
 }
 ALLOWED_FIELDS = {"input", "output", "wildcards", "threads", "log", "params", "resources"}

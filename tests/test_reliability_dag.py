@@ -1,4 +1,4 @@
-"""Reliability of the DAG (issue 6): kill-and-resume and determinism on ``tests/data/reliability.yaml``.
+"""Reliability of the DAG: kill-and-resume and determinism on ``tests/data/reliability.yaml``.
 
 Scope, to fit the time budget: the upstream part of the DAG (config sections, corpus, task data,
 BM25, pretrained generator, MLflow store) runs once (explicit targets ``UPSTREAM``) and is copied, with
@@ -30,9 +30,9 @@ In both cases the killed ``rag train`` resumes from ``checkpoint/checkpoint.pt``
 "resumed from ... at step N" with 0 < N < steps) because the checkpoint directory is not an
 output of the rule (it is a param), so snakemake never deletes it; the rest of the train log
 and the final metrics, predictions and loss curve equal the uninterrupted run's.
-Left behind by a kill (SIGTERM or SIGKILL): the killed attempt's MLflow run stays RUNNING (the
-re-run creates a new run; ``rag train`` has no SIGTERM handler, so its ``except BaseException``
-that marks the run FAILED never runs).
+Left behind by a kill: after SIGTERM the killed attempt's MLflow run is FAILED (``rag`` turns
+SIGTERM into SystemExit, so ``rag train``'s ``except BaseException`` marks the run); after SIGKILL
+it stays RUNNING. Either way the re-run logs to a new run.
 """
 
 from __future__ import annotations
@@ -59,13 +59,14 @@ STEPS = yaml.safe_load(CONFIG.read_text())["train"]["steps"]
 FLAGS_NEEDED: dict[str, list[str]] = {}
 # every input of train + evaluate for nq x VARIANTS (``--omit-from train`` would build the whole
 # DAG's upstream instead: dense encoding, fever3, ...)
-UPSTREAM = ["results/config/task_nq.json", "results/data/nq/train.jsonl", "results/data/nq/dev.jsonl",
-            "results/data/nq/test.jsonl", "results/corpus/rel/passages.tsv", "results/index/rel/bm25",
-            "results/generator/model", "results/mlflow.ready"]
+OUT = "results/reliability"  # the experiment's outputs (config name: reliability)
+UPSTREAM = [f"{OUT}/config/{s}_nq.json" for s in ("data", "train", "eval")] + [
+    f"{OUT}/data/nq/train.jsonl", f"{OUT}/data/nq/dev.jsonl", f"{OUT}/data/nq/test.jsonl",
+    f"{OUT}/corpus/rel/passages.tsv", f"{OUT}/index/rel/bm25", f"{OUT}/generator/model", f"{OUT}/mlflow.ready"]
 
 
 def _targets(variants) -> list[str]:
-    return [f"results/runs/nq/{v}/test/metrics.json" for v in variants]
+    return [f"{OUT}/runs/nq/{v}/test/metrics.json" for v in variants]
 
 
 def _cmd(workdir: Path, *extra: str) -> list[str]:
@@ -91,7 +92,7 @@ def _ok(proc: subprocess.CompletedProcess) -> None:
 def _results(workdir: Path, variants) -> dict:
     out = {}
     for v in variants:
-        run = workdir / "results" / "runs" / "nq" / v
+        run = workdir / OUT / "runs" / "nq" / v
         m = json.loads((run / "test" / "metrics.json").read_text())
         preds = [json.loads(line) for line in (run / "test" / "predictions.jsonl").read_text().splitlines()]
         preds = [{k: p[k] for k in ("id", "prediction", "doc_ids", "doc_scores")} for p in preds]
@@ -104,7 +105,7 @@ def _results(workdir: Path, variants) -> dict:
 def upstream(tmp_path_factory) -> Path:
     wd = tmp_path_factory.mktemp("upstream")
     _ok(_snakemake(wd, *UPSTREAM))
-    assert (wd / "results" / "generator" / "model").is_dir()
+    assert (wd / OUT / "generator" / "model").is_dir()
     return wd
 
 
@@ -121,7 +122,7 @@ def baseline(upstream, tmp_path_factory) -> dict:
     ran = set(re.findall(r"^(?:local)?rule (\w+):", proc.stdout + proc.stderr, re.M))
     assert ran <= {"train", "evaluate"}, f"the copied upstream re-ran: {ran}"
     for v in VARIANTS:
-        assert "resumed from" not in (wd / "results" / "logs" / "train" / f"nq-{v}.log").read_text()
+        assert "resumed from" not in (wd / OUT / "logs" / "train" / f"nq-{v}.log").read_text()
     return _results(wd, VARIANTS)
 
 
@@ -139,7 +140,7 @@ def test_determinism_two_runs_from_scratch(baseline, tmp_path):
 def _kill_once_checkpointed(workdir: Path, sig: int, timeout: float = 600) -> int:
     """Start snakemake, send ``sig`` to its process group once the train job has written a
     checkpoint but not its model; return the checkpoint's step seen at that moment."""
-    run = workdir / "results" / "runs" / "nq" / KILL_VARIANT
+    run = workdir / OUT / "runs" / "nq" / KILL_VARIANT
     ckpt, model = run / "checkpoint" / "checkpoint.pt", run / "model"
     proc = subprocess.Popen(_cmd(workdir, *_targets([KILL_VARIANT])), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=_env(), start_new_session=True)
@@ -200,7 +201,7 @@ def test_kill_and_resume(upstream, baseline, tmp_path, sig):
         assert FLAGS_NEEDED["SIGTERM"] == [], "after SIGTERM a plain re-run should complete"
     else:
         assert set(FLAGS_NEEDED["SIGKILL"]) <= {"--unlock"}, FLAGS_NEEDED
-    log = (wd / "results" / "logs" / "train" / f"nq-{KILL_VARIANT}.log").read_text()
+    log = (wd / OUT / "logs" / "train" / f"nq-{KILL_VARIANT}.log").read_text()
     m = re.search(r"resumed from \S+checkpoint\.pt at step (\d+)", log)
     assert m, "the re-run trained from scratch instead of resuming from the checkpoint"
     assert 0 < int(m.group(1)) < STEPS

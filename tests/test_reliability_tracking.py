@@ -1,4 +1,4 @@
-"""Reliability of experiment tracking (issue 6): concurrent writers.
+"""Reliability of experiment tracking: concurrent writers.
 
 * sqlite (the default store, ``sqlite:///results/mlflow.db``): the ``init_store`` rule creates
   the schema once, then parallel train/evaluate jobs write. Here 8 processes at once each create

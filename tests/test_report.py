@@ -11,7 +11,8 @@ import pytest
 
 import rag.metrics
 from rag.errors import DataError
-from rag.report import build_report
+from rag.report import ReportInputs, build_report
+from rag.report import TABLE_KEYS
 from tests.conftest import chromium_render, needs_chromium
 
 XSS = "<script>alert(1)</script>"
@@ -98,6 +99,19 @@ def make_inputs(root: Path) -> dict:
     return {"runs": runs, "experiments": exp, "passages": passages}
 
 
+def listed(inputs: dict) -> ReportInputs:
+    """The fake outputs named file by file, as the report rule names its inputs."""
+    metrics = sorted(inputs["runs"].glob("*/*/*/metrics.json"))
+    exp = inputs["experiments"]
+    return ReportInputs.from_files(metrics=metrics, predictions=[m.parent / "predictions.jsonl" for m in metrics],
+                                   topk=sorted(exp.glob("topk/*/*.json")), hotswap=sorted(exp.glob("hotswap/*.json")),
+                                   oracle=sorted(exp.glob("oracle/*/*.json")))
+
+
+def table_files(folder: Path) -> dict[str, Path]:
+    return {key: folder / f"{key}.csv" for key in TABLE_KEYS}
+
+
 SCALE = {
     "corpus": "miniworld",
     "corpus_source": "miniworld",
@@ -129,7 +143,7 @@ def report(tmp_path, gold_calls):
     out = tmp_path / "out" / "report.html"
     tables = tmp_path / "out" / "tables"
     build_report(
-        inputs["runs"], inputs["experiments"], inputs["passages"], SCALE, out, tables,
+        listed(inputs), inputs["passages"], SCALE, out, table_files(tables),
         tracking_url=TRACKING, samples_per_task=5,
     )
     return {"html": out.read_text(encoding="utf-8"), "out": out, "tables": tables, "gold_calls": gold_calls,
@@ -246,9 +260,11 @@ def test_report_qbleu_weights_differing_or_unrecorded(tmp_path, gold_calls):
     for variant, opts in (("bart", None), ("rag_token", {"tokenizer": "ptb", "qbleu1": {"w_ner": 0.6, "w_qt": 0.2, "w_re": 0.1, "delta": 0.7}})):
         d = tmp_path / "runs" / "jeopardy" / variant / "test"
         d.mkdir(parents=True)
-        data = {"metrics": {"qbleu1": 10.0}, **({"metric_options": opts} if opts else {})}
+        data = {"task": "jeopardy", "variant": variant, "split": "test", "metrics": {"qbleu1": 10.0},
+                **({"metric_options": opts} if opts else {})}
         (d / "metrics.json").write_text(json.dumps(data), encoding="utf-8")
-    note = qbleu_note(Runs(tmp_path / "runs", TRACKING, None, None))
+    inputs = ReportInputs.from_files(metrics=sorted((tmp_path / "runs").glob("*/*/*/metrics.json")))
+    note = qbleu_note(Runs(inputs, TRACKING, None, None))
     assert "differing weights" in note
     assert "not recorded (metrics.json written before the weights were configurable) (bart/test)" in note
     assert "ner 0.6, qt 0.2, re 0.1, stop words 0.1, delta 0.7, tokenizer ptb (rag_token/test)" in note
@@ -266,7 +282,7 @@ def test_data_text_is_escaped(report):
 
 def test_missing_inputs_render_dashes_and_notes(tmp_path, gold_calls):
     out = tmp_path / "r.html"
-    build_report(tmp_path / "none", tmp_path / "none2", None, {}, out, tmp_path / "t")
+    build_report(ReportInputs(), None, {}, out, table_files(tmp_path / "t"))
     html = out.read_text(encoding="utf-8")
     assert "Figure 3 is not drawn" in html and "No hot-swap results" in html
     assert "– (44.5)" in _compact(_table(html, "Table 1"))
@@ -277,9 +293,11 @@ def test_missing_inputs_render_dashes_and_notes(tmp_path, gold_calls):
 def test_malformed_metrics_is_a_data_error(tmp_path, gold_calls):
     d = tmp_path / "runs" / "nq" / "rag_sequence" / "test"
     d.mkdir(parents=True)
-    (d / "metrics.json").write_text('{"metrics": {"em": "high"}}', encoding="utf-8")
+    (d / "metrics.json").write_text('{"task": "nq", "variant": "rag_sequence", "split": "test", "metrics": {"em": "high"}}',
+                                    encoding="utf-8")
     with pytest.raises(DataError, match="metrics.em"):
-        build_report(tmp_path / "runs", tmp_path / "e", None, {}, tmp_path / "r.html", tmp_path / "t")
+        build_report(ReportInputs.from_files(metrics=[d / "metrics.json"]), None, {}, tmp_path / "r.html",
+                     table_files(tmp_path / "t"))
     assert not (tmp_path / "r.html").exists()
 
 
@@ -290,15 +308,35 @@ def test_cli_report(tmp_path, gold_calls):
     scale_json = tmp_path / "scale.json"
     scale_json.write_text(json.dumps({"scale": SCALE}), encoding="utf-8")
     out = tmp_path / "cli" / "report.html"
+    metrics = sorted(inputs["runs"].glob("*/*/*/metrics.json"))
+    listed_inputs = listed(inputs)
+    tables = tmp_path / "cli" / "tables"
     rc = main([
-        "report", "--runs-dir", str(inputs["runs"]), "--experiments-dir", str(inputs["experiments"]),
-        "--passages", str(inputs["passages"]), "--scale-json", str(scale_json), "--out", str(out),
-        "--tables-dir", str(tmp_path / "cli" / "tables"), "--tracking-url", TRACKING, "--samples-per-task", "2",
+        "report", "--metrics", *map(str, metrics), "--predictions", *(str(m.parent / "predictions.jsonl") for m in metrics),
+        "--topk", *map(str, listed_inputs.experiment_files("topk")), "--hotswap", *map(str, listed_inputs.experiment_files("hotswap")),
+        "--oracle", "--passages", str(inputs["passages"]), "--scale-json", str(scale_json), "--out", str(out),
+        *[x for key in TABLE_KEYS for x in (f"--{key}", str(tables / f"{key}.csv"))],
+        "--tracking-url", TRACKING, "--samples-per-task", "2",
     ])
     assert rc == 0
     html = out.read_text(encoding="utf-8")
     assert "412 passages" in _text(html)
-    assert (tmp_path / "cli" / "tables" / "table6.csv").is_file()
+    assert (tables / "table6.csv").is_file()
+
+
+def test_report_reads_only_the_files_it_is_given(tmp_path, gold_calls):
+    """A metrics file beside the listed ones (a task removed from the config, another experiment's
+    run) does not reach the report: it reads the files its rule lists, it does not glob."""
+    inputs = make_inputs(tmp_path)
+    given = [m for m in sorted(inputs["runs"].glob("*/*/*/metrics.json")) if m.parts[-4] != "fever3"]
+    out = tmp_path / "r.html"
+    build_report(ReportInputs.from_files(metrics=given, predictions=[m.parent / "predictions.jsonl" for m in given]),
+                 inputs["passages"], SCALE, out, table_files(tmp_path / "t"), tracking_url=TRACKING)
+    html = out.read_text(encoding="utf-8")
+    assert "run-nq-rag_token-test" in html and "run-fever3-" not in html
+    assert "Figure 3 is not drawn" in html and "No hot-swap results" in html  # the sweep files were not given
+    with pytest.raises(DataError, match="predictions files for"):
+        ReportInputs.from_files(metrics=given, predictions=given[:1])
 
 
 @needs_chromium
@@ -339,8 +377,9 @@ def test_figure3_percent_axes_end_at_100(tmp_path, recall_top, em):
     d.mkdir(parents=True)
     recall = [50, 60, 66, 75, recall_top]
     for variant in ("rag_sequence", "rag_token"):
-        (d / f"{variant}.json").write_text(json.dumps({"k": [1, 2, 3, 5, 8], "em": em, "answer_recall": recall}))
-    [fig] = figure3(tmp_path)
+        (d / f"{variant}.json").write_text(json.dumps({"task": "nq", "variant": variant, "k": [1, 2, 3, 5, 8], "em": em,
+                                                      "answer_recall": recall}))
+    [fig] = figure3(ReportInputs.from_files(topk=sorted(d.glob("*.json"))))
     em_panel, recall_panel = fig["panels"]
     assert "exact match" in em_panel and "recall" in recall_panel
     for panel in (em_panel, recall_panel):

@@ -47,24 +47,18 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from rag.errors import ConfigError, DataError
+from rag.data import paper_results
 from rag.io import iter_jsonl, iter_lines
+from rag.tasks import FEVER3_LABELS
+from rag.tasks import TASKS as TASK_SPECS
 
 log = logging.getLogger(__name__)
 
-FEVER_LABELS = ("SUPPORTS", "REFUTES", "NOT ENOUGH INFO")
+FEVER_LABELS = FEVER3_LABELS
 SPLITS = ("train", "dev", "test")
-# task name -> row name of table7 in rag/data/paper_results.yaml
-TABLE7_ROWS = {
-    "nq": "Natural Questions",
-    "triviaqa": "TriviaQA",
-    "webquestions": "WebQuestions",
-    "curatedtrec": "CuratedTrec",
-    "jeopardy": "Jeopardy QGen",
-    "msmarco": "MS-MARCO",
-    "fever3": "FEVER-3-way",
-    "fever2": "FEVER-2-way",
-}
-TASKS = tuple(TABLE7_ROWS)
+# task name -> row name of table7 in rag/data/paper_results.yaml (declared in the registry, rag/tasks.py)
+TABLE7_ROWS = {name: spec.table7_row for name, spec in TASK_SPECS.items()}
+TASKS = tuple(TASK_SPECS)
 
 _TABLE7: dict[str, dict[str, int]] | None = None
 
@@ -734,11 +728,7 @@ def table7() -> dict[str, dict[str, int]]:
     """Paper Table 7 dataset sizes: ``{task: {"train": n, "dev": n, "test": n}}``."""
     global _TABLE7
     if _TABLE7 is None:
-        import yaml
-
-        source = Path(__file__).with_name("paper_results.yaml")
-        with open(source, encoding="utf-8") as fh:
-            table = yaml.safe_load(fh)["table7"]
+        table = paper_results()["table7"]
         columns = table["columns"]
         rows = table["rows"]
         _TABLE7 = {task: dict(zip(columns, rows[row])) for task, row in TABLE7_ROWS.items()}

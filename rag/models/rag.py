@@ -1,8 +1,8 @@
-"""A RAG model: question encoder + retriever (dense index or BM25) + seq2seq generator.
+"""A RAG model: a retriever (``rag.retrieval.Retriever``: dense, BM25, gold) + a seq2seq generator.
 
 Works with any Hugging Face seq2seq generator (the default is a small BART built from a
-config; ``facebook/bart-large`` at paper scale) and any bi-encoder question encoder. The
-document encoder and the index stay fixed; gradients reach the question encoder through the
+config; ``facebook/bart-large`` at paper scale) and any retriever. With the dense retriever the
+document encoder and the index stay fixed; gradients reach its question encoder through the
 doc scores d(z).q(x) and the generator through the marginal likelihood.
 
 ``precision`` (config key, ``rag.precision``): bf16/fp16 run the question encoder and the generator
@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from rag import precision as P
-from rag.data.corpus import Passages
 from rag.models.decoding import Hypothesis, beam_search, decode_ids
 from rag.models import seq2seq
+from rag.retrieval import Retrieved, Retriever
 from rag.models.marginal import (_token_logprobs, rag_sequence_nll_from_logprobs, rag_token_nll,
                                  rag_token_nll_from_logprobs)
 
@@ -35,12 +34,6 @@ def format_input(title: str, text: str, question: str) -> str:
     if title.endswith('"'):
         title = title[:-1]
     return (title + TITLE_SEP + text + DOC_SEP + question).replace("  ", " ")
-
-
-@dataclass
-class Retrieved:
-    ids: np.ndarray  # [B, K] passage row numbers
-    scores: torch.Tensor  # [B, K] doc scores (logits of p(z|x)); carries grad for a trained question encoder
 
 
 @dataclass
@@ -65,8 +58,7 @@ class Prediction:
 
 
 class RagSystem(torch.nn.Module):
-    def __init__(self, generator, tokenizer, model: str, passages: Passages | None = None, question_encoder=None,
-                 doc_emb: np.ndarray | None = None, index=None, bm25=None, score_scale: float = 1.0,
+    def __init__(self, generator, tokenizer, model: str, retriever: Retriever | None = None,
                  max_source_len: int = 192, max_target_len: int = 48, chunk_overhead: int | None = None,
                  precision: str = "fp32"):
         super().__init__()
@@ -77,12 +69,7 @@ class RagSystem(torch.nn.Module):
         self.generator = generator
         self.tokenizer = tokenizer
         self.model_kind = model
-        self.passages = passages
-        self.question_encoder = question_encoder
-        self.doc_emb = doc_emb
-        self.index = index
-        self.bm25 = bm25
-        self.score_scale = score_scale
+        self.retriever = retriever
         self.max_source_len = max_source_len
         self.max_target_len = max_target_len
         # generator inputs run in length-sorted chunks (rag.models.seq2seq); None: the device's default
@@ -110,20 +97,22 @@ class RagSystem(torch.nn.Module):
         """The ``precision`` autocast context on the generator's device (nothing for fp32)."""
         return P.autocast(self.device.type, self.precision)
 
+    @property
+    def passages(self):
+        """The retriever's passages (None without retrieval)."""
+        return None if self.retriever is None else self.retriever.passages
+
+    @property
+    def question_encoder(self):
+        """The retriever's trainable question encoder (None unless dense)."""
+        return getattr(self.retriever, "question_encoder", None)
+
     # ------------------------------------------------------------------ retrieval
     def retrieve(self, questions: list[str], k: int) -> Retrieved:
-        if self.bm25 is not None:
-            ids, scores = self.bm25.search(questions, k)
-            return Retrieved(ids, torch.from_numpy(scores).to(self.device))
+        """The retriever's top ``k`` passages; the question encoder runs under the precision autocast."""
         with self.autocast():
-            q = self.question_encoder.encode_texts(questions).float()  # [B, d]
-        _, ids = self.index.search(np.ascontiguousarray(q.detach().cpu().numpy()), k)
-        if (ids < 0).any():
-            raise RuntimeError(f"the index returned fewer than K={k} passages; lower K or enlarge the corpus")
-        d = torch.from_numpy(self.doc_emb[ids]).to(q.device, torch.float32)  # [B, K, d], fixed
-        with P.full_precision(q.device.type):  # doc scores in fp32 whatever the precision
-            scores = torch.bmm(q.unsqueeze(1), d.transpose(1, 2)).squeeze(1) * self.score_scale
-        return Retrieved(ids, scores)
+            got = self.retriever.retrieve(questions, k)
+        return Retrieved(got.ids, got.scores.to(self.device))
 
     def source_texts(self, questions: list[str], retrieved: Retrieved | None) -> list[str]:
         if retrieved is None:
@@ -298,6 +287,16 @@ class RagSystem(torch.nn.Module):
         lp = self._decoder_logprobs(enc, torch.arange(n, device=self.device), prefix).view(len(questions), enc.k, -1)
         lab = lp[:, :, label_token_ids]  # [B, K, L]
         return torch.logsumexp(lab + enc.doc_lp[:, :, None], dim=1).cpu(), enc
+
+
+    @torch.inference_mode()
+    def classify(self, questions: list[str], label_token_ids: list[int], labels: list[str], k: int) -> list[Prediction]:
+        """The most probable label per question (``score_labels``), with its retrieved passages."""
+        scores, enc = self.score_labels(questions, label_token_ids, k)
+        preds = self._predictions(enc, [Hypothesis((), 0.0) for _ in questions])
+        for pred, best in zip(preds, scores.argmax(1).tolist()):
+            pred.text = labels[best]
+        return preds
 
 
 class CachedStep:

@@ -19,8 +19,8 @@ DEFAULT_CHUNK_OVERHEAD = 512  # measured best for the default generator on CPU (
 ONE_CHUNK = 10**9
 # per device type (config key generator.chunk_overhead: null). CPU: measured (above). CUDA: one chunk.
 # On one H100 (bart-large size, bf16 autocast, B=8, K=10, sources of 100-300 tokens) the CPU value cut
-# the batch into 4 chunks and halved throughput, while one chunk ran at parity with transformers
-# (issue 12): that is the only GPU measurement so far, so GPUs run one chunk until one says otherwise.
+# the batch into 4 chunks and halved throughput, while one chunk ran at parity with transformers:
+# that is the only GPU measurement so far, so GPUs run one chunk until one says otherwise.
 DEVICE_CHUNK_OVERHEAD = {"cpu": DEFAULT_CHUNK_OVERHEAD, "cuda": ONE_CHUNK}
 
 

@@ -1,7 +1,8 @@
 """The final report: the paper's tables as measured (paper), Figure 3, index hot-swap, samples.
 
-``build_report`` reads the per-run ``metrics.json`` and ``predictions.jsonl`` files, the top-K
-and hot-swap experiment files and the passages TSV; it writes ``table1.csv``, ``table2.csv``,
+``build_report`` reads exactly the files it is given (``ReportInputs``: the per-run
+``metrics.json`` and ``predictions.jsonl`` files, the top-K, oracle and hot-swap experiment files)
+and the passages TSV, never a directory listing; it writes ``table1.csv``, ``table2.csv``,
 ``table5.csv`` and ``table6.csv`` (measured numbers) and one self-contained HTML file (inline CSS
 and SVG, no scripts, no external resources). All text from data and models is escaped by
 jinja2's autoescape. Heavy imports (pandas, jinja2, yaml) happen inside the functions.
@@ -11,22 +12,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["build_report", "register"]
+from rag.report.inputs import ReportInputs
+
+__all__ = ["ReportInputs", "build_report", "register"]
+
+
+TABLE_KEYS = ("table1", "table2", "table5", "table6")
 
 
 def build_report(
-    runs_dir: Path,
-    experiments_dir: Path,
+    inputs: ReportInputs,
     passages: Path | None,
     scale: dict,
     out_html: Path,
-    tables_dir: Path,
+    tables: dict[str, Path],
     tracking_url: str = "http://127.0.0.1:5000",
     samples_per_task: int = 20,
     tasks: list[str] | None = None,
     variants: list[str] | None = None,
 ) -> None:
-    """Write the four measured tables (CSV) under ``tables_dir`` and the HTML report ``out_html``.
+    """Write the measured tables (CSV) to ``tables`` (key ``table1`` ... -> file) and the HTML
+    report ``out_html``, from exactly the files ``inputs`` names (``ReportInputs.from_files``).
 
     Missing metrics render as an en dash; every measured number links to
     ``{tracking_url}/#/experiments/{experiment_id}/runs/{run_id}``.
@@ -34,12 +40,11 @@ def build_report(
     from rag.report.build import build_report as _build
 
     _build(
-        runs_dir=Path(runs_dir),
-        experiments_dir=Path(experiments_dir),
+        inputs=inputs,
         passages=Path(passages) if passages is not None else None,
         scale=scale,
         out_html=Path(out_html),
-        tables_dir=Path(tables_dir),
+        tables={k: Path(v) for k, v in tables.items()},
         tracking_url=tracking_url,
         samples_per_task=samples_per_task,
         tasks=tasks,
@@ -62,13 +67,14 @@ def _load_scale(path: str | None) -> dict:
 
 
 def _cmd_report(args) -> int:
+    inputs = ReportInputs.from_files(metrics=args.metrics, predictions=args.predictions, topk=args.topk,
+                                     hotswap=args.hotswap, oracle=args.oracle, train_data=args.train_data)
     build_report(
-        runs_dir=Path(args.runs_dir),
-        experiments_dir=Path(args.experiments_dir),
+        inputs=inputs,
         passages=Path(args.passages) if args.passages else None,
         scale=_load_scale(args.scale_json),
         out_html=Path(args.out),
-        tables_dir=Path(args.tables_dir),
+        tables={k: Path(getattr(args, k)) for k in TABLE_KEYS if getattr(args, k)},
         tracking_url=args.tracking_url,
         samples_per_task=args.samples_per_task,
         tasks=args.tasks,
@@ -78,15 +84,22 @@ def _cmd_report(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("report", help="write the measured tables (CSV) and the HTML report")
-    p.add_argument("--runs-dir", required=True, help="results/runs: {task}/{variant}/{split}/metrics.json")
-    p.add_argument("--experiments-dir", required=True, help="results/experiments: topk/ and hotswap/")
+    p = sub.add_parser("report", help="write the measured tables (CSV) and the HTML report from the files named")
+    p.add_argument("--metrics", nargs="*", default=[], help="metrics.json files (each names its task, variant, split)")
+    p.add_argument("--predictions", nargs="*", default=[],
+                   help="predictions.jsonl files, one per --metrics file in the same order (or none)")
+    p.add_argument("--topk", nargs="*", default=[], help="Figure 3 top-K sweep results (rag topk-sweep --out)")
+    p.add_argument("--hotswap", nargs="*", default=[], help="index hot-swap results (rag hotswap --out)")
+    p.add_argument("--oracle", nargs="*", default=[], help="gold-passage reader results (rag oracle --out)")
+    p.add_argument("--train-data", nargs="*", default=[], metavar="TASK=PATH",
+                   help="a task's train jsonl (the claims' majority-label baseline)")
     p.add_argument("--passages", default=None, help="passages.tsv (id, title, text) for the sample browser")
     p.add_argument("--scale-json", default=None, help="JSON file with the scale summary (or {'scale': {...}})")
     p.add_argument("--out", required=True, help="HTML report to write")
-    p.add_argument("--tables-dir", required=True, help="directory for table1/2/5/6.csv")
+    for key in TABLE_KEYS:
+        p.add_argument(f"--{key}", help=f"CSV file for {key.replace('table', 'Table ')} (not written if omitted)")
     p.add_argument("--tracking-url", default="http://127.0.0.1:5000", help="MLflow UI base URL for links")
     p.add_argument("--samples-per-task", type=int, default=20, help="examples per task in the sample browser")
-    p.add_argument("--tasks", nargs="+", default=None, help="restrict to these tasks (default: all found)")
-    p.add_argument("--variants", nargs="+", default=None, help="restrict to these variants (default: all found)")
+    p.add_argument("--tasks", nargs="+", default=None, help="restrict to these tasks (default: all given)")
+    p.add_argument("--variants", nargs="+", default=None, help="restrict to these variants (default: all given)")
     p.set_defaults(func=_cmd_report)

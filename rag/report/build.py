@@ -13,35 +13,20 @@ from urllib.parse import quote
 
 from rag.errors import DataError
 from rag.io import atomic_open, read_json, read_jsonl
+from rag.report.inputs import ReportInputs
 
 log = logging.getLogger(__name__)
 
 DASH = "\u2013"  # the en dash shown for a missing number
 
 from rag.tasks import TASKS as _TASK_SPECS
-from rag.tasks import VARIANTS
+from rag.tasks import VARIANTS as _VARIANT_SPECS
 
 TASKS = tuple(_TASK_SPECS)  # the paper's task order
+VARIANTS = tuple(_VARIANT_SPECS)  # the report's variant order
 SPLITS = ("dev", "test")
-TASK_NAMES = {
-    "nq": "Natural Questions",
-    "triviaqa": "TriviaQA",
-    "webquestions": "WebQuestions",
-    "curatedtrec": "CuratedTrec",
-    "msmarco": "MS-MARCO",
-    "jeopardy": "Jeopardy QGen",
-    "fever3": "FEVER-3",
-    "fever2": "FEVER-2",
-}
-VARIANT_NAMES = {
-    "rag_sequence": "RAG-Sequence",
-    "rag_token": "RAG-Token",
-    "bart": "BART",
-    "rag_sequence_frozen": "RAG-Sequence-Frozen",
-    "rag_token_frozen": "RAG-Token-Frozen",
-    "rag_sequence_bm25": "RAG-Sequence-BM25",
-    "rag_token_bm25": "RAG-Token-BM25",
-}
+TASK_NAMES = {name: spec.display for name, spec in _TASK_SPECS.items()}
+VARIANT_NAMES = {name: spec.display for name, spec in _VARIANT_SPECS.items()}
 
 # Column label (as in paper_results.yaml) -> (task, metric) measured for it.
 COLUMN_SOURCES = {
@@ -57,21 +42,22 @@ COLUMN_SOURCES = {
     "FEVER-3 acc": ("fever3", "accuracy"),
     "FEVER-2 acc": ("fever2", "accuracy"),
 }
-TABLE5_SOURCES = {"MS-MARCO": "msmarco", "Jeopardy QGen": "jeopardy"}
+TABLE5_SOURCES = {TASK_NAMES[t]: t for t in ("msmarco", "jeopardy")}
 
-# Paper row label -> variant measured for it (None: paper only).
+
+
+def _rows(*variants: str) -> dict[str, str]:
+    """Paper row label (the variant's registered display name) -> the variant measured for it."""
+    return {VARIANT_NAMES[v]: v for v in variants}
+
+
+# the variants each paper table measures, in the paper's row order
 ROW_VARIANTS = {
-    "table1": {"RAG-Token": "rag_token", "RAG-Sequence": "rag_sequence"},
-    "table2": {"BART": "bart", "RAG-Token": "rag_token", "RAG-Sequence": "rag_sequence"},
-    "table5": {"BART": "bart", "RAG-Token": "rag_token", "RAG-Sequence": "rag_sequence"},
-    "table6": {
-        "RAG-Token-BM25": "rag_token_bm25",
-        "RAG-Sequence-BM25": "rag_sequence_bm25",
-        "RAG-Token-Frozen": "rag_token_frozen",
-        "RAG-Sequence-Frozen": "rag_sequence_frozen",
-        "RAG-Token": "rag_token",
-        "RAG-Sequence": "rag_sequence",
-    },
+    "table1": _rows("rag_token", "rag_sequence"),
+    "table2": _rows("bart", "rag_token", "rag_sequence"),
+    "table5": _rows("bart", "rag_token", "rag_sequence"),
+    "table6": _rows("rag_token_bm25", "rag_sequence_bm25", "rag_token_frozen", "rag_sequence_frozen", "rag_token",
+                    "rag_sequence"),
 }
 TABLE_SPLIT = {"table1": "test", "table2": "test", "table5": "test", "table6": "dev"}
 TABLE_TITLES = {
@@ -141,50 +127,39 @@ def _number(value: Any, where: str) -> float | None:
 
 
 def load_paper() -> dict:
-    import yaml
+    from rag.data import paper_results
 
-    path = Path(__file__).resolve().parent.parent / "data" / "paper_results.yaml"
-    with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+    return paper_results()
 
 
 # ---------------------------------------------------------------- runs
 
 
 class Runs:
-    """All metrics.json files under runs_dir/{task}/{variant}/{split}/."""
+    """The metrics.json (and predictions) files a report was given, by (task, variant, split)."""
 
-    def __init__(self, runs_dir: Path, tracking_url: str, tasks: list[str] | None, variants: list[str] | None):
-        self.runs_dir = Path(runs_dir)
+    def __init__(self, inputs: ReportInputs, tracking_url: str, tasks: list[str] | None, variants: list[str] | None):
+        self.inputs = inputs
         self.tracking_url = tracking_url.rstrip("/")
         self.metrics: dict[tuple[str, str, str], dict] = {}
         self.paths: dict[tuple[str, str, str], Path] = {}
-        if self.runs_dir.is_dir():
-            for path in sorted(self.runs_dir.glob("*/*/*/metrics.json")):
-                split, variant, task = path.parent.name, path.parent.parent.name, path.parent.parent.parent.name
-                if tasks is not None and task not in tasks:
-                    continue
-                if variants is not None and variant not in variants:
-                    continue
-                data = read_json(path)
-                if not isinstance(data, dict) or not isinstance(data.get("metrics", {}), dict):
-                    raise DataError(f"{path}: expected an object with a 'metrics' object")
-                if not isinstance(data.get("retrieval") or {}, dict):
-                    raise DataError(f"{path}: 'retrieval' must be an object")
-                self.metrics[(task, variant, split)] = data
-                self.paths[(task, variant, split)] = path
-        else:
-            log.warning("runs directory %s does not exist; every measured cell is empty", self.runs_dir)
-        present_tasks = {k[0] for k in self.metrics} | self._dirs(1)
-        present_variants = {k[1] for k in self.metrics} | self._dirs(2)
-        self.tasks = list(tasks) if tasks is not None else _ordered(present_tasks, TASKS)
-        self.variants = list(variants) if variants is not None else _ordered(present_variants, VARIANTS)
-
-    def _dirs(self, depth: int) -> set[str]:
-        if not self.runs_dir.is_dir():
-            return set()
-        pattern = "/".join(["*"] * depth)
-        return {p.name for p in self.runs_dir.glob(pattern) if p.is_dir()}
+        for key, path in sorted(inputs.metrics.items()):
+            task, variant, split = key
+            if tasks is not None and task not in tasks:
+                continue
+            if variants is not None and variant not in variants:
+                continue
+            data = read_json(path)
+            if not isinstance(data, dict) or not isinstance(data.get("metrics", {}), dict):
+                raise DataError(f"{path}: expected an object with a 'metrics' object")
+            if not isinstance(data.get("retrieval") or {}, dict):
+                raise DataError(f"{path}: 'retrieval' must be an object")
+            self.metrics[key] = data
+            self.paths[key] = path
+        if not inputs.metrics:
+            log.warning("no metrics files given; every measured cell is empty")
+        self.tasks = list(tasks) if tasks is not None else _ordered({k[0] for k in self.metrics}, TASKS)
+        self.variants = list(variants) if variants is not None else _ordered({k[1] for k in self.metrics}, VARIANTS)
 
     def link(self, key: tuple[str, str, str]) -> str | None:
         data = self.metrics.get(key)
@@ -205,7 +180,7 @@ class Runs:
         v = self.value(task, variant, split, metric, section)
         pm = None
         path = self.predictions_path(task, variant, split)
-        if v is not None and section == "metrics" and path.is_file():
+        if v is not None and section == "metrics" and path is not None and path.is_file():
             from rag.report.claims import cell_halfwidth
 
             hw = cell_halfwidth(metric, read_jsonl(path), self.metrics[(task, variant, split)].get("metric_options"))
@@ -218,8 +193,9 @@ class Runs:
             pm=pm,
         )
 
-    def predictions_path(self, task: str, variant: str, split: str) -> Path:
-        return self.runs_dir / task / variant / split / "predictions.jsonl"
+    def predictions_path(self, task: str, variant: str, split: str) -> Path | None:
+        """The run's predictions file, if the report was given it."""
+        return self.inputs.predictions.get((task, variant, split))
 
 
 def _ordered(present: set[str], canonical: tuple[str, ...]) -> list[str]:
@@ -232,7 +208,7 @@ def _ordered(present: set[str], canonical: tuple[str, ...]) -> list[str]:
 def _gold_trigram(runs: Runs, task: str) -> float | None:
     for variant in list(VARIANTS) + [v for v in runs.variants if v not in VARIANTS]:
         path = runs.predictions_path(task, variant, "test")
-        if path.is_file():
+        if path is not None and path.is_file():
             rows = read_jsonl(path, required=("targets",))
             texts = [str(r["targets"][0]) for r in rows if isinstance(r["targets"], list) and r["targets"]]
             if not texts:
@@ -309,12 +285,13 @@ def _measured_rows(table: Table) -> list[tuple[str, list[Cell]]]:
     return [(label, cells) for label, cells, kind in table.rows if kind != "paper-only"]
 
 
-def write_csvs(tables: list[Table], tables_dir: Path) -> None:
+def write_csvs(tables: list[Table], paths: dict[str, Path]) -> None:
+    """Each table to the file ``paths`` names for its key (table1, table2, ...); tables without one are not written."""
     import pandas as pd
 
-    tables_dir = Path(tables_dir)
-    tables_dir.mkdir(parents=True, exist_ok=True)
     for table in tables:
+        if table.key not in paths:
+            continue
         rows = _measured_rows(table)
         df = pd.DataFrame(
             [[c.value for c in cells] for _, cells in rows],
@@ -322,7 +299,9 @@ def write_csvs(tables: list[Table], tables_dir: Path) -> None:
             columns=table.columns,
             dtype="float64",
         )
-        with atomic_open(tables_dir / f"{table.key}.csv") as fh:
+        path = Path(paths[table.key])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_open(path) as fh:
             df.to_csv(fh, float_format="%.4g")
 
 
@@ -360,18 +339,17 @@ def _at_k(key: str) -> int:
 # ---------------------------------------------------------------- experiments
 
 
-def figure3(experiments_dir: Path) -> list[dict]:
+def figure3(inputs: ReportInputs) -> list[dict]:
     """One figure (two panels) per task that has top-K sweep files."""
     from rag.report.svg import line_chart
 
-    topk_dir = Path(experiments_dir) / "topk"
-    tasks = _ordered({p.name for p in topk_dir.iterdir() if p.is_dir()}, TASKS) if topk_dir.is_dir() else []
+    tasks = _ordered({key[0] for key in inputs.experiments.get("topk", {})}, TASKS)
     figures = []
     for task in tasks:
         series_em, series_recall = [], []
         for variant in ("rag_token", "rag_sequence"):
-            path = topk_dir / task / f"{variant}.json"
-            if not path.is_file():
+            path = inputs.experiment("topk", task, variant)
+            if path is None or not path.is_file():
                 continue
             data = read_json(path)
             ks = data.get("k") if isinstance(data, dict) else None
@@ -405,10 +383,10 @@ def figure3(experiments_dir: Path) -> list[dict]:
     return figures
 
 
-def oracle_tables(experiments_dir: Path) -> list[dict]:
+def oracle_tables(inputs: ReportInputs) -> list[dict]:
     """Reader quality apart from retrieval: EM with the gold passage alone, per attribute."""
     out = []
-    for path in sorted((Path(experiments_dir) / "oracle").glob("*/*.json")):
+    for path in inputs.experiment_files("oracle"):
         data = read_json(path)
         if not isinstance(data, dict) or not isinstance(data.get("by_attribute"), dict):
             raise DataError(f"{path}: expected an object with 'by_attribute'")
@@ -419,24 +397,24 @@ def oracle_tables(experiments_dir: Path) -> list[dict]:
     return out
 
 
-def hotswap(experiments_dir: Path, paper: dict) -> dict | None:
+def hotswap(inputs: ReportInputs, paper: dict) -> dict | None:
     from rag.report.svg import bar_chart
 
-    hs_dir = Path(experiments_dir) / "hotswap"
-    files = sorted(hs_dir.glob("*.json")) if hs_dir.is_dir() else []
+    files = inputs.experiment_files("hotswap")
     if not files:
         return None
     ppaper = paper.get("index_hot_swap", {})
     paper_cells = {k: ppaper.get(v) for k, v in HOTSWAP_PAPER_KEYS.items()}
     variants = []
-    for path in sorted(files, key=lambda p: (VARIANTS.index(p.stem) if p.stem in VARIANTS else 99, p.stem)):
+    by_variant = {path: key[0] for key, path in inputs.experiments.get("hotswap", {}).items()}
+    for path in sorted(files, key=lambda p: (VARIANTS.index(by_variant[p]) if by_variant[p] in VARIANTS else 99, by_variant[p])):
         data = read_json(path)
         if not isinstance(data, dict) or not isinstance(data.get("cells"), dict):
             raise DataError(f"{path}: expected an object with 'cells'")
         n = data.get("n")
         n = int(_number(n, f"{path}: n") or 0) if n is not None else None
         cells = {k: _number(data["cells"].get(k), f"{path}: cells.{k}") for k in HOTSWAP_PAPER_KEYS}
-        variant = str(data.get("variant") or path.stem)
+        variant = by_variant[path]
         rows = []
         for q in ("a", "b"):
             row = []
@@ -497,7 +475,7 @@ def samples(runs: Runs, passages: Path | None, per_task: int) -> list[dict]:
     for task in runs.tasks:
         split = None
         for s in ("test", "dev"):
-            if any(runs.predictions_path(task, v, s).is_file() for v in runs.variants):
+            if any((p := runs.predictions_path(task, v, s)) is not None and p.is_file() for v in runs.variants):
                 split = s
                 break
         if split is None:
@@ -507,7 +485,7 @@ def samples(runs: Runs, passages: Path | None, per_task: int) -> list[dict]:
         variants = []
         for variant in runs.variants:
             path = runs.predictions_path(task, variant, split)
-            if not path.is_file():
+            if path is None or not path.is_file():
                 continue
             variants.append(variant)
             by_id = {}
@@ -576,21 +554,21 @@ def render_html(context: dict) -> str:
 
 
 def build_report(
-    runs_dir: Path,
-    experiments_dir: Path,
+    inputs: ReportInputs,
     passages: Path | None,
     scale: dict,
     out_html: Path,
-    tables_dir: Path,
+    tables: dict[str, Path],
     tracking_url: str = "http://127.0.0.1:5000",
     samples_per_task: int = 20,
     tasks: list[str] | None = None,
     variants: list[str] | None = None,
 ) -> None:
     paper = load_paper()
-    runs = Runs(Path(runs_dir), tracking_url, tasks, variants)
+    runs = Runs(inputs, tracking_url, tasks, variants)
+    table_paths = tables
     tables = build_tables(runs, paper)
-    write_csvs(tables, Path(tables_dir))
+    write_csvs(tables, table_paths)
     retrieval_columns, retrieval_rows = retrieval_table(runs)
     scale = dict(scale or {})
     from rag.data.corpus import read_passages as read_all_passages
@@ -601,14 +579,14 @@ def build_report(
         p = read_all_passages(passages)
         texts = dict(zip(p.ids, p.texts))
     context = {
-        "claims": build_claims(Path(runs_dir), Path(experiments_dir), texts, paper),
-        "oracle": oracle_tables(Path(experiments_dir)),
+        "claims": build_claims(inputs, texts, paper),
+        "oracle": oracle_tables(inputs),
         "scale": scale,
         "scale_items": [(str(k), str(v)) for k, v in scale.items()],
         "paper_setup": [(str(k), str(v)) for k, v in (paper.get("setup") or {}).items()],
         "tables": tables,
-        "figures": figure3(Path(experiments_dir)),
-        "hotswap": hotswap(Path(experiments_dir), paper),
+        "figures": figure3(inputs),
+        "hotswap": hotswap(inputs, paper),
         "retrieval_columns": retrieval_columns,
         "retrieval_rows": retrieval_rows,
         "samples": samples(runs, passages, samples_per_task),
@@ -619,4 +597,4 @@ def build_report(
     html = render_html(context)
     with atomic_open(Path(out_html)) as fh:
         fh.write(html)
-    log.info("wrote %s and %d tables under %s", out_html, len(tables), tables_dir)
+    log.info("wrote %s and %d tables (%s)", out_html, len(tables), ", ".join(str(p) for p in table_paths.values()))

@@ -13,12 +13,12 @@ an effect shows too.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
 from rag.io import read_json, read_jsonl
+from rag.report.inputs import ReportInputs
 
 RESAMPLES = 1000
 ALPHA = 0.05
@@ -98,19 +98,18 @@ class Claim:
 
 
 class Evidence:
-    """Per-example results of one experiment's output folders."""
+    """Per-example results of the files one report reads (its rule's inputs)."""
 
-    def __init__(self, runs_dir: Path, experiments_dir: Path, passages: dict[str, str] | None):
-        self.runs_dir = Path(runs_dir)
-        self.experiments_dir = Path(experiments_dir)
+    def __init__(self, inputs: ReportInputs, passages: dict[str, str] | None):
+        self.inputs = inputs
         self.passages = passages or {}
         self._cache: dict = {}
 
     def predictions(self, task: str, variant: str, split: str = "test") -> list[dict] | None:
         key = (task, variant, split)
         if key not in self._cache:
-            path = self.runs_dir / task / variant / split / "predictions.jsonl"
-            self._cache[key] = sorted(read_jsonl(path), key=lambda r: r["id"]) if path.is_file() else None
+            path = self.inputs.predictions.get(key)
+            self._cache[key] = sorted(read_jsonl(path), key=lambda r: r["id"]) if path is not None and path.is_file() else None
         return self._cache[key]
 
     def correct(self, task: str, variant: str, metric: str) -> list[float] | None:
@@ -131,9 +130,10 @@ class Evidence:
         return [100.0 * any(M.answer_in_text(self.passages.get(d, ""), p["targets"], regex=regex) for d in p["doc_ids"][:k])
                 for p in preds]
 
-    def json(self, *parts: str) -> dict | None:
-        path = self.experiments_dir.joinpath(*parts)
-        return read_json(path) if path.is_file() else None
+    def json(self, kind: str, *key: str) -> dict | None:
+        """An experiment's result: ("topk" | "oracle", task, variant) or ("hotswap", variant)."""
+        path = self.inputs.experiment(kind, *key)
+        return read_json(path) if path is not None and path.is_file() else None
 
 
 def _diff_claim(claim: str, paper: str, what: str, a, b, bar_text: str, bar: Callable[[float], bool],
@@ -152,16 +152,16 @@ def _diff_claim(claim: str, paper: str, what: str, a, b, bar_text: str, bar: Cal
 def _majority_baseline(ev: Evidence, task: str) -> list[float] | None:
     import collections
 
-    train = ev.runs_dir.parent / "data" / task / "train.jsonl"
+    train = ev.inputs.train_data.get(task)
     preds = ev.predictions(task, "bart")
-    if preds is None or not train.is_file():
+    if preds is None or train is None or not train.is_file():
         return None
     major = collections.Counter(r["targets"][0] for r in read_jsonl(train)).most_common(1)[0][0]
     return [100.0 * (p["targets"][0] == major) for p in preds]
 
 
 def _hotswap(ev: Evidence, variant: str) -> tuple[list[float], list[float]] | None:
-    data = ev.json("hotswap", f"{variant}.json")
+    data = ev.json("hotswap", variant)
     if not data or not data.get("detail") or "correct_a" not in data["detail"][0]:
         return None
     by = {}
@@ -188,14 +188,13 @@ def _paper_value(paper: dict, table: str, row: str, column: str) -> str:
     return "–" if v is None else f"{float(v):.1f}"
 
 
-def build_claims(runs_dir: Path, experiments_dir: Path, passages: dict[str, str] | None,
-                 paper: dict | None = None) -> list[Claim]:
+def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: dict | None = None) -> list[Claim]:
     if paper is None:
         from rag.report.build import load_paper
 
         paper = load_paper()
     pv = lambda *a: _paper_value(paper, *a)  # noqa: E731
-    ev = Evidence(runs_dir, experiments_dir, passages)
+    ev = Evidence(inputs, passages)
     out: list[Claim] = []
     # 1. retrieval is a real problem: the frozen retriever misses at K = 1 and finds at K = 5
     r1, r5 = ev.hits("nq", "rag_token_frozen", 1), ev.hits("nq", "rag_token_frozen", 5)
@@ -224,7 +223,7 @@ def build_claims(runs_dir: Path, experiments_dir: Path, passages: dict[str, str]
                            "NQ answer recall@1, frozen dense vs BM25", ev.hits("nq", "rag_token_frozen", 1),
                            ev.hits("nq", "rag_token_bm25", 1), "≥ +5 points", lambda d: d >= 5))
     # 4. the reader reads: gold passage alone (oracle)
-    oracle = ev.json("oracle", "nq", "rag_token.json")
+    oracle = ev.json("oracle", "nq", "rag_token")
     if oracle and oracle.get("correct"):
         em = [100.0 * x for x in oracle["correct"]]
         worst = min(oracle["by_attribute"].values(), key=lambda v: v["em"]) if oracle["by_attribute"] else None
@@ -239,7 +238,7 @@ def build_claims(runs_dir: Path, experiments_dir: Path, passages: dict[str, str]
         out.append(Claim("The reader reads: given the gold passage, it answers", "(harness check)", "oracle: not run",
                          bar="EM ≥ 85, every attribute ≥ 60"))
     # 5. more documents help (Figure 3)
-    sweep = ev.json("topk", "nq", "rag_sequence.json")
+    sweep = ev.json("topk", "nq", "rag_sequence")
     if sweep and "per_example" in sweep and 1 in sweep["k"] and max(sweep["k"]) > 1:
         kmax = max(sweep["k"])
         pe = sweep["per_example"]

@@ -1,0 +1,79 @@
+"""Retrieval behind one interface: ``Retriever.retrieve(questions, k) -> Retrieved``.
+
+Each kind of retriever (``rag/tasks.py`` RETRIEVERS: dense, bm25; the oracle's gold retriever)
+returns passage row numbers and doc scores in the same order, best first. A retriever is built
+from one description of the retrieval files (:class:`RetrievalFiles`); the registry entry names
+the file roles it reads, and the Snakemake rules and the CLI pass exactly those.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+# role -> (command-line flag, takes several paths): the retrieval files a retriever may read
+FILE_ROLES: dict[str, tuple[str, bool]] = {
+    "passages": ("--passages", False),  # passages.tsv
+    "embeddings": ("--embeddings", True),  # the passage embedding shards, in order
+    "index": ("--index", False),  # the FAISS index over them
+    "bm25": ("--bm25", False),  # the BM25 index folder
+}
+
+
+@dataclass
+class Retrieved:
+    ids: np.ndarray  # [B, K] passage row numbers, best first
+    scores: torch.Tensor  # [B, K] doc scores (logits of p(z|x)); carries grad for a trained question encoder
+
+
+@dataclass
+class RetrievalFiles:
+    """The files a retriever reads (a role of FILE_ROLES each; None where the retriever reads none)."""
+
+    passages: str | None = None
+    embeddings: list[str] = field(default_factory=list)
+    index: str | None = None
+    bm25: str | None = None
+
+    @classmethod
+    def from_args(cls, args) -> "RetrievalFiles":
+        return cls(**{role: getattr(args, role, None) or ([] if many else None)
+                      for role, (_, many) in FILE_ROLES.items()})
+
+
+class Retriever(torch.nn.Module):
+    """``retrieve(questions, k) -> Retrieved`` over ``self.passages`` (rag.data.corpus.Passages).
+
+    A module, so a trainable part (the dense retriever's ``question_encoder`` submodule) is a part
+    of the RAG system that holds it; retrievers without one have no such attribute."""
+
+    def retrieve(self, questions: list[str], k: int) -> Retrieved:
+        raise NotImplementedError
+
+
+def add_file_args(parser) -> None:
+    """The retrieval-file flags of FILE_ROLES on a subcommand."""
+    for role, (flag, many) in FILE_ROLES.items():
+        parser.add_argument(flag, dest=role, nargs="+" if many else None, help=f"retrieval file: {role}")
+
+
+def build_retriever(name: str | None, files: RetrievalFiles, cfg: dict, device: str,
+                    question_encoder_dir: str | None = None) -> Retriever | None:
+    """The registered retriever ``name`` (rag/tasks.py RETRIEVERS) over ``files``; None for None."""
+    from rag.errors import ConfigError
+    from rag.tasks import retriever_spec
+
+    if name is None:
+        return None
+    spec = retriever_spec(name)
+    missing = [FILE_ROLES[role][0] for role in spec.files if not getattr(files, role)]
+    if missing:
+        raise ConfigError(f"retriever {name} needs {', '.join(missing)}")
+    module, _, attr = spec.factory.partition(":")
+    factory = importlib.import_module(module)
+    for part in attr.split("."):
+        factory = getattr(factory, part)
+    return factory(files, cfg, device, question_encoder_dir)

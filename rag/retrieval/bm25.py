@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from rag.errors import DataError
 from rag.io import atomic_dir
+from rag.retrieval import RetrievalFiles, Retrieved, Retriever
 
 
 def _docs(titles: list[str], texts: list[str]) -> list[str]:
@@ -24,19 +26,29 @@ def build_bm25(titles: list[str], texts: list[str], out_dir: str | Path) -> None
         retriever.save(str(tmp))
 
 
-class BM25Retriever:
-    def __init__(self, path: str | Path):
+class BM25Retriever(Retriever):
+    """Fixed BM25 retrieval; the BM25 scores are the logits of p(z|x)."""
+
+    def __init__(self, path: str | Path, passages=None):
         import bm25s
 
+        super().__init__()
         path = Path(path)
         if not path.is_dir():
             raise DataError(f"{path}: BM25 index folder not found")
         self.model = bm25s.BM25.load(str(path))
+        self.passages = passages
 
-    def search(self, queries: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Return (ids [B, k] int64, scores [B, k] float32), best first."""
+    @classmethod
+    def from_files(cls, files: RetrievalFiles, cfg: dict, device: str, question_encoder_dir: str | None = None):
+        from rag.data.corpus import read_passages
+
+        return cls(files.bm25, read_passages(files.passages))
+
+    def retrieve(self, questions: list[str], k: int) -> Retrieved:
+        """Passage rows [B, k] and BM25 scores [B, k], best first."""
         import bm25s
 
-        tokens = bm25s.tokenize(queries, stopwords="en", show_progress=False)
+        tokens = bm25s.tokenize(questions, stopwords="en", show_progress=False)
         ids, scores = self.model.retrieve(tokens, k=k, show_progress=False, n_threads=1)
-        return np.asarray(ids, dtype=np.int64), np.asarray(scores, dtype=np.float32)
+        return Retrieved(np.asarray(ids, dtype=np.int64), torch.from_numpy(np.asarray(scores, dtype=np.float32)))

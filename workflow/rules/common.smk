@@ -1,12 +1,15 @@
 # Configuration: validated against workflow/schemas/config.schema.yaml (defaults filled in) before
-# any job runs, then split into per-stage sections. Each section is written to
-# results/config/<section>.json by rule `config_section` with the section as a param, so editing
-# one task re-runs only the jobs of that task.
+# any job runs, then split into per-stage sections (rag.config.sections: each holds only the keys its
+# consumer reads). Each section is written to results/<name>/config/<section>.json by rule
+# `config_section` with the section as a param, so an edit re-runs only the jobs that read it.
+# Every output of an experiment lives under results/<name>/ and reports/<name>/ (<name>: the
+# config's top-level `name`), so two experiments never share or overwrite an output.
 import sys
 
-from rag.config import encoder_slug, load_config, sections
+from rag.config import config_hash, encoder_slug, load_config, sections
 from rag.errors import ConfigError
-from rag.tasks import TASKS, VARIANTS, variant_spec
+from rag.retrieval import FILE_ROLES
+from rag.tasks import RETRIEVERS, TASKS, VARIANTS, variant_spec
 
 # load_config validates against workflow/schemas/config.schema.yaml (the same file) and stops
 # with one line naming the key; snakemake.utils.validate would print a whole jsonschema dump.
@@ -18,13 +21,14 @@ except ConfigError as exc:
     sys.exit(f"error: {exc}")
 
 SECTIONS = sections(CFG)
-NAME = CFG["corpus"]["name"]
+EXP = CFG["name"]  # the experiment: results/<EXP>/..., reports/<EXP>/..., MLflow experiments <EXP>/<task>
+R = f"results/{EXP}"
+NAME = CFG["corpus"]["name"]  # the corpus (wildcard {corpus}; the hot-swap's second snapshot is <NAME>_b)
 TASK_NAMES = sorted(CFG["tasks"])
 VARIANT_NAMES = list(CFG["variants"])
 ENCODER = encoder_slug(CFG["retriever"]["context_encoder"])
 INDEX = CFG["retriever"]["index"]
 SHARDS = range(CFG["retriever"]["shards"])
-DENSE = [v for v in VARIANT_NAMES if variant_spec(v).retriever == "dense"]
 HOTSWAP = CFG["experiments"]["hotswap"] and CFG["corpus"]["source"] == "miniworld" and "nq" in CFG["tasks"]
 TOPK_TASK = CFG["experiments"]["topk_task"]
 # the oracle (gold passage as the only document) needs questions that name their gold passage: miniworld's do
@@ -34,7 +38,7 @@ RES = CFG.get("resources", {})
 # evaluate_in_train_job: the train rule also writes the dev/test predictions and metrics (no evaluate rule)
 FUSED_EVAL = CFG["evaluate_in_train_job"]
 EVAL_OUTPUTS = {
-    f"{split}_{kind}": f"results/runs/{{task}}/{{variant}}/{split}/{name}"
+    f"{split}_{kind}": f"{R}/runs/{{task}}/{{variant}}/{split}/{name}"
     for split in ("dev", "test")
     for kind, name in (("metrics", "metrics.json"), ("predictions", "predictions.jsonl"))
 }
@@ -55,62 +59,97 @@ def res(rule_name, key, default):
 
 
 def section(name):
-    return f"results/config/{name}.json"
+    return f"{R}/config/{name}.json"
+
+
+def train_config_hash(wildcards):
+    """The hash of the train_<task> section: the MLflow run's config_hash tag."""
+    return config_hash(SECTIONS[f"train_{wildcards.task}"])
+
+
+def task_sections(wildcards):
+    """The sections a job that loads a task's model reads: train_<task> and eval_<task>."""
+    return [section(f"train_{wildcards.task}"), section(f"eval_{wildcards.task}")]
 
 
 def corpus_passages(corpus):
-    return f"results/corpus/{corpus}/passages.tsv"
+    return f"{R}/corpus/{corpus}/passages.tsv"
 
 
 def shard_files(corpus):
-    return expand(f"results/index/{corpus}/{ENCODER}/emb-{{shard}}.npy", shard=SHARDS)
+    return expand(f"{R}/index/{corpus}/{ENCODER}/emb-{{shard}}.npy", shard=SHARDS)
 
 
 def index_file(corpus):
-    return f"results/index/{corpus}/{ENCODER}/{INDEX}.faiss"
+    return f"{R}/index/{corpus}/{ENCODER}/{INDEX}.faiss"
+
+
+def retrieval_file(role, corpus):
+    """The file (or files) of a retrieval file role (rag.retrieval.FILE_ROLES) for ``corpus``."""
+    return {
+        "passages": corpus_passages(corpus),
+        "embeddings": shard_files(corpus),
+        "index": index_file(corpus),
+        "bm25": f"{R}/index/{corpus}/bm25",
+    }[role]
 
 
 def retrieval_inputs(wildcards):
-    """The passages and the retriever files a variant reads (none for bart)."""
-    spec = variant_spec(wildcards.variant)
-    if spec.retriever is None:
+    """The retrieval files the variant's retriever reads (rag/tasks.py RETRIEVERS; none for bart)."""
+    name = variant_spec(wildcards.variant).retriever
+    if name is None:
         return {}
-    if spec.retriever == "bm25":
-        return {"passages": corpus_passages(NAME), "bm25": f"results/index/{NAME}/bm25"}
-    return {"passages": corpus_passages(NAME), "embeddings": shard_files(NAME), "index": index_file(NAME)}
+    return {role: retrieval_file(role, NAME) for role in RETRIEVERS[name].files}
 
 
 def retrieval_args(wildcards, input):
     """Command-line flags naming the retrieval inputs (paths only: no config value reaches a shell)."""
     args = []
-    if "passages" in input.keys():
-        args += ["--passages", input.passages]
-    if "bm25" in input.keys():
-        args += ["--bm25", input.bm25]
-    if "embeddings" in input.keys():
-        args += ["--embeddings", *input.embeddings, "--index", input.index]
+    for role, (flag, many) in FILE_ROLES.items():
+        if role in input.keys():
+            value = getattr(input, role)
+            args += [flag, *(value if many else [value])]
     return " ".join(args)
+
+
+def fused_eval_args(wildcards, input, output):
+    """evaluate_in_train_job: the train job's flags naming the dev/test files it decodes and writes."""
+    if not FUSED_EVAL:
+        return ""
+    return (f"--dev {input.dev} --test {input.test} --dev-predictions {output.dev_predictions} "
+            f"--dev-metrics {output.dev_metrics} --test-predictions {output.test_predictions} "
+            f"--test-metrics {output.test_metrics}")
 
 
 def init_from(wildcards):
     src = CFG["tasks"][wildcards.task].get("init_from")
-    return {"init": f"results/runs/{src}/{wildcards.variant}/model"} if src else {}
+    return {"init": f"{R}/runs/{src}/{wildcards.variant}/model"} if src else {}
+
+
+def run_files(kind):
+    """Every run's dev and test <kind> file (metrics.json | predictions.jsonl), task by task."""
+    return expand(f"{R}/runs/{{task}}/{{variant}}/{{split}}/{kind}", task=TASK_NAMES, variant=VARIANT_NAMES, split=["dev", "test"])
 
 
 def all_targets():
-    out = ["reports/report.html"]
-    out += expand("results/runs/{task}/{variant}/{split}/metrics.json", task=TASK_NAMES, variant=VARIANT_NAMES, split=["dev", "test"])
-    return out
+    return [f"reports/{EXP}/report.html"] + run_files("metrics.json")
 
 
 def report_inputs(wildcards):
-    """Every metrics file, and the Figure 3 and hot-swap results where configured."""
-    ins = expand("results/runs/{task}/{variant}/{split}/metrics.json", task=TASK_NAMES, variant=VARIANT_NAMES, split=["dev", "test"])
+    """Exactly the files the report reads: every run's metrics and predictions (in the same order),
+    and the Figure 3, hot-swap and oracle results where configured."""
     rag_variants = [v for v in ("rag_sequence", "rag_token") if v in VARIANT_NAMES]
-    if TOPK_TASK in TASK_NAMES:
-        ins += expand("results/experiments/topk/{task}/{variant}.json", task=[TOPK_TASK], variant=rag_variants)
-    if HOTSWAP:
-        ins += expand("results/experiments/hotswap/{variant}.json", variant=rag_variants)
-    if ORACLE:
-        ins += expand("results/experiments/oracle/{task}/{variant}.json", task=[TOPK_TASK], variant=rag_variants)
-    return ins
+    topk = TOPK_TASK in TASK_NAMES
+    return {
+        "metrics": run_files("metrics.json"),
+        "predictions": run_files("predictions.jsonl"),
+        "topk": expand(f"{R}/experiments/topk/{{task}}/{{variant}}.json", task=[TOPK_TASK], variant=rag_variants) if topk else [],
+        "hotswap": expand(f"{R}/experiments/hotswap/{{variant}}.json", variant=rag_variants) if HOTSWAP else [],
+        "oracle": expand(f"{R}/experiments/oracle/{{task}}/{{variant}}.json", task=[TOPK_TASK], variant=rag_variants) if ORACLE else [],
+        "train_data": [f"{R}/data/{task}/train.jsonl" for task in TASK_NAMES],
+    }
+
+
+def train_data_args(wildcards, input):
+    """`rag report --train-data task=path ...`: each task's train file (report_inputs lists them in TASK_NAMES order)."""
+    return " ".join(f"{task}={path}" for task, path in zip(TASK_NAMES, input.train_data))

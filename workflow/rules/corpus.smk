@@ -8,18 +8,18 @@ if CFG["corpus"]["source"] == "miniworld":
         input:
             cfg=section("corpus"),
         output:
-            "results/corpus/{corpus}/passages.tsv",
-            restatements="results/corpus/{corpus}/restatements.jsonl",
+            passages=f"{R}/corpus/{{corpus}}/passages.tsv",
+            restatements=f"{R}/corpus/{{corpus}}/restatements.jsonl",
         params:
             snapshot=lambda w: "b" if w.corpus == f"{NAME}_b" else "a",
         log:
-            "results/logs/corpus/{corpus}.log",
+            f"{R}/logs/corpus/{{corpus}}.log",
         benchmark:
-            "results/benchmarks/corpus/{corpus}.tsv"
+            f"{R}/benchmarks/corpus/{{corpus}}.tsv"
         conda:
             CONDA
         shell:
-            "rag corpus --config {input.cfg} --snapshot {params.snapshot} --out {output[0]} "
+            "rag corpus --config {input.cfg} --snapshot {params.snapshot} --out {output.passages} "
             "--restatements {output.restatements} 2> {log}"
 
 else:
@@ -34,9 +34,9 @@ else:
             runtime=res("corpus_convert", "runtime", 180),
             mem_mb=res("corpus_convert", "mem_mb", 8000),
         log:
-            f"results/logs/corpus/{NAME}.log",
+            f"{R}/logs/corpus/{NAME}.log",
         benchmark:
-            f"results/benchmarks/corpus/{NAME}.tsv"
+            f"{R}/benchmarks/corpus/{NAME}.tsv"
         conda:
             CONDA
         shell:

@@ -25,19 +25,13 @@ TASK_DOWNLOADS = {
     for split, url in spec["files"].items()
 }
 
-# task -> its raw files: the downloads, or the local paths (load_config has checked that they exist)
+# task -> {"src_<split>": its raw file}: the download, or the local path (load_config has checked
+# that it exists); the task rule passes each to `rag tasks --in-<split>`
 TASK_SOURCES = {
-    task: (
-        [f"resources/tasks/{task}/{URL_NAME(url)}" for url in spec["files"].values()]
-        if spec["source"] == "download"
-        else list(spec.get("files", {}).values())
-    )
-    for task, spec in CFG["tasks"].items()
-}
-
-# task -> `--input-dir` for downloaded tasks (cmd_tasks reads <dir>/<file name of the URL>)
-TASK_INPUT_DIR = {
-    task: f"--input-dir resources/tasks/{task}" if spec["source"] == "download" else ""
+    task: {
+        f"src_{split}": f"resources/tasks/{task}/{URL_NAME(url)}" if spec["source"] == "download" else url
+        for split, url in spec.get("files", {}).items()
+    }
     for task, spec in CFG["tasks"].items()
 }
 
@@ -56,7 +50,7 @@ if CORPUS["source"] == "download":
             runtime=res("download", "runtime", 240),
             mem_mb=res("download", "mem_mb", 2000),
         log:
-            f"results/logs/download/corpus-{NAME}.log",
+            f"{R}/logs/download/corpus-{NAME}.log",
         conda:
             CONDA
         shell:
@@ -80,7 +74,7 @@ if TASK_DOWNLOADS:
             runtime=res("download", "runtime", 240),
             mem_mb=res("download", "mem_mb", 2000),
         log:
-            "results/logs/download/{task}-{filename}.log",
+            f"{R}/logs/download/{{task}}-{{filename}}.log",
         conda:
             CONDA
         shell:

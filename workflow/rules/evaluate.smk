@@ -1,4 +1,5 @@
-# Evaluation of every model on dev and test; Figure 3 (test-time K sweep) and the index hot-swap.
+# Evaluation of every model on dev and test; Figure 3 (test-time K sweep), the oracle and the
+# index hot-swap. Jobs that load a task's model read its train_<task> and eval_<task> sections.
 
 
 if not FUSED_EVAL:  # otherwise the train rule decodes dev/test itself (config key evaluate_in_train_job)
@@ -6,10 +7,10 @@ if not FUSED_EVAL:  # otherwise the train rule decodes dev/test itself (config k
     rule evaluate:
         input:
             unpack(retrieval_inputs),
-            cfg=lambda w: section(f"task_{w.task}"),
-            model="results/runs/{task}/{variant}/model",
-            dev="results/data/{task}/dev.jsonl",
-            test="results/data/{task}/test.jsonl",
+            cfg=task_sections,
+            model=f"{R}/runs/{{task}}/{{variant}}/model",
+            dev=f"{R}/data/{{task}}/dev.jsonl",
+            test=f"{R}/data/{{task}}/test.jsonl",
         output:
             **EVAL_OUTPUTS,
         params:
@@ -20,54 +21,55 @@ if not FUSED_EVAL:  # otherwise the train rule decodes dev/test itself (config k
             mem_mb=res("evaluate", "mem_mb", 4000),
             gpu=res("evaluate", "gpu", 0),
         log:
-            "results/logs/evaluate/{task}-{variant}.log",
+            f"{R}/logs/evaluate/{{task}}-{{variant}}.log",
         benchmark:
-            "results/benchmarks/evaluate/{task}-{variant}.tsv"
+            f"{R}/benchmarks/evaluate/{{task}}-{{variant}}.tsv"
         conda:
             CONDA
         shell:
             "RAG_THREADS={threads} rag evaluate --config {input.cfg} --variant {wildcards.variant} "
-            "--data-dir results/data/{wildcards.task} --model-dir {input.model} {params.retrieval} "
-            "--out-dir results/runs/{wildcards.task}/{wildcards.variant} 2> {log}"
+            "--model-dir {input.model} {params.retrieval} --dev {input.dev} --test {input.test} "
+            "--dev-predictions {output.dev_predictions} --dev-metrics {output.dev_metrics} "
+            "--test-predictions {output.test_predictions} --test-metrics {output.test_metrics} 2> {log}"
 
 
 rule topk_sweep:
     input:
         unpack(retrieval_inputs),
-        cfg=lambda w: section(f"task_{w.task}"),
+        cfg=task_sections,
         exp=section("experiments"),
-        model="results/runs/{task}/{variant}/model",
-        test="results/data/{task}/test.jsonl",
+        model=f"{R}/runs/{{task}}/{{variant}}/model",
+        test=f"{R}/data/{{task}}/test.jsonl",
     output:
-        "results/experiments/topk/{task}/{variant}.json",
+        f"{R}/experiments/topk/{{task}}/{{variant}}.json",
     params:
         retrieval=lambda w, input: retrieval_args(w, input),
     threads: CFG["threads"]
     log:
-        "results/logs/topk/{task}-{variant}.log",
+        f"{R}/logs/topk/{{task}}-{{variant}}.log",
     benchmark:
-        "results/benchmarks/topk/{task}-{variant}.tsv"
+        f"{R}/benchmarks/topk/{{task}}-{{variant}}.tsv"
     conda:
         CONDA
     shell:
         "RAG_THREADS={threads} rag topk-sweep --config {input.cfg} --experiments-config {input.exp} "
-        "--variant {wildcards.variant} --data-dir results/data/{wildcards.task} --model-dir {input.model} "
+        "--variant {wildcards.variant} --test {input.test} --model-dir {input.model} "
         "{params.retrieval} --out {output} 2> {log}"
 
 
 rule oracle:
     input:
-        cfg=lambda w: section(f"task_{w.task}"),
-        model="results/runs/{task}/{variant}/model",
+        cfg=task_sections,
+        model=f"{R}/runs/{{task}}/{{variant}}/model",
         passages=corpus_passages(NAME),
-        test="results/data/{task}/test.jsonl",
+        test=f"{R}/data/{{task}}/test.jsonl",
     output:
-        "results/experiments/oracle/{task}/{variant}.json",
+        f"{R}/experiments/oracle/{{task}}/{{variant}}.json",
     threads: CFG["threads"]
     log:
-        "results/logs/oracle/{task}-{variant}.log",
+        f"{R}/logs/oracle/{{task}}-{{variant}}.log",
     benchmark:
-        "results/benchmarks/oracle/{task}-{variant}.tsv"
+        f"{R}/benchmarks/oracle/{{task}}-{{variant}}.tsv"
     conda:
         CONDA
     shell:
@@ -77,9 +79,9 @@ rule oracle:
 
 rule hotswap:
     input:
-        cfg=section("task_nq"),
-        model="results/runs/nq/{variant}/model",
-        questions="results/data/hotswap/questions.jsonl",
+        cfg=[section("train_nq"), section("eval_nq")],
+        model=f"{R}/runs/nq/{{variant}}/model",
+        questions=f"{R}/data/hotswap/questions.jsonl",
         passages_a=corpus_passages(NAME),
         emb_a=shard_files(NAME),
         index_a=index_file(NAME),
@@ -87,12 +89,12 @@ rule hotswap:
         emb_b=shard_files(f"{NAME}_b"),
         index_b=index_file(f"{NAME}_b"),
     output:
-        "results/experiments/hotswap/{variant}.json",
+        f"{R}/experiments/hotswap/{{variant}}.json",
     threads: CFG["threads"]
     log:
-        "results/logs/hotswap/{variant}.log",
+        f"{R}/logs/hotswap/{{variant}}.log",
     benchmark:
-        "results/benchmarks/hotswap/{variant}.tsv"
+        f"{R}/benchmarks/hotswap/{{variant}}.tsv"
     conda:
         CONDA
     shell:

@@ -3,10 +3,10 @@
 
 rule encode_shard:
     input:
-        cfg=section("retriever"),
-        passages="results/corpus/{corpus}/passages.tsv",
+        cfg=section("encode"),
+        passages=f"{R}/corpus/{{corpus}}/passages.tsv",
     output:
-        f"results/index/{{corpus}}/{ENCODER}/emb-{{shard}}.npy",
+        f"{R}/index/{{corpus}}/{ENCODER}/emb-{{shard}}.npy",
     params:
         shards=CFG["retriever"]["shards"],
     threads: 1
@@ -15,9 +15,9 @@ rule encode_shard:
         mem_mb=res("encode_shard", "mem_mb", 4000),
         gpu=res("encode_shard", "gpu", 0),
     log:
-        f"results/logs/encode/{{corpus}}-{ENCODER}-{{shard}}.log",
+        f"{R}/logs/encode/{{corpus}}-{ENCODER}-{{shard}}.log",
     benchmark:
-        f"results/benchmarks/encode/{{corpus}}-{ENCODER}-{{shard}}.tsv"
+        f"{R}/benchmarks/encode/{{corpus}}-{ENCODER}-{{shard}}.tsv"
     conda:
         CONDA
     shell:
@@ -27,18 +27,18 @@ rule encode_shard:
 
 rule build_index:
     input:
-        cfg=section("retriever"),
+        cfg=section("index"),
         shards=lambda w: shard_files(w.corpus),
     output:
-        index=f"results/index/{{corpus}}/{ENCODER}/{INDEX}.faiss",
-        stats=f"results/index/{{corpus}}/{ENCODER}/{INDEX}.stats.json",
+        index=f"{R}/index/{{corpus}}/{ENCODER}/{INDEX}.faiss",
+        stats=f"{R}/index/{{corpus}}/{ENCODER}/{INDEX}.stats.json",
     resources:
         runtime=res("build_index", "runtime", 60),
         mem_mb=res("build_index", "mem_mb", 4000),
     log:
-        f"results/logs/index/{{corpus}}-{ENCODER}.log",
+        f"{R}/logs/index/{{corpus}}-{ENCODER}.log",
     benchmark:
-        f"results/benchmarks/index/{{corpus}}-{ENCODER}.tsv"
+        f"{R}/benchmarks/index/{{corpus}}-{ENCODER}.tsv"
     conda:
         CONDA
     shell:
@@ -47,13 +47,13 @@ rule build_index:
 
 rule build_bm25:
     input:
-        passages="results/corpus/{corpus}/passages.tsv",
+        passages=f"{R}/corpus/{{corpus}}/passages.tsv",
     output:
-        directory("results/index/{corpus}/bm25"),
+        directory(f"{R}/index/{{corpus}}/bm25"),
     log:
-        "results/logs/index/{corpus}-bm25.log",
+        f"{R}/logs/index/{{corpus}}-bm25.log",
     benchmark:
-        "results/benchmarks/index/{corpus}-bm25.tsv"
+        f"{R}/benchmarks/index/{{corpus}}-bm25.tsv"
     conda:
         CONDA
     shell:

@@ -1,27 +1,30 @@
-# The HTML report: the paper's tables and figures, measured beside published.
+# The HTML report: the paper's tables and figures, measured beside published. It reads exactly
+# the files listed as its inputs (report_inputs in common.smk): this experiment's runs, no other.
 
 
 rule report:
     input:
+        unpack(report_inputs),
         cfg=section("report"),
         passages=corpus_passages(NAME),
-        results=report_inputs,
     output:
-        html=report("reports/report.html", caption="../report/report.rst", category="Report"),
-        table1="results/tables/table1.csv",
-        table2="results/tables/table2.csv",
-        table5="results/tables/table5.csv",
-        table6="results/tables/table6.csv",
+        html=report(f"reports/{EXP}/report.html", caption="../report/report.rst", category="Report"),
+        table1=f"{R}/tables/table1.csv",
+        table2=f"{R}/tables/table2.csv",
+        table5=f"{R}/tables/table5.csv",
+        table6=f"{R}/tables/table6.csv",
     params:
         url=CFG["tracking"]["ui_url"],
         samples=CFG["report"]["samples_per_task"],
+        train_data=train_data_args,
     log:
-        "results/logs/report.log",
+        f"{R}/logs/report.log",
     benchmark:
-        "results/benchmarks/report.tsv"
+        f"{R}/benchmarks/report.tsv"
     conda:
         CONDA
     shell:
-        "rag report --runs-dir results/runs --experiments-dir results/experiments --passages {input.passages} "
-        "--scale-json {input.cfg} --out {output.html} --tables-dir results/tables --tracking-url {params.url:q} "
-        "--samples-per-task {params.samples} 2> {log}"
+        "rag report --metrics {input.metrics} --predictions {input.predictions} --topk {input.topk} "
+        "--hotswap {input.hotswap} --oracle {input.oracle} --train-data {params.train_data} --passages {input.passages} --scale-json {input.cfg} "
+        "--out {output.html} --table1 {output.table1} --table2 {output.table2} --table5 {output.table5} "
+        "--table6 {output.table6} --tracking-url {params.url:q} --samples-per-task {params.samples} 2> {log}"

@@ -2,13 +2,14 @@
 
 
 rule config_section:
-    """Write one resolved config section; its content is a param, so a change re-runs dependents."""
+    """Write one resolved config section; its content is a param, so a change re-runs dependents
+    (and an unchanged section is not rewritten: its job does not run)."""
     output:
-        "results/config/{section}.json",
+        f"{R}/config/{{section}}.json",
     params:
         value=lambda w: SECTIONS[w.section],
     log:
-        "results/logs/config/{section}.log",
+        f"{R}/logs/config/{{section}}.log",
     localrule: True
     run:
         from rag.io import write_json
@@ -17,13 +18,14 @@ rule config_section:
 
 
 rule init_store:
-    """Create the MLflow store once, before parallel jobs write to it."""
+    """Create the MLflow store once, before parallel jobs write to it (the store may be shared by
+    several experiments: creating it again is harmless, so each experiment has its own marker)."""
     output:
-        "results/mlflow.ready",
+        f"{R}/mlflow.ready",
     params:
         uri=CFG["tracking"]["uri"],
     log:
-        "results/logs/init_store.log",
+        f"{R}/logs/init_store.log",
     localrule: True
     conda:
         CONDA

@@ -8,57 +8,56 @@ if MINIWORLD_TASKS:
 
     rule task_data:
         input:
-            cfg=lambda w: section(f"task_{w.task}"),
+            cfg=lambda w: section(f"data_{w.task}"),
         output:
-            train="results/data/{task}/train.jsonl",
-            dev="results/data/{task}/dev.jsonl",
-            test="results/data/{task}/test.jsonl",
+            train=f"{R}/data/{{task}}/train.jsonl",
+            dev=f"{R}/data/{{task}}/dev.jsonl",
+            test=f"{R}/data/{{task}}/test.jsonl",
         wildcard_constraints:
             task="|".join(MINIWORLD_TASKS),
         log:
-            "results/logs/tasks/{task}.log",
+            f"{R}/logs/tasks/{{task}}.log",
         benchmark:
-            "results/benchmarks/tasks/{task}.tsv"
+            f"{R}/benchmarks/tasks/{{task}}.tsv"
         conda:
             CONDA
         shell:
-            "rag tasks --config {input.cfg} --out-dir results/data/{wildcards.task} 2> {log}"
+            "rag tasks --config {input.cfg} --out-train {output.train} --out-dev {output.dev} --out-test {output.test} 2> {log}"
 
 
 if FILE_TASKS:
 
     rule task_files:
         input:
-            cfg=lambda w: section(f"task_{w.task}"),
-            sources=lambda w: TASK_SOURCES[w.task],
+            unpack(lambda w: TASK_SOURCES[w.task]),
+            cfg=lambda w: section(f"data_{w.task}"),
         output:
-            train="results/data/{task}/train.jsonl",
-            dev="results/data/{task}/dev.jsonl",
-            test="results/data/{task}/test.jsonl",
+            train=f"{R}/data/{{task}}/train.jsonl",
+            dev=f"{R}/data/{{task}}/dev.jsonl",
+            test=f"{R}/data/{{task}}/test.jsonl",
         wildcard_constraints:
             task="|".join(FILE_TASKS),
-        params:
-            input_dir=lambda w: TASK_INPUT_DIR[w.task],
         resources:
             runtime=res("task_data", "runtime", 60),
             mem_mb=res("task_data", "mem_mb", 4000),
         log:
-            "results/logs/tasks/{task}.log",
+            f"{R}/logs/tasks/{{task}}.log",
         benchmark:
-            "results/benchmarks/tasks/{task}.tsv"
+            f"{R}/benchmarks/tasks/{{task}}.tsv"
         conda:
             CONDA
         shell:
-            "rag tasks --config {input.cfg} {params.input_dir} --out-dir results/data/{wildcards.task} 2> {log}"
+            "rag tasks --config {input.cfg} --in-train {input.src_train} --in-dev {input.src_dev} --in-test {input.src_test} "
+            "--out-train {output.train} --out-dev {output.dev} --out-test {output.test} 2> {log}"
 
 
 rule hotswap_data:
     input:
         cfg=section("corpus"),
     output:
-        "results/data/hotswap/questions.jsonl",
+        f"{R}/data/hotswap/questions.jsonl",
     log:
-        "results/logs/tasks/hotswap.log",
+        f"{R}/logs/tasks/hotswap.log",
     conda:
         CONDA
     shell:

@@ -6,9 +6,9 @@ rule pretrain_generator:
     input:
         cfg=section("generator"),
         passages=[corpus_passages(NAME)],
-        **({"restatements": f"results/corpus/{NAME}/restatements.jsonl"} if CFG["corpus"]["source"] == "miniworld" else {}),
+        **({"restatements": f"{R}/corpus/{NAME}/restatements.jsonl"} if CFG["corpus"]["source"] == "miniworld" else {}),
     output:
-        directory("results/generator/model"),
+        directory(f"{R}/generator/model"),
     params:
         restatements=lambda w, input: f"--restatements {input.restatements}" if "restatements" in input.keys() else "",
     priority: 50  # the critical path: every fine-tune waits for it
@@ -18,9 +18,9 @@ rule pretrain_generator:
         mem_mb=res("pretrain_generator", "mem_mb", 8000),
         gpu=res("pretrain_generator", "gpu", 0),
     log:
-        "results/logs/pretrain_generator.log",
+        f"{R}/logs/pretrain_generator.log",
     benchmark:
-        "results/benchmarks/pretrain_generator.tsv"
+        f"{R}/benchmarks/pretrain_generator.tsv"
     conda:
         CONDA
     shell:
@@ -31,19 +31,21 @@ rule train:
     input:
         unpack(retrieval_inputs),
         unpack(init_from),
-        cfg=lambda w: section(f"task_{w.task}"),
-        data="results/data/{task}/train.jsonl",
-        generator="results/generator/model",
-        store="results/mlflow.ready",
-        **({"dev": "results/data/{task}/dev.jsonl", "test": "results/data/{task}/test.jsonl"} if FUSED_EVAL else {}),
+        # evaluate_in_train_job: the job also decodes dev/test, so it reads the eval_<task> section too
+        cfg=task_sections if FUSED_EVAL else lambda w: section(f"train_{w.task}"),
+        data=f"{R}/data/{{task}}/train.jsonl",
+        generator=f"{R}/generator/model",
+        store=f"{R}/mlflow.ready",
+        **({"dev": f"{R}/data/{{task}}/dev.jsonl", "test": f"{R}/data/{{task}}/test.jsonl"} if FUSED_EVAL else {}),
     output:
-        model=directory("results/runs/{task}/{variant}/model"),
+        model=directory(f"{R}/runs/{{task}}/{{variant}}/model"),
         **(EVAL_OUTPUTS if FUSED_EVAL else {}),
     params:
         retrieval=lambda w, input: retrieval_args(w, input),
         init=lambda w, input: f"--init-from {input.init}" if "init" in input.keys() else "",
-        ckpt="results/runs/{task}/{variant}/checkpoint",
-        evaluate="--eval-out-dir results/runs/{task}/{variant}" if FUSED_EVAL else "",
+        ckpt=f"{R}/runs/{{task}}/{{variant}}/checkpoint",
+        config_hash=train_config_hash,
+        evaluate=fused_eval_args,
         # train.ddp_processes > 1: data-parallel training, one process per device, through torchrun
         launcher=(f"torchrun --standalone --nproc-per-node {CFG['train']['ddp_processes']} -m"
                   if CFG["train"]["ddp_processes"] > 1 else ""),
@@ -53,12 +55,12 @@ rule train:
         mem_mb=res("train", "mem_mb", 4000),
         gpu=res("train", "gpu", 0),
     log:
-        "results/logs/train/{task}-{variant}.log",
+        f"{R}/logs/train/{{task}}-{{variant}}.log",
     benchmark:
-        "results/benchmarks/train/{task}-{variant}.tsv"
+        f"{R}/benchmarks/train/{{task}}-{{variant}}.tsv"
     conda:
         CONDA
     shell:
         "RAG_THREADS={threads} {params.launcher} rag train --config {input.cfg} --variant {wildcards.variant} "
-        "--data-dir results/data/{wildcards.task} --generator {input.generator} {params.retrieval} {params.init} "
-        "--checkpoint-dir {params.ckpt} --out {output.model} {params.evaluate} 2> {log}"
+        "--train-data {input.data} --generator {input.generator} {params.retrieval} {params.init} "
+        "--checkpoint-dir {params.ckpt} --config-hash {params.config_hash:q} --out {output.model} {params.evaluate} 2> {log}"

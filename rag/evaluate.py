@@ -1,0 +1,85 @@
+"""Evaluation: decode a task's questions with a RAG system (``predict``) and score the predictions
+(``score_predictions``: the task's metrics plus retrieval recall). The train, evaluate and
+experiment commands (rag.pipeline) call these."""
+
+from __future__ import annotations
+
+from rag.tasks import TASKS, variant_spec
+
+
+def predict(cfg: dict, system, variant: str, rows: list[dict], k: int | None = None, batch_size: int = 32) -> list[dict]:
+    """Predictions (with retrieved passages and p(z|x)) for ``rows`` under the task's decoding."""
+    from tqdm.auto import tqdm
+
+    name = cfg["task_name"]
+    spec = TASKS[name]
+    vspec = variant_spec(variant)
+    dec = cfg["decode"][vspec.model]
+    k = k or dec["k"]
+    out = []
+    label_ids = None
+    if spec.kind == "classification":
+        from rag.models.generator import label_token
+
+        label_ids = [system.tokenizer.convert_tokens_to_ids(label_token(lb)) for lb in spec.labels]
+    for i in tqdm(range(0, len(rows), batch_size), desc=f"decode {name}/{variant}", unit="batch"):
+        chunk = rows[i : i + batch_size]
+        qs = [r["input"] for r in chunk]
+        if label_ids is not None:
+            preds = system.classify(qs, label_ids, list(spec.labels), k)
+        else:
+            preds = system.generate(qs, k, dec["method"], dec["beams"], dec["max_new_tokens"])
+        for r, p in zip(chunk, preds):
+            out.append({"id": r["id"], "input": r["input"], "targets": r["targets"], "prediction": p.text,
+                        "doc_ids": p.doc_ids, "doc_titles": p.doc_titles, "doc_scores": [round(x, 6) for x in p.doc_probs],
+                        "gold_docs": r.get("meta", {}).get("gold_docs", [])})
+    return out
+
+
+def metric_options(cfg: dict) -> dict:
+    """The scorer options this task's metrics use (recorded in metrics.json, shown by the report)."""
+    from rag import metrics as M
+
+    spec = TASKS[cfg["task_name"]]
+    given = cfg.get("metrics") or {}
+    opts = {}
+    if set(spec.metrics) & {"bleu1", "rougeL", "qbleu1"}:
+        opts["tokenizer"] = given.get("tokenizer", "python")
+    if "qbleu1" in spec.metrics:
+        w = M.check_qbleu_weights(given.get("qbleu1") or {})
+        opts["qbleu1"] = {k: w[k] for k in M.QBLEU_WEIGHT_KEYS}
+    return opts
+
+
+def answer_hits(preds: list[dict], passages, regex: bool = False) -> list[float]:
+    """100 for each prediction whose retrieved passages contain an answer, else 0."""
+    from rag import metrics as M
+
+    row_of = passages.index_of()
+    return [100.0 * any(M.answer_in_text(passages.texts[row_of[d]], x["targets"], regex=regex) for d in x["doc_ids"])
+            for x in preds]
+
+
+def score_predictions(cfg: dict, preds: list[dict], passages) -> tuple[dict, dict]:
+    from rag import metrics as M
+
+    spec = TASKS[cfg["task_name"]]
+    p = [x["prediction"] for x in preds]
+    t = [x["targets"] for x in preds]
+    opts = metric_options(cfg)
+    scores = {m: M.compute(m, p, t, tokenizer=opts.get("tokenizer", "python"), qbleu_weights=opts.get("qbleu1"))
+              for m in spec.metrics}
+    retrieval = {}
+    if passages is not None and preds and preds[0]["doc_ids"]:
+        k = len(preds[0]["doc_ids"])
+        row_of = passages.index_of()
+        if spec.kind in ("qa", "regex"):
+            hits = answer_hits(preds, passages, regex=spec.kind == "regex")
+            retrieval[f"answer_recall@{k}"] = sum(hits) / len(hits)
+        gold = [x for x in preds if x["gold_docs"]]
+        if gold:
+            # gold_docs name passages (miniworld) or whole articles (an entity id)
+            hits = [any(d in x["gold_docs"] or passages.doc_entity(row_of[d]) in x["gold_docs"] for d in x["doc_ids"])
+                    for x in gold]
+            retrieval[f"passage_recall@{k}"] = 100.0 * sum(hits) / len(hits)
+    return scores, retrieval

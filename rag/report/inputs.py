@@ -1,0 +1,79 @@
+"""The files a report reads, named one by one (no directory globbing): the report shows exactly
+the runs and experiment results its Snakemake rule lists as inputs, so runs of another
+experiment, or of a task since removed from the config, never appear in it.
+
+Each file says what it is: a ``metrics.json`` records its task, variant and split; a top-K sweep
+or oracle file its task and variant; a hot-swap file its variant. Predictions come in the order
+of the metrics files they belong to (the two outputs of one evaluation); a task's training file,
+read for the majority-label baseline, is given as ``task=path``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rag.errors import DataError
+from rag.io import read_json
+
+RunKey = tuple[str, str, str]  # task, variant, split
+
+
+@dataclass
+class ReportInputs:
+    metrics: dict[RunKey, Path] = field(default_factory=dict)
+    predictions: dict[RunKey, Path] = field(default_factory=dict)
+    # kind (topk | oracle | hotswap) -> key ((task, variant) or (variant,)) -> file
+    experiments: dict[str, dict[tuple[str, ...], Path]] = field(default_factory=dict)
+    train_data: dict[str, Path] = field(default_factory=dict)
+
+    @classmethod
+    def from_files(cls, metrics=(), predictions=(), topk=(), hotswap=(), oracle=(), train_data=()) -> "ReportInputs":
+        """``predictions`` (optional) pair with ``metrics`` by position; ``train_data`` are ``task=path``."""
+        metrics, predictions = [Path(p) for p in metrics], [Path(p) for p in predictions]
+        if predictions and len(predictions) != len(metrics):
+            raise DataError(f"{len(predictions)} predictions files for {len(metrics)} metrics files "
+                            "(give one per metrics file, in the same order)")
+        out = cls()
+        for i, path in enumerate(metrics):
+            key = _run_key(path)
+            if key in out.metrics:
+                raise DataError(f"{path}: a second metrics file for {'/'.join(key)} (first: {out.metrics[key]})")
+            out.metrics[key] = path
+            if predictions:
+                out.predictions[key] = predictions[i]
+        for kind, files, fields in (("topk", topk, ("task", "variant")), ("oracle", oracle, ("task", "variant")),
+                                    ("hotswap", hotswap, ("variant",))):
+            table = out.experiments.setdefault(kind, {})
+            for path in map(Path, files):
+                data = _object(path)
+                if any(not isinstance(data.get(f), str) for f in fields):
+                    raise DataError(f"{path}: a {kind} result must name its {' and '.join(fields)}")
+                table[tuple(data[f] for f in fields)] = path
+        for item in train_data:
+            task, sep, path = str(item).partition("=")
+            if not sep or not task or not path:
+                raise DataError(f"--train-data {item!r}: expected task=path")
+            out.train_data[task] = Path(path)
+        return out
+
+    def experiment(self, kind: str, *key: str) -> Path | None:
+        return self.experiments.get(kind, {}).get(tuple(key))
+
+    def experiment_files(self, kind: str) -> list[Path]:
+        return [self.experiments.get(kind, {})[k] for k in sorted(self.experiments.get(kind, {}))]
+
+
+def _object(path: Path) -> dict:
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: expected a JSON object")
+    return data
+
+
+def _run_key(path: Path) -> RunKey:
+    data = _object(path)
+    key = tuple(data.get(f) for f in ("task", "variant", "split"))
+    if not all(isinstance(x, str) and x for x in key):
+        raise DataError(f"{path}: a metrics file must name its task, variant and split")
+    return key  # type: ignore[return-value]
