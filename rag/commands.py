@@ -178,7 +178,7 @@ def cmd_pretrain(args) -> None:
                             g["max_source_len"], cfg["seed"], log_fn=lambda s, l: curve.append((s, l)),
                             precision=cfg["precision"], chunk_overhead=g["chunk_overhead"],
                             restatements=restated, restatement_share=g["pretrain_restatements"],
-                            claim_share=g["pretrain_claims"])
+                            claim_share=g["pretrain_claims"], sentence_share=g["pretrain_sentences"])
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         write_json(tmp / "pretrain.json", {"init": "scratch", "steps": g["pretrain_steps"], "seconds": time.time() - t,

@@ -143,6 +143,15 @@ def test_restatements_are_train_facts_read_only_from_their_passage():
     two = Restatements([r for r in recs if r["attribute"] == "founded"][:10], list(ids))
     answers = {two.example(list(titles), list(texts), random.Random(s))[1] for s in range(40)}
     assert len(answers) > 3
+    # sentences: a fact of the re-rendered passage restated as the generation tasks' answers
+    assert any(r["sentences"] for r in recs)
+    for s in range(20):
+        src, target = restated.sentence(list(titles), list(texts), random.Random(s))
+        passage, query = src.split(" // ")
+        pairs = [(q, t) for r in recs for q, t in r["sentences"] if q == query]
+        assert pairs and any(target == t.format(v=v) and v in passage
+                             for _, t in pairs for r in recs for v in restated.values[r["attribute"]]
+                             if t.format(v=v) == target)
     # claims, labelled by what the re-rendered passage says
     def claimed(claim):  # {(stated in its record's passage?, value)} of the records' claim templates the claim fits
         out = set()

@@ -308,8 +308,11 @@ def restatements(world: dict[str, Entity], words: int) -> list[dict]:
     """Reading-comprehension material for pretraining the generator: for every fact stated about a
     training-split entity, the passage that states it, the stated sentence and the relation's other
     phrasings, each with ``{v}`` where the value goes; ``questions``: the fact asked as the QA
-    tasks ask it; ``claims``: stated as FEVER states it, with ``{v}``; ``unstated``: [attribute,
-    claim] pairs for the FEVER attributes of the entity's kind that the passage does not state.
+    tasks ask it; ``sentences``: [input, target with ``{v}``] pairs of the generation tasks that
+    answer with a sentence stating the fact (an MS-MARCO query and answer, a Jeopardy entity and
+    its one-fact clue); ``claims``: stated as FEVER states it, with ``{v}``; ``unstated``:
+    [attribute, claim] pairs for the FEVER attributes of the entity's kind that the passage does
+    not state.
     Pretraining re-renders the passage with random values, so the answer can only be read from
     the passage, never memorised; dev and test entities are left out."""
     where = fact_passages(world, words)
@@ -331,10 +334,23 @@ def restatements(world: dict[str, Entity], words: int) -> list[dict]:
                 "queries": [q for q in others if q != template],
                 "questions": [t[attr].format(s=e.name.lower() if task == "nq" else e.name)
                               for task, t in QA_TEMPLATES.items() if attr in t],
+                "sentences": _sentences(e, attr),
                 "claims": [FEVER_CLAIMS[attr][0].format(s=e.name, v="{v}")] if attr in FEVER_CLAIMS else [],
                 "unstated": [[a, FEVER_CLAIMS[a][0].format(s=e.name, v="{v}")] for a in sorted(FEVER_CLAIMS)
                              if ATTR_KIND[a] == e.kind and a not in stated_here[pid]],
             })
+    return out
+
+
+def _sentences(e: Entity, attr: str) -> list[list[str]]:
+    """[input, target with ``{v}``] pairs that answer with a sentence stating ``attr`` of ``e``."""
+    out = []
+    if attr in MSMARCO_TEMPLATES:
+        q, a = MSMARCO_TEMPLATES[attr]
+        out.append([q.format(s=e.name.lower()), a.format(s=e.name, a="{v}")])
+    clue = JEOPARDY_CLUES.get(e.kind, {}).get(attr)
+    if clue is not None and _fields(clue) == [attr]:
+        out.append([e.name, clue.format(**{attr: "{v}"})])
     return out
 
 

@@ -278,6 +278,7 @@ class Restatements:
             values.setdefault(r["attribute"], set()).add(r["value"])
         self.values = {a: sorted(v) for a, v in values.items()}
         self.claimable = [i for i, r in enumerate(self.records) if r.get("claims")]
+        self.sentence_records = [i for i, r in enumerate(self.records) if r.get("sentences")]
 
     def _render(self, i: int, texts: list[str], rng: random.Random):
         """The passage of record ``i`` re-rendered: (shuffled sentences, the value record ``i`` now
@@ -316,6 +317,17 @@ class Restatements:
         asks = [q for q in [r["sentence"]] + r["queries"] if q != used] + list(r.get("questions", ()))
         return self._input(titles[self.row[i]], sentences, swapped, rng.choice(asks).format(v=mask_token), rng, max_context), value
 
+    def sentence(self, titles: list[str], texts: list[str], rng: random.Random, max_context: int | None = None):
+        """(generator input, target): a fact of a re-rendered passage restated as a whole sentence
+        (record key ``sentences``: an MS-MARCO answer, a Jeopardy clue), so the generator also
+        learns to write sentences around what it reads, not only to copy a span."""
+        if not self.sentence_records:
+            raise ConfigError("restatements: no record has sentences to write (records of an older corpus rule?)")
+        i = rng.choice(self.sentence_records)
+        sentences, value, swapped, _ = self._render(i, texts, rng)
+        query, target = rng.choice(self.records[i]["sentences"])
+        return self._input(titles[self.row[i]], sentences, swapped, query, rng, max_context), target.format(v=value)
+
     def claim(self, titles: list[str], texts: list[str], rng: random.Random, labels: tuple[str, ...],
               max_context: int | None = None):
         """(generator input, label token): a claim about a re-rendered passage's entity, as FEVER
@@ -350,10 +362,11 @@ def curriculum_window(step: int, steps: int, sentences: int = 12) -> int | None:
 def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, batch_size: int, lr: float,
              max_source_len: int, seed: int, log_fn=None, progress: bool = True, precision: str = "fp32",
              chunk_overhead: int | None = None, restatements: Restatements | None = None,
-             restatement_share: float = 0.0, claim_share: float = 0.0) -> list[float]:
+             restatement_share: float = 0.0, claim_share: float = 0.0, sentence_share: float = 0.0) -> list[float]:
     """Pretrain ``model`` (on the device it is on) with the cloze objective, and a share
     ``restatement_share`` of each batch from ``restatements`` when given, of which a share
-    ``claim_share`` are claims to label (:meth:`Restatements.claim`, FEVER's three labels). ``precision``: the forward
+    ``claim_share`` are claims to label (:meth:`Restatements.claim`, FEVER's three labels) and a
+    share ``sentence_share`` facts to restate as a sentence (:meth:`Restatements.sentence`). ``precision``: the forward
     runs under that autocast (fp16 with a gradient scaler), the loss in fp32; ``chunk_overhead``:
     generator.chunk_overhead (None: the device's default)."""
     from tqdm.auto import tqdm
@@ -377,8 +390,11 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
         window = curriculum_window(step, steps)
         while len(pairs) < batch_size:
             if restatements is not None and rng.random() < restatement_share:
-                if rng.random() < claim_share:
+                u = rng.random()
+                if u < claim_share:
                     pairs.append(restatements.claim(titles, texts, rng, FEVER3_LABELS, window))
+                elif u < claim_share + sentence_share:
+                    pairs.append(restatements.sentence(titles, texts, rng, window))
                 else:
                     pairs.append(restatements.example(titles, texts, rng, tokenizer.mask_token, window))
                 continue
