@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import gzip
 import json
-import logging
 from pathlib import Path
 
 import pytest
-import yaml
 
 from rag.data import formats as F
 from rag.errors import DataError

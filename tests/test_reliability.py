@@ -71,7 +71,6 @@ import gzip
 import json
 import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 

@@ -97,7 +97,7 @@ class Encoder(nn.Module):
 
     @classmethod
     def load(cls, name: str, pooling: str = "mean", normalize: bool = True, max_length: int = 128) -> "Encoder":
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoTokenizer
 
         path = resolve_model_path(name)
         try:
