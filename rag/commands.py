@@ -167,22 +167,29 @@ def cmd_pretrain(args) -> None:
         titles += p.titles
         texts += p.texts
         ids += p.ids
-    restated = G.Restatements(read_jsonl(args.restatements), ids) if args.restatements else None
+    records = read_jsonl(args.restatements) if args.restatements else None
+    restated = G.Restatements(records, ids) if records is not None else None
+    ckpt_path = identity = None
+    if args.checkpoint_dir:  # resumable: the checkpoint is the configuration's and these inputs' only
+        from rag.config import config_hash
+
+        ckpt_path = Path(args.checkpoint_dir) / "checkpoint.pt"
+        identity = {"config_hash": config_hash({"config": cfg, "passages": [ids, titles, texts], "restatements": records})}
     with atomic_dir(args.out) as tmp:
         tok = G.train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g.get("vocab_size", 8000),
                                 [G.label_token(lb) for lb in FEVER3_LABELS], tmp)
         model = G.build_bart(tok, g).to(device)
         t = time.time()
-        curve = []
         losses = G.pretrain(model, tok, titles, texts, g["pretrain_steps"], g["pretrain_batch_size"], g["pretrain_lr"],
-                            g["max_source_len"], cfg["seed"], log_fn=lambda s, l: curve.append((s, l)),
-                            precision=cfg["precision"], chunk_overhead=g["chunk_overhead"],
-                            restatements=restated, restatement_share=g["pretrain_restatements"],
-                            claim_share=g["pretrain_claims"])
+                            g["max_source_len"], cfg["seed"], precision=cfg["precision"],
+                            chunk_overhead=g["chunk_overhead"], restatements=restated,
+                            restatement_share=g["pretrain_restatements"], claim_share=g["pretrain_claims"],
+                            ckpt_path=ckpt_path, identity=identity)
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         write_json(tmp / "pretrain.json", {"init": "scratch", "steps": g["pretrain_steps"], "seconds": time.time() - t,
-                                           "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])), "curve": curve})
+                                           "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
+                                           "curve": G.loss_curve(losses)})
 
 
 def cmd_init_store(args) -> None:
@@ -236,6 +243,7 @@ def register(sub) -> None:
     p.add_argument("--config", required=True, nargs="+")
     p.add_argument("--passages", nargs="+", required=True)
     p.add_argument("--restatements", help="miniworld: restated facts (rag corpus --restatements) for the reading objective")
+    p.add_argument("--checkpoint-dir", help="resumable: keep a checkpoint here and resume from it (from scratch only)")
     p.add_argument("--out", required=True)
 
     p = add("init-store", cmd_init_store, "create the MLflow tracking store once, before parallel jobs")

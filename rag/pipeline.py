@@ -106,21 +106,6 @@ def _bart_regex_targets(rows):
     return [a for a, _ in out], [b for _, b in out]
 
 
-def _guard_checkpoint(ckpt_dir: Path, identity: dict) -> None:
-    """Resume only a checkpoint written under the same configuration; discard any other."""
-    import shutil
-
-    from rag.config import config_hash
-
-    stamp = ckpt_dir / "config_hash"
-    want = config_hash(identity)
-    if ckpt_dir.is_dir() and (not stamp.is_file() or stamp.read_text().strip() != want):
-        log.warning("discarding checkpoint in %s: it was written under another configuration", ckpt_dir)
-        shutil.rmtree(ckpt_dir)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(want + "\n")
-
-
 def cmd_train(args) -> None:
     import torch
 
@@ -157,21 +142,21 @@ def cmd_train(args) -> None:
     if world > 1:  # ddp_setup chose this process' GPU (LOCAL_RANK) before the model was built
         # frozen parts (lower question-encoder layers, pooler) get no gradient: let DDP skip them
         ddp_module = torch.nn.parallel.DistributedDataParallel(system, find_unused_parameters=True)
+    from rag.config import config_hash
+
+    # the training configuration only: after an edit of test-time keys (decode, metrics: the eval_<task>
+    # section a fused train job also reads) the finished checkpoint resumes at its last step
+    train_cfg = {k: v for k, v in cfg.items() if k not in ("decode", "metrics")}
+    identity = {"config_hash": config_hash({"config": train_cfg, "variant": variant, "init": str(init),
+                                            "n_train": len(inputs)})}
     start = time.time()
-    ckpt_dir = Path(args.checkpoint_dir)
-    if rank == 0:
-        # the training configuration only: after an edit of test-time keys (decode, metrics: the eval_<task>
-        # section a fused train job also reads) the finished checkpoint resumes at its last step
-        train_cfg = {k: v for k, v in cfg.items() if k not in ("decode", "metrics")}
-        _guard_checkpoint(ckpt_dir, {"config": train_cfg, "variant": variant, "init": str(init), "n_train": len(inputs)})
-    if world > 1:
-        torch.distributed.barrier()  # no rank reads the checkpoint before rank 0 has vetted it
     try:
         losses = train(system, inputs, targets, steps=t["steps"], batch_size=t["batch_size"], k=t["k"], lr=t["lr"],
                        qenc_lr=t["question_encoder_lr"], train_question_encoder=vspec.train_question_encoder,
-                       warmup=t["warmup_steps"], epsilon=t["label_smoothing"], seed=cfg["seed"], ckpt_dir=ckpt_dir,
+                       warmup=t["warmup_steps"], epsilon=t["label_smoothing"], seed=cfg["seed"], ckpt_dir=Path(args.checkpoint_dir),
                        checkpoint_every=t["checkpoint_every"], log_every=t["log_every"],
-                       rank=rank, world=world, ddp_module=ddp_module, precision=cfg["precision"])
+                       rank=rank, world=world, ddp_module=ddp_module, precision=cfg["precision"],
+                       identity=identity)
     except BaseException:
         if run is not None:
             run.finish("FAILED")
