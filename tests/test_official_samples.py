@@ -239,7 +239,7 @@ def test_uncompilable_regex_one_behaviour_everywhere(tmp_path):
 
 
 def test_training_targets_refuse_uncompilable_regex():
-    from rag.pipeline import _targets_for_training
+    from rag.stages.train import _targets_for_training
 
     class _Ret:
         class ids:
