@@ -282,36 +282,6 @@ def parse_triviaqa(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
         yield {"id": qid, "input": question, "targets": _targets([value, *aliases], where + ".Answer", "Value/Aliases"), "meta": meta}
 
 
-_SEXP_TOKEN = re.compile(r'\s*(?:(\()|(\))|"((?:[^"\\]|\\.)*)"|([^\s()"]+))')
-
-
-def parse_sexpr(text: str) -> Any:
-    """Parse one s-expression: lists become Python lists, quoted strings and atoms become str."""
-    pos, stack = 0, [[]]
-    text = text.strip()
-    while pos < len(text):
-        m = _SEXP_TOKEN.match(text, pos)
-        if not m or m.end() == pos:
-            raise ValueError(f"unexpected character at {pos}: {text[pos:pos + 20]!r}")
-        pos = m.end()
-        if m.group(1):
-            stack.append([])
-        elif m.group(2):
-            if len(stack) == 1:
-                raise ValueError("unbalanced ')'")
-            done = stack.pop()
-            stack[-1].append(done)
-        elif m.group(3) is not None:
-            stack[-1].append(re.sub(r"\\(.)", r"\1", m.group(3)))
-        else:
-            stack[-1].append(m.group(4))
-    if len(stack) != 1:
-        raise ValueError("unbalanced '('")
-    if len(stack[0]) != 1:
-        raise ValueError(f"expected one expression, got {len(stack[0])}")
-    return stack[0][0]
-
-
 _WQ_ITEM = re.compile(r"\(description (.+?)\)(?=\s*\(description |\s*$)", re.DOTALL)
 
 

@@ -133,11 +133,6 @@ class Encoder(nn.Module):
         return self(**self.tokenize(texts, device=next(self.parameters()).device))
 
 
-def passage_text(title: str, text: str) -> tuple[str, str]:
-    """DPR encodes passages as the pair (title, text)."""
-    return title, text
-
-
 def _tokenize_pairs(encoder: Encoder, titles: list[str], texts: list[str], idx) -> dict:
     """One batch of (title, text) sentence pairs, truncating only the text, padded to the batch's longest."""
     return dict(encoder.tokenizer([titles[i] for i in idx], [texts[i] for i in idx], padding=True, truncation="only_second",
