@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import ROOT, PeakRSS, set_threads
+from benchmarks.common import PeakRSS, set_threads
 
 EF_SWEEP = [16, 32, 64, 128, 256, 512, 1024]
 
@@ -73,8 +72,6 @@ def bench_one(name, build, q, gold, k_max, threads_list, tune_hnsw=False, target
 
 
 def run_on(vectors, queries, label, args, hnsw_ms, include_ivfpq=True, exact_out=None):
-    import faiss
-
     from rag.retrieval.index import build_index
 
     threads_list = [1, 2] if args.threads >= 2 else [1]

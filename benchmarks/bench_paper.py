@@ -190,7 +190,7 @@ def part_train(args, s, device, gen, tok, qenc, rows, summary, checks):
                                                   "max_rel_diff_vs_fp32": gap}
                 gen.train()
                 qenc.train()
-                fns = {"project": lambda: project_step(system, qenc, x), "hf": lambda: hf_step(model, qenc, x, k, prec)}
+                fns = {"project": lambda: project_step(system, qenc, x), "hf": lambda model=model: hf_step(model, qenc, x, k, prec)}
                 best = timed_blocks(fns, zero, steps, rounds, device)
                 mem_p, mem_h = peak_of(fns["project"], zero, device), peak_of(fns["hf"], zero, device)
                 zero()

@@ -1,4 +1,6 @@
-"""Pipeline subcommands: each Snakemake rule runs exactly one of these.
+"""Data, retrieval and generator subcommands (rules ``corpus``, ``tasks``, ``hotswap_data``,
+``encode_shard``, ``index``, ``bm25``, ``pretrain_generator``, ``init_store``): argument parsing
+only; the work is the stage functions' of :mod:`rag.stages` (``data``, ``index``, ``generator``).
 
 Every command reads the config section(s) Snakemake wrote for it (``results/<name>/config/*.json``;
 several ``--config`` files are merged), reads and writes exactly the files its arguments name
@@ -8,181 +10,70 @@ clear message on bad input.
 
 from __future__ import annotations
 
-import logging
-import time
 from pathlib import Path
 
 from rag import runtime
 from rag.config import read_sections
-from rag.errors import ConfigError
-from rag.io import atomic_dir, read_jsonl, write_json, write_jsonl
-
-log = logging.getLogger("rag")
-
-
-# ---------------------------------------------------------------------------------- corpus
-def cmd_corpus(args) -> None:
-    from rag.data import miniworld
-    from rag.data.corpus import write_passages
-
-    cfg = read_sections(args.config)
-    corpus = cfg["corpus"]
-    if corpus["source"] == "miniworld":
-        world = miniworld.build_world(cfg["miniworld"], cfg["seed"])[args.snapshot]
-        n = write_passages(args.out, miniworld.passages(world, corpus["passage_words"]))
-        if args.restatements:
-            write_jsonl(args.restatements, miniworld.restatements(world, corpus["passage_words"]))
-    else:
-        from rag.data.formats import prepare_corpus
-
-        if not args.input:
-            raise ConfigError(f"corpus source {corpus['source']!r} needs --input (the downloaded or local file)")
-        n = prepare_corpus(corpus["format"], Path(args.input), Path(args.out), words=corpus["passage_words"])
-    log.info("wrote %d passages to %s", n, args.out)
-
 
 SPLITS = ("train", "dev", "test")
 
 
+# ---------------------------------------------------------------------------------- data
+def cmd_corpus(args) -> None:
+    from rag.stages.data import build_corpus
+
+    build_corpus(read_sections(args.config), args.out, snapshot=args.snapshot, source_file=args.input,
+                 restatements=args.restatements)
+
+
 def cmd_tasks(args) -> None:
-    from rag.data import miniworld
+    from rag.stages.data import build_task
 
-    cfg = read_sections(args.config)
-    name, task = cfg["task_name"], cfg["task"]
-    outs = {split: getattr(args, f"out_{split}") for split in SPLITS}
-    if task["source"] == "miniworld":
-        world = miniworld.build_world(cfg["miniworld"], cfg["seed"])["a"]
-        for split in SPLITS:
-            try:
-                rows = miniworld.make_task(world, name, split, task[split], cfg["seed"], cfg["miniworld"]["passage_words"])
-            except ValueError as exc:
-                raise ConfigError(f"config key 'tasks.{name}.{split}': {exc}") from None
-            write_jsonl(outs[split], rows)
-    else:
-        from rag.data.formats import prepare_task
-
-        for split in SPLITS:
-            src = getattr(args, f"in_{split}")
-            if not src:
-                raise ConfigError(f"task {name} (source {task['source']}) needs --in-{split} (the downloaded or local file)")
-            fmt = task.get("formats", {}).get(split, task.get("format", name))
-            wf = task.get("well_formed_only", False)
-            wf = split in wf if isinstance(wf, list) else bool(wf)
-            extra = {"well_formed_only": True} if wf and fmt == "msmarco" else {}
-            prepare_task(fmt, Path(src), Path(outs[split]), task=name, split=split, **extra)
+    build_task(read_sections(args.config), {s: getattr(args, f"out_{s}") for s in SPLITS},
+               {s: getattr(args, f"in_{s}") for s in SPLITS})
 
 
 def cmd_hotswap_data(args) -> None:
-    from rag.data import miniworld
+    from rag.stages.data import hotswap_questions
 
-    cfg = read_sections(args.config)
-    worlds = miniworld.build_world(cfg["miniworld"], cfg["seed"])
-    write_jsonl(args.out, miniworld.hotswap_questions(worlds))
+    hotswap_questions(read_sections(args.config), args.out)
 
 
 # ---------------------------------------------------------------------------------- retrieval
 def cmd_encode(args) -> None:
-    import numpy as np
-
-    from rag.data.corpus import read_passages
-    from rag.io import atomic_path
-    from rag.retrieval.encoders import Encoder, encode_passages, shard_range
+    from rag.stages.index import encode_shard
 
     cfg = read_sections(args.config)
     device = runtime.setup(cfg, seed=False, check_precision=False)  # CPU encodes in fp32 whatever the precision
-    r = cfg["retriever"]
-    p = read_passages(args.passages)
-    lo, hi = shard_range(len(p), args.shard, args.num_shards)
-    enc = Encoder.load(r["context_encoder"], r["pooling"], r["normalize"], r["max_length"])
-    import torch
-
-    # precision on GPUs: the context encoder's weights in fp16/bf16 (inference only, no autocast needed); CPU: fp32
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg["precision"]) if device == "cuda" else None
-    t = time.time()
-    emb = encode_passages(enc, p.titles[lo:hi], p.texts[lo:hi], r["batch_size"], device, dtype=dtype)
-    log.info("encoded passages %d..%d in %.1fs (%.1f passages/s)", lo, hi, time.time() - t, (hi - lo) / max(1e-9, time.time() - t))
-    with atomic_path(args.out) as tmp:
-        with open(tmp, "wb") as fh:
-            np.save(fh, emb)
+    encode_shard(cfg, device, args.passages, args.shard, args.num_shards, args.out)
 
 
 def cmd_index(args) -> None:
-    import numpy as np
-
-    from rag.retrieval.index import build_index, load_embeddings, recall_against_flat, save_index
+    from rag.stages.index import build_faiss_index
 
     cfg = read_sections(args.config)
     runtime.threads(cfg)
-    r = cfg["retriever"]
-    emb = load_embeddings(args.embeddings)
-    t = time.time()
-    # the section holds the parameters of the configured index type only (rag.config.INDEX_KEYS)
-    params = {k: r[k] for k in ("hnsw_m", "ivf_lists", "pq_m") if k in r}
-    if "hnsw_ef_search" in r:
-        params["ef_search"] = r["hnsw_ef_search"]
-    index = build_index(emb, r["index"], use_gpu=cfg["device"] == "cuda", **params)
-    stats = {"kind": r["index"], "n": int(emb.shape[0]), "dim": int(emb.shape[1]), "build_seconds": time.time() - t}
-    rng = np.random.default_rng(0)
-    queries = emb[rng.choice(len(emb), size=min(200, len(emb)), replace=False)]
-    for k in (1, 10):
-        stats[f"recall@{k}_vs_flat"] = recall_against_flat(index, emb, queries, min(k, len(emb)))
-    save_index(index, args.out)
-    write_json(args.stats, stats)
-    log.info("index %s: %s", args.out, stats)
+    build_faiss_index(cfg, args.embeddings, args.out, args.stats)
 
 
 def cmd_bm25(args) -> None:
-    from rag.data.corpus import read_passages
-    from rag.retrieval.bm25 import build_bm25
+    from rag.stages.index import build_bm25_index
 
-    p = read_passages(args.passages)
-    build_bm25(p.titles, p.texts, args.out)
+    build_bm25_index(args.passages, args.out)
 
 
 # ---------------------------------------------------------------------------------- generator
 def cmd_pretrain(args) -> None:
-    import torch
-
-    from rag.data.corpus import read_passages
-    from rag.models import generator as G
-    from rag.tasks import FEVER3_LABELS
+    from rag.stages.generator import copy_pretrained_generator, pretrain_generator
 
     cfg = read_sections(args.config)
-    runtime.threads(cfg)
-    g = cfg["generator"]
-    torch.manual_seed(cfg["seed"])
-    if g["init"] == "pretrained":
-        model, tok = G.load_generator(g["name_or_path"])
-        with atomic_dir(args.out) as tmp:
-            model.save_pretrained(tmp)
-            tok.save_pretrained(tmp)
-            write_json(tmp / "pretrain.json", {"init": "pretrained", "name_or_path": g["name_or_path"]})
+    if cfg["generator"]["init"] == "pretrained":  # a copy of the named weights: no device or precision involved
+        runtime.threads(cfg)
+        copy_pretrained_generator(cfg, args.out)
         return
-    device = runtime.setup(cfg, seed=False)  # pretraining from scratch runs on the configured device and precision
-    texts: list[str] = []
-    titles: list[str] = []
-    ids: list[str] = []
-    for path in args.passages:
-        p = read_passages(path)
-        titles += p.titles
-        texts += p.texts
-        ids += p.ids
-    restated = G.Restatements(read_jsonl(args.restatements), ids) if args.restatements else None
-    with atomic_dir(args.out) as tmp:
-        tok = G.train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g.get("vocab_size", 8000),
-                                [G.label_token(lb) for lb in FEVER3_LABELS], tmp)
-        model = G.build_bart(tok, g).to(device)
-        t = time.time()
-        curve = []
-        losses = G.pretrain(model, tok, titles, texts, g["pretrain_steps"], g["pretrain_batch_size"], g["pretrain_lr"],
-                            g["max_source_len"], cfg["seed"], log_fn=lambda s, l: curve.append((s, l)),
-                            precision=cfg["precision"], chunk_overhead=g["chunk_overhead"],
-                            restatements=restated, restatement_share=g["pretrain_restatements"],
-                            claim_share=g["pretrain_claims"], sentence_share=g["pretrain_sentences"])
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        write_json(tmp / "pretrain.json", {"init": "scratch", "steps": g["pretrain_steps"], "seconds": time.time() - t,
-                                           "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])), "curve": curve})
+    device = runtime.setup(cfg)  # pretraining from scratch runs on the configured device and precision
+    pretrain_generator(cfg, device, args.passages, args.out, restatements=args.restatements,
+                       checkpoint_dir=args.checkpoint_dir)
 
 
 def cmd_init_store(args) -> None:
@@ -236,6 +127,7 @@ def register(sub) -> None:
     p.add_argument("--config", required=True, nargs="+")
     p.add_argument("--passages", nargs="+", required=True)
     p.add_argument("--restatements", help="miniworld: restated facts (rag corpus --restatements) for the reading objective")
+    p.add_argument("--checkpoint-dir", help="resumable: keep a checkpoint here and resume from it (from scratch only)")
     p.add_argument("--out", required=True)
 
     p = add("init-store", cmd_init_store, "create the MLflow tracking store once, before parallel jobs")

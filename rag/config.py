@@ -278,7 +278,7 @@ def sections(cfg: dict) -> dict[str, dict]:
     return _canonical(_sections(cfg))
 
 
-# the retriever keys each consumer reads (rag.commands.cmd_encode / cmd_index, rag.pipeline.build_system)
+# the retriever keys each consumer reads (rag.stages.index.encode_shard / build_faiss_index, rag.stages.models.build_system)
 ENCODE_KEYS = ("context_encoder", "pooling", "normalize", "max_length", "batch_size")
 INDEX_KEYS = {"flat": (), "hnsw": ("hnsw_m", "hnsw_ef_search"), "ivfpq": ("ivf_lists", "pq_m")}
 QUESTION_KEYS = ("question_encoder", "pooling", "normalize", "max_length", "score_scale")

@@ -1,6 +1,6 @@
 """Evaluation: decode a task's questions with a RAG system (``predict``) and score the predictions
 (``score_predictions``: the task's metrics plus retrieval recall). The train, evaluate and
-experiment commands (rag.pipeline) call these."""
+experiment stages (rag.stages) call these."""
 
 from __future__ import annotations
 

@@ -111,16 +111,6 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
     return n
 
 
-def open_text(path: str | os.PathLike):
-    """Open a text file (gzip when the name ends in .gz) for strict UTF-8 reading."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
-
-
 def _open_bytes(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 

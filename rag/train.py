@@ -1,6 +1,9 @@
-"""Fine-tuning loop: negative marginal log-likelihood, resumable from checkpoints.
+"""The training loop (:func:`optimize`) that fine-tuning (:func:`train`, negative marginal
+log-likelihood) and generator pretraining (:func:`rag.models.generator.pretrain`) run, and its one
+checkpoint rule (:class:`Checkpoint`).
 
-Data order is a pure function of (seed, step), and the checkpoint holds model, optimizer,
+Fine-tuning's data order is a pure function of (seed, step) (pretraining's sampler RNG state
+goes into the checkpoint), and the checkpoint holds model, optimizer,
 scheduler and RNG states (and the fp16 gradient scaler's), so a run stopped at any point and
 resumed ends with the same weights as an uninterrupted run. ``precision`` (bf16 | fp16 | fp32):
 the forward runs under autocast (``RagSystem.precision``), the loss is fp32, fp16 scales the loss
@@ -69,93 +72,86 @@ def make_optimizer(system, lr: float, qenc_lr: float, train_question_encoder: bo
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, schedule)
 
 
-def save_checkpoint(path: Path, system, opt, sched, step: int, losses: list[float], run: dict | None = None,
-                    scaler=None) -> None:
-    state = {
-        "step": step,
-        "run": dict(run or {}),
-        "generator": system.generator.state_dict(),
-        "question_encoder": system.question_encoder.state_dict() if system.question_encoder is not None else {},
-        "optimizer": opt.state_dict(),
-        "scheduler": sched.state_dict(),
-        "torch_rng": torch.get_rng_state(),
-        "losses": torch.tensor(losses, dtype=torch.float64),
-    }
-    if scaler is not None:
-        state["grad_scaler"] = scaler.state_dict()
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+class Checkpoint:
+    """The one checkpoint rule of every resumable loop (fine-tuning, pretraining).
 
-
-def load_checkpoint(path: Path, system, opt, sched, run: dict | None = None, scaler=None) -> tuple[int, list[float]]:
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    saved = state.get("run") or {}
-    if run is not None and saved:
-        diff = {key: (saved.get(key), run.get(key)) for key in sorted(set(saved) | set(run)) if saved.get(key) != run.get(key)}
-        if diff:
-            changes = ", ".join(f"{key}: {a!r} in the checkpoint, {b!r} now" for key, (a, b) in diff.items())
-            raise ConfigError(f"{path} was written by a run with other training settings ({changes}); "
-                              f"delete it to start over")
-    system.generator.load_state_dict(state["generator"])
-    if system.question_encoder is not None and state["question_encoder"]:
-        system.question_encoder.load_state_dict(state["question_encoder"])
-    opt.load_state_dict(state["optimizer"])
-    sched.load_state_dict(state["scheduler"])
-    if scaler is not None and "grad_scaler" in state:
-        scaler.load_state_dict(state["grad_scaler"])
-    torch.set_rng_state(state["torch_rng"])
-    return int(state["step"]), state["losses"].tolist()
-
-
-def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_size: int, k: int, lr: float,
-          qenc_lr: float, train_question_encoder: bool, warmup: int, epsilon: float, seed: int, ckpt_dir: Path,
-          checkpoint_every: int, log_every: int, log_fn: Callable[[int, float], None] | None = None,
-          progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1,
-          ddp_module=None, precision: str | None = None) -> list[float]:
-    """Train ``system`` for ``steps`` steps; resume from ``ckpt_dir/checkpoint.pt`` when present.
-
-    ``stop_after`` ends the loop early after that many steps of this call (tests use it to play
-    an interruption); ``ddp_module`` is the DistributedDataParallel wrapper when running under
-    torchrun, whose forward is ``system.loss``. ``precision`` (default: the system's) sets
-    ``system.precision``, the autocast its forward runs under; fp16 adds a gradient scaler.
+    ``path`` holds the step, the losses so far, the state of each of ``modules`` (name -> module,
+    None for an absent one), the optimizer's, scheduler's, gradient scaler's and torch RNG states,
+    any ``extra`` state the loop adds, and ``identity``: what the run was configured with. A
+    checkpoint whose identity differs from this run's was written under another configuration:
+    it is not resumed (a warning names the differences) and the run starts from step 0, its first
+    save replacing the file. Snakemake re-runs a job when its config section changes, so this is
+    how an edited configuration retrains while an interrupted job of the same one resumes.
     """
-    from rag import precision as P
+
+    def __init__(self, path: str | Path, identity: dict, modules: dict[str, torch.nn.Module | None]):
+        self.path = Path(path)
+        self.identity = dict(identity)
+        self.modules = modules
+
+    def save(self, opt, sched, step: int, losses: list[float], scaler=None, extra: dict | None = None) -> None:
+        state = {
+            "step": step,
+            "run": self.identity,
+            **{name: (m.state_dict() if m is not None else {}) for name, m in self.modules.items()},
+            "optimizer": opt.state_dict(),
+            "scheduler": sched.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "losses": torch.tensor(losses, dtype=torch.float64),
+            "extra": dict(extra or {}),
+        }
+        if scaler is not None:
+            state["grad_scaler"] = scaler.state_dict()
+        with atomic_path(self.path) as tmp:
+            torch.save(state, tmp)
+
+    def load(self, opt, sched, scaler=None) -> tuple[int, list[float], dict]:
+        """(step, losses, extra state) restored from the checkpoint; (0, [], {}) when there is
+        none or it was written under another configuration."""
+        if not self.path.is_file():
+            return 0, [], {}
+        state = torch.load(self.path, map_location="cpu", weights_only=True)
+        saved = state.get("run") or {}
+        diff = [key for key in sorted(set(saved) | set(self.identity)) if saved.get(key) != self.identity.get(key)]
+        if diff:
+            changes = ", ".join(f"{key}: {saved.get(key)!r} in the checkpoint, {self.identity.get(key)!r} now" for key in diff)
+            log.warning("not resuming %s: it was written under another configuration (%s); starting over",
+                        self.path, changes)
+            return 0, [], {}
+        for name, m in self.modules.items():
+            if m is not None and state.get(name):
+                m.load_state_dict(state[name])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        if scaler is not None and "grad_scaler" in state:
+            scaler.load_state_dict(state["grad_scaler"])
+        torch.set_rng_state(state["torch_rng"])
+        log.info("resumed from %s at step %d", self.path, int(state["step"]))
+        return int(state["step"]), state["losses"].tolist(), state.get("extra") or {}
+
+
+def optimize(step_loss: Callable[[int], torch.Tensor], params: list, opt, sched, *, steps: int, start: int = 0,
+             losses: list[float] | None = None, scaler=None, checkpoint: Checkpoint | None = None,
+             checkpoint_every: int = 100, extra_state: Callable[[], dict] | None = None,
+             log_every: int = 50, log_fn: Callable[[int, float], None] | None = None, desc: str = "train",
+             progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1) -> list[float]:
+    """The training loop every stage runs: steps ``start`` .. ``steps`` - 1 of ``step_loss(step)``
+    (the loss of that step's batch), each a gradient step (clipped to norm 1; fp16 through
+    ``scaler``) and a scheduler step; returns ``losses`` extended with each step's loss (the
+    mean over the DDP processes). ``checkpoint`` (rank 0) is saved every ``checkpoint_every``
+    steps and after the last, with ``extra_state()`` (state only the caller holds, such as its
+    data sampler's RNG). ``stop_after`` ends the loop early after that many steps of this call
+    (tests use it to play an interruption)."""
     from tqdm.auto import tqdm
 
-    torch.manual_seed(seed)
-    ckpt = Path(ckpt_dir) / CKPT
-    if system.question_encoder is not None:
-        system.question_encoder.requires_grad_(train_question_encoder)
-    opt, sched = make_optimizer(system, lr, qenc_lr, train_question_encoder, warmup, steps)
-    if precision is not None:
-        system.precision = precision
-    scaler = P.grad_scaler(system.device.type, system.precision)  # None unless fp16
-    # what must not change across a resume (the world size may: the global batch is the same)
-    run = {"steps": steps, "batch_size": batch_size, "k": k, "lr": lr, "qenc_lr": qenc_lr, "warmup": warmup,
-           "epsilon": epsilon, "seed": seed, "train_question_encoder": train_question_encoder, "n": len(inputs)}
-    start, losses = 0, []
-    if ckpt.is_file():
-        start, losses = load_checkpoint(ckpt, system, opt, sched, run, scaler)
-        log.info("resumed from %s at step %d", ckpt, start)
-    system.train()
-    if system.question_encoder is not None and not train_question_encoder:
-        system.question_encoder.eval()
-    forward = ddp_module if ddp_module is not None else system
-    bar = tqdm(range(start, steps), desc="train", unit="step", disable=not progress or rank != 0, initial=start, total=steps)
+    losses = [] if losses is None else losses
+    bar = tqdm(range(start, steps), desc=desc, unit="step", disable=not progress or rank != 0, initial=start, total=steps)
     done_here = 0
-    if world > 1 and batch_size % world:
-        raise ConfigError(f"train.batch_size {batch_size} must be a multiple of the number of processes ({world}): "
-                          "DDP averages per-process mean losses, equal to the global mean only for equal shards")
     for step in bar:
-        idx = batch_indices(len(inputs), step, batch_size, seed)
-        idx = idx[rank::world]  # this process's equal shard of the global batch
-        q = [inputs[i] for i in idx]
-        tgt = system.tokenize_targets([targets[i] for i in idx])
-        loss = forward(q, tgt, k, epsilon) if ddp_module is not None else system.loss(q, tgt, k, epsilon)
+        loss = step_loss(step)
         if not math.isfinite(float(loss.detach())):
             raise FloatingPointError(f"non-finite loss {float(loss)} at step {step}")
         opt.zero_grad(set_to_none=True)
-        params = [p for g in opt.param_groups for p in g["params"]]
         if scaler is None:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -176,9 +172,60 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
             log_fn(step + 1, sum(losses[-log_every:]) / len(losses[-log_every:]))
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
         done_here += 1
-        if rank == 0 and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
-            save_checkpoint(ckpt, system, opt, sched, step + 1, losses, run, scaler)
+        if checkpoint is not None and rank == 0 and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
+            checkpoint.save(opt, sched, step + 1, losses, scaler, extra_state() if extra_state else None)
         if stop_after is not None and done_here >= stop_after:
             break
+    return losses
+
+
+def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_size: int, k: int, lr: float,
+          qenc_lr: float, train_question_encoder: bool, warmup: int, epsilon: float, seed: int, ckpt_dir: Path,
+          checkpoint_every: int, log_every: int, log_fn: Callable[[int, float], None] | None = None,
+          progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1,
+          ddp_module=None, precision: str | None = None, identity: dict | None = None) -> list[float]:
+    """Train ``system`` for ``steps`` steps; resume from ``ckpt_dir/checkpoint.pt`` when it was
+    written under the same settings and ``identity`` (:class:`Checkpoint`).
+
+    ``stop_after`` ends the loop early after that many steps of this call (tests use it to play
+    an interruption); ``ddp_module`` is the DistributedDataParallel wrapper when running under
+    torchrun, whose forward is ``system.loss``. ``precision`` (default: the system's) sets
+    ``system.precision``, the autocast its forward runs under; fp16 adds a gradient scaler.
+    ``identity``: what else must match for a resume (the CLI passes its configuration's hash).
+    """
+    from rag import precision as P
+
+    torch.manual_seed(seed)
+    if system.question_encoder is not None:
+        system.question_encoder.requires_grad_(train_question_encoder)
+    opt, sched = make_optimizer(system, lr, qenc_lr, train_question_encoder, warmup, steps)
+    if precision is not None:
+        system.precision = precision
+    scaler = P.grad_scaler(system.device.type, system.precision)  # None unless fp16
+    if world > 1 and batch_size % world:
+        raise ConfigError(f"train.batch_size {batch_size} must be a multiple of the number of processes ({world}): "
+                          "DDP averages per-process mean losses, equal to the global mean only for equal shards")
+    # what must not change across a resume (the world size may: the global batch is the same)
+    run = {"steps": steps, "batch_size": batch_size, "k": k, "lr": lr, "qenc_lr": qenc_lr, "warmup": warmup,
+           "epsilon": epsilon, "seed": seed, "train_question_encoder": train_question_encoder, "n": len(inputs),
+           **(identity or {})}
+    ckpt = Checkpoint(Path(ckpt_dir) / CKPT, run, {"generator": system.generator, "question_encoder": system.question_encoder})
+    start, losses, _ = ckpt.load(opt, sched, scaler)
+    system.train()
+    if system.question_encoder is not None and not train_question_encoder:
+        system.question_encoder.eval()
+    forward = ddp_module if ddp_module is not None else system
+
+    def step_loss(step: int) -> torch.Tensor:
+        idx = batch_indices(len(inputs), step, batch_size, seed)
+        idx = idx[rank::world]  # this process's equal shard of the global batch
+        q = [inputs[i] for i in idx]
+        tgt = system.tokenize_targets([targets[i] for i in idx])
+        return forward(q, tgt, k, epsilon) if ddp_module is not None else system.loss(q, tgt, k, epsilon)
+
+    params = [p for g in opt.param_groups for p in g["params"]]
+    optimize(step_loss, params, opt, sched, steps=steps, start=start, losses=losses, scaler=scaler, checkpoint=ckpt,
+             checkpoint_every=checkpoint_every, log_every=log_every, log_fn=log_fn, progress=progress,
+             stop_after=stop_after, rank=rank, world=world)
     system.eval()
     return losses

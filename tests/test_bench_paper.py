@@ -20,7 +20,7 @@ def test_paper_section_runs_on_cpu_quick(tmp_path):
                                                    for p in ("fp32", "bf16")}
     diffs = [row for row in res["summary"] if row["metric"].startswith("max |loss diff|")]
     assert diffs and all(row["met"] for row in diffs)  # fp32 losses equal transformers' within 1e-4
-    # CPU quick numbers say nothing about the issue's GPU targets: no row claims met or missed
+    # CPU quick numbers say nothing about the GPU targets: no row claims met or missed
     assert all(row["met"] is None for row in res["summary"] if not row["metric"].startswith("max |loss diff|"))
     assert "paper" in (tmp_path / "summary.md").read_text()
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rag.data import formats as F
+from rag.data.corpus import IdSet
 from rag.errors import ConfigError, DataError
 from rag.io import read_jsonl
 
@@ -271,7 +272,7 @@ def test_corpus_tsv_and_jsonl(tmp_path):
 
 
 def test_id_set_bitmap_and_strings():
-    s = F._IdSet()
+    s = IdSet()
     assert s.add("21015324") and s.add("1") and s.add("01") and s.add("abc")
     assert not s.add("21015324") and not s.add("1") and not s.add("01") and not s.add("abc")
 
@@ -425,3 +426,21 @@ def test_dpr_biencoder_json_gz(tmp_path):
     bad.write_text(json.dumps([{"question": "q"}]))
     with pytest.raises(DataError, match=r"bad.json: \[0\]: missing field 'answers'"):
         list(parse_dpr_biencoder(bad))
+
+
+def test_one_passage_writer_and_reader(tmp_path):
+    """write_passages cleans tabs and line breaks only; every reader of passages.tsv (read_passages,
+    the corpus tsv format, the report's sample lookup) reads what it wrote, quotes literally."""
+    from rag.data.corpus import read_passages, write_passages
+    from rag.report.build import read_passages as report_passages
+
+    out = tmp_path / "passages.tsv"
+    rows = [("a_0", 'T "q"', '"quoted" start\tand\r\nbreaks'), {"id": "7", "title": "U", "text": "two  spaces kept"}]
+    assert write_passages(out, rows) == 2
+    p = read_passages(out)
+    assert p.ids == ["a_0", "7"] and p.titles == ['T "q"', "U"]
+    assert p.texts == ['"quoted" start and  breaks', "two  spaces kept"]
+    assert [r["text"] for r in F.parse_corpus_tsv(out)] == p.texts
+    assert report_passages(out, {"7"}) == {"7": ("U", "two  spaces kept")}
+    with pytest.raises(DataError, match="duplicate passage id 'a_0'"):
+        write_passages(tmp_path / "dup.tsv", [("a_0", "T", "x"), ("a_0", "T", "y")])

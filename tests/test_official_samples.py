@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import gzip
 import json
-import logging
 from pathlib import Path
 
 import pytest
-import yaml
 
 from rag.data import formats as F
 from rag.errors import DataError
@@ -241,7 +239,7 @@ def test_uncompilable_regex_one_behaviour_everywhere(tmp_path):
 
 
 def test_training_targets_refuse_uncompilable_regex():
-    from rag.pipeline import _targets_for_training
+    from rag.stages.train import _targets_for_training
 
     class _Ret:
         class ids:

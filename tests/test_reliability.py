@@ -71,7 +71,6 @@ import gzip
 import json
 import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -234,7 +233,8 @@ def test_bad_jsonl_reader(tmp_path, what, suffix, data, pattern):
 
 
 def test_bad_utf8_exact_line_every_position(tmp_path):
-    """rag.io.iter_lines used to report bad UTF-8 on the line after the last one it returned."""
+    """Bad UTF-8 is reported on the line that holds it (a buffered text reader would name the line after
+    the last one it returned)."""
     text = _passages_text()
     for line in (2, 3, 150, N_LINES - 1, N_LINES):
         path = _write(tmp_path, ".tsv", _bad_utf8(text, line))

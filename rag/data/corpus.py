@@ -1,4 +1,10 @@
-"""Passages: 100-word chunks of articles, stored as ``passages.tsv`` (id, title, text)."""
+"""Passages: 100-word chunks of articles, stored as ``passages.tsv`` (id, title, text).
+
+The one chunker (:func:`chunk_documents`), writer (:func:`write_passages`) and reader
+(:func:`iter_passages`, :func:`read_passages`) of that file: a header line ``id<TAB>title<TAB>text``,
+then one passage per line, fields never quoted (the writer replaces tabs and line breaks inside a
+field by spaces, so a line splits on its tabs into exactly three fields).
+"""
 
 from __future__ import annotations
 
@@ -7,43 +13,111 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from rag.errors import DataError
+from rag.errors import ConfigError, DataError
 from rag.io import atomic_open, iter_lines
 
 log = logging.getLogger(__name__)
+
+HEADER = ["id", "title", "text"]
 
 
 def chunk_words(text: str, words: int) -> list[str]:
     """Disjoint chunks of ``words`` whitespace words (the last one may be shorter), as DPR/RAG."""
     toks = text.split()
-    return [" ".join(toks[i : i + words]) for i in range(0, len(toks), words)] or []
+    return [" ".join(toks[i : i + words]) for i in range(0, len(toks), words)]
 
 
-def passages_from_articles(articles: Iterable[tuple[str, str, str]], words: int) -> Iterator[tuple[str, str, str]]:
-    for doc_id, title, text in articles:
-        chunks = chunk_words(text, words)
-        for j, chunk in enumerate(chunks):
-            yield (doc_id if len(chunks) == 1 else f"{doc_id}_{j}", title, chunk)
+def chunk_documents(docs: Iterable[tuple[str, str, str]], words: int = 100) -> Iterator[dict]:
+    """Split (id, title, text) documents into disjoint passages of ``words`` whitespace words (DPR/RAG: 100).
+
+    Passage ids are ``f"{doc_id}_{k}"`` (k from 0, also for a document of one passage, as the
+    miniworld corpus names its passages); the last passage of a document may be shorter; a
+    document without words yields nothing.
+    """
+    if not isinstance(words, int) or isinstance(words, bool) or words < 1:
+        raise ConfigError(f"words: must be a positive integer, got {words!r}")
+    for doc_id, title, text in docs:
+        for k, chunk in enumerate(chunk_words(text, words)):
+            yield {"id": f"{doc_id}_{k}", "title": title, "text": chunk}
 
 
-def _clean(field: str) -> str:
-    return " ".join(field.replace("\t", " ").split())
+class IdSet:
+    """Seen-set for passage ids; canonical non-negative integer ids go into a bitmap (21M ids ~ 2.6 MB)."""
+
+    MAX_BITMAP_ID = 1 << 31
+
+    def __init__(self):
+        self.bits = bytearray()
+        self.other: set[str] = set()
+
+    def add(self, pid: str) -> bool:
+        """Add ``pid``; False when it was already present."""
+        if pid.isdigit() and (pid == "0" or pid[0] != "0") and int(pid) < self.MAX_BITMAP_ID:
+            i = int(pid)
+            byte, bit = divmod(i, 8)
+            if byte >= len(self.bits):
+                self.bits.extend(bytes(max(byte + 1 - len(self.bits), len(self.bits))))
+            if self.bits[byte] >> bit & 1:
+                return False
+            self.bits[byte] |= 1 << bit
+            return True
+        if pid in self.other:
+            return False
+        self.other.add(pid)
+        return True
 
 
-def write_passages(path: str | Path, rows: Iterable[tuple[str, str, str]]) -> int:
+def clean_field(field: str) -> str:
+    """A field as written: tabs and line breaks (``\\t``, ``\\r``, ``\\n``) replaced by spaces."""
+    return field.replace("\t", " ").replace("\r", " ").replace("\n", " ")
+
+
+def write_passages(path: str | Path, passages: Iterable[dict | tuple[str, str, str]]) -> int:
+    """Write passages (dicts with id, title, text, or (id, title, text) tuples) to ``path``
+    atomically, with the header; return the count. Duplicate ids (after cleaning) and an empty
+    corpus are errors."""
     n = 0
-    seen: set[str] = set()
+    seen = IdSet()
     with atomic_open(path) as fh:
-        fh.write("id\ttitle\ttext\n")
-        for pid, title, text in rows:
-            if pid in seen:
+        fh.write("\t".join(HEADER) + "\n")
+        for p in passages:
+            pid, title, text = (p["id"], p["title"], p["text"]) if isinstance(p, dict) else p
+            pid = clean_field(pid)
+            if not seen.add(pid):
                 raise DataError(f"{path}: duplicate passage id {pid!r}")
-            seen.add(pid)
-            fh.write(f"{_clean(pid)}\t{_clean(title)}\t{_clean(text)}\n")
+            fh.write(f"{pid}\t{clean_field(title)}\t{clean_field(text)}\n")
             n += 1
     if n == 0:
         raise DataError(f"{path}: no passages to write")
     return n
+
+
+def iter_passages(path: str | Path, header: bool | None = True) -> Iterator[tuple[int, str, str, str]]:
+    """(line number, id, title, text) of every passage of a ``passages.tsv``, strictly: three
+    tab-separated fields a line, a non-empty id, no id twice, at least one passage.
+
+    ``header``: True, the first line must be ``id<TAB>title<TAB>text``; None, it may be (a
+    user's corpus in this layout)."""
+    seen = IdSet()
+    n = 0
+    for lineno, line in iter_lines(path):
+        parts = line.split("\t")
+        if lineno == 1 and header is not False:
+            if parts == HEADER:
+                continue
+            if header:
+                raise DataError(f"{path}:1: expected header 'id\\ttitle\\ttext', got {line[:80]!r}")
+        if len(parts) != 3:
+            raise DataError(f"{path}:{lineno}: expected 3 tab-separated columns (id, title, text), got {len(parts)}")
+        pid = parts[0]
+        if not pid.strip():
+            raise DataError(f"{path}:{lineno}: empty passage id")
+        if not seen.add(pid):
+            raise DataError(f"{path}:{lineno}: duplicate passage id {pid!r}")
+        n += 1
+        yield lineno, pid, parts[1], parts[2]
+    if n == 0:
+        raise DataError(f"{path}: empty file (no passages)")
 
 
 @dataclass
@@ -59,37 +133,17 @@ class Passages:
         return {pid: i for i, pid in enumerate(self.ids)}
 
     def doc_entity(self, i: int) -> str:
-        """The article a passage came from (passage ids are ``<doc>`` or ``<doc>_<j>``)."""
+        """The article a passage came from: ``<doc>`` of a chunked passage id ``<doc>_<k>``, else the id."""
         pid = self.ids[i]
         head, _, tail = pid.rpartition("_")
         return head if head and tail.isdigit() else pid
 
 
 def read_passages(path: str | Path) -> Passages:
+    """All passages of a ``passages.tsv`` (see :func:`iter_passages`)."""
     ids, titles, texts = [], [], []
-    seen: set[str] = set()
-    lines = iter_lines(path)
-    try:
-        _, header = next(lines)
-    except StopIteration:
-        raise DataError(f"{path}: empty file (expected header id<TAB>title<TAB>text)") from None
-    if header.split("\t") != ["id", "title", "text"]:
-        raise DataError(f"{path}:1: expected header 'id\\ttitle\\ttext', got {header[:80]!r}")
-    for lineno, line in lines:
-        parts = line.split("\t")
-        if len(parts) != 3:
-            raise DataError(f"{path}:{lineno}: expected 3 tab-separated columns (id, title, text), got {len(parts)}")
-        pid = parts[0]
-        if not pid:
-            raise DataError(f"{path}:{lineno}: empty passage id")
-        if pid in seen:
-            raise DataError(f"{path}:{lineno}: duplicate passage id {pid!r}")
-        seen.add(pid)
+    for _, pid, title, text in iter_passages(path):
         ids.append(pid)
-        titles.append(parts[1])
-        texts.append(parts[2])
-    if not ids:
-        raise DataError(f"{path}: no passages")
+        titles.append(title)
+        texts.append(text)
     return Passages(ids, titles, texts)
-
-

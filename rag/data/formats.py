@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from rag.errors import ConfigError, DataError
 from rag.data import paper_results
+from rag.data.corpus import IdSet, chunk_documents, iter_passages, write_passages
 from rag.io import iter_jsonl, iter_lines
 from rag.tasks import FEVER3_LABELS
 from rag.tasks import TASKS as TASK_SPECS
@@ -166,33 +167,7 @@ def _tsv_rows(path: Path, quoting: bool) -> Iterator[tuple[int, list[str]]]:
         yield lineno, row
 
 
-class _IdSet:
-    """Seen-set for passage ids; canonical non-negative integer ids go into a bitmap (21M ids ~ 2.6 MB)."""
-
-    MAX_BITMAP_ID = 1 << 31
-
-    def __init__(self):
-        self.bits = bytearray()
-        self.other: set[str] = set()
-
-    def add(self, pid: str) -> bool:
-        """Add ``pid``; False when it was already present."""
-        if pid.isdigit() and (pid == "0" or pid[0] != "0") and int(pid) < self.MAX_BITMAP_ID:
-            i = int(pid)
-            byte, bit = divmod(i, 8)
-            if byte >= len(self.bits):
-                self.bits.extend(bytes(max(byte + 1 - len(self.bits), len(self.bits))))
-            if self.bits[byte] >> bit & 1:
-                return False
-            self.bits[byte] |= 1 << bit
-            return True
-        if pid in self.other:
-            return False
-        self.other.add(pid)
-        return True
-
-
-def _check_passage(path: Path, lineno: int, seen: _IdSet, pid: str, title: str, text: str) -> dict:
+def _check_passage(path: Path, lineno: int, seen: IdSet, pid: str, title: str, text: str) -> dict:
     where = _where(path, lineno)
     if not pid.strip():
         raise DataError(f"{where}: empty passage id")
@@ -305,36 +280,6 @@ def parse_triviaqa(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
         if "NormalizedAliases" in answer:
             meta["normalized_aliases"] = _str_list(answer["NormalizedAliases"], where + ".Answer", "NormalizedAliases", nonempty=False)
         yield {"id": qid, "input": question, "targets": _targets([value, *aliases], where + ".Answer", "Value/Aliases"), "meta": meta}
-
-
-_SEXP_TOKEN = re.compile(r'\s*(?:(\()|(\))|"((?:[^"\\]|\\.)*)"|([^\s()"]+))')
-
-
-def parse_sexpr(text: str) -> Any:
-    """Parse one s-expression: lists become Python lists, quoted strings and atoms become str."""
-    pos, stack = 0, [[]]
-    text = text.strip()
-    while pos < len(text):
-        m = _SEXP_TOKEN.match(text, pos)
-        if not m or m.end() == pos:
-            raise ValueError(f"unexpected character at {pos}: {text[pos:pos + 20]!r}")
-        pos = m.end()
-        if m.group(1):
-            stack.append([])
-        elif m.group(2):
-            if len(stack) == 1:
-                raise ValueError("unbalanced ')'")
-            done = stack.pop()
-            stack[-1].append(done)
-        elif m.group(3) is not None:
-            stack[-1].append(re.sub(r"\\(.)", r"\1", m.group(3)))
-        else:
-            stack[-1].append(m.group(4))
-    if len(stack) != 1:
-        raise ValueError("unbalanced '('")
-    if len(stack[0]) != 1:
-        raise ValueError(f"expected one expression, got {len(stack[0])}")
-    return stack[0][0]
 
 
 _WQ_ITEM = re.compile(r"\(description (.+?)\)(?=\s*\(description |\s*$)", re.DOTALL)
@@ -662,7 +607,7 @@ def parse_fever(path: Path, two_way: bool = False, id_prefix: str | None = None)
 def parse_dpr_passages(path: Path) -> Iterator[dict]:
     """DPR ``psgs_w100.tsv`` (optionally .gz): header ``id\\ttext\\ttitle``, csv-quoted fields."""
     path = Path(path)
-    seen = _IdSet()
+    seen = IdSet()
     n = 0
     for lineno, row in _tsv_rows(path, quoting=True):
         if lineno == 1:
@@ -679,46 +624,22 @@ def parse_dpr_passages(path: Path) -> Iterator[dict]:
 
 
 def parse_corpus_tsv(path: Path) -> Iterator[dict]:
-    """Plain TSV ``id<TAB>title<TAB>text`` (optional header of exactly those names; no quoting)."""
-    path = Path(path)
-    seen = _IdSet()
-    n = 0
-    for lineno, row in _tsv_rows(path, quoting=False):
-        if lineno == 1 and row == ["id", "title", "text"]:
-            continue
-        if len(row) != 3:
-            raise DataError(f"{path}:{lineno}: expected 3 tab-separated columns (id, title, text), got {len(row)}")
-        yield _check_passage(path, lineno, seen, *row)
-        n += 1
-    if n == 0:
-        raise DataError(f"{path}: empty file (no passages)")
+    """Plain TSV ``id<TAB>title<TAB>text`` (optional header of exactly those names; no quoting):
+    the layout of ``passages.tsv``, read by its one reader (:func:`rag.data.corpus.iter_passages`)."""
+    for _, pid, title, text in iter_passages(path, header=None):
+        yield {"id": pid, "title": title, "text": text}
 
 
 def parse_corpus_jsonl(path: Path) -> Iterator[dict]:
     """JSON lines ``{"id", "title", "text"}`` (id may be an integer)."""
     path = Path(path)
-    seen = _IdSet()
+    seen = IdSet()
     for lineno, obj in iter_jsonl(path):
         where = _where(path, lineno)
         pid = _require(obj, "id", (str, int), where)
         title = _require(obj, "title", str, where)
         text = _require(obj, "text", str, where)
         yield _check_passage(path, lineno, seen, str(pid), title, text)
-
-
-def chunk_documents(docs: Iterable[tuple[str, str, str]], words: int = 100) -> Iterator[dict]:
-    """Split documents into disjoint passages of ``words`` whitespace tokens (DPR/RAG: 100).
-
-    Passage ids are ``f"{doc_id}_{k}"`` (k from 0); the last passage of a document may be
-    shorter; a document without words yields nothing.
-    """
-    if not isinstance(words, int) or words < 1:
-        raise ConfigError(f"words: must be a positive integer, got {words!r}")
-    from rag.data.corpus import chunk_words
-
-    for doc_id, title, text in docs:
-        for k, chunk in enumerate(chunk_words(text, words)):
-            yield {"id": f"{doc_id}_{k}", "title": title, "text": chunk}
 
 
 # --------------------------------------------------------------------------- Table 7 and preparation
@@ -826,29 +747,6 @@ def prepare_task(fmt: str, src: Path, out: Path, task: str, split: str, **kw) ->
     return n
 
 
-def _clean(field: str) -> str:
-    return field.replace("\t", " ").replace("\r", " ").replace("\n", " ")
-
-
-def write_passages_tsv(passages: Iterable[dict], out: Path) -> int:
-    """Write passages to ``out`` atomically as ``id<TAB>title<TAB>text`` with header; return the count."""
-    from rag.io import atomic_open
-
-    n = 0
-    seen = _IdSet()
-    with atomic_open(out) as fh:
-        fh.write("id\ttitle\ttext\n")
-        for p in passages:
-            pid = _clean(p["id"])
-            if not seen.add(pid):
-                raise DataError(f"{out}: duplicate passage id {pid!r} in the output")
-            fh.write(f"{pid}\t{_clean(p['title'])}\t{_clean(p['text'])}\n")
-            n += 1
-    if n == 0:
-        raise DataError(f"{out}: no passages to write")
-    return n
-
-
 CORPUS_FORMATS = ("dpr_tsv", "tsv", "jsonl", "documents")
 
 
@@ -865,7 +763,7 @@ def prepare_corpus(fmt: str, src: Path, out: Path, words: int = 100) -> int:
         passages = chunk_documents(((d["id"], d["title"], d["text"]) for d in parse_corpus_jsonl(src)), words=words)
     else:
         raise ConfigError(f"format: unknown corpus format {fmt!r} (known: {', '.join(CORPUS_FORMATS)})")
-    n = write_passages_tsv(passages, out)
+    n = write_passages(out, passages)
     log.info("%s -> %s: %d passages", src, out, n)
     return n
 

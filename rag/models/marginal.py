@@ -19,7 +19,6 @@ scores are cast to float32 before any softmax or logsumexp (a no-op for fp32 inp
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 
 def _shift_left(target: torch.Tensor, pad_id: int) -> torch.Tensor:
@@ -116,7 +115,3 @@ def generator_nll(logits: torch.Tensor, target: torch.Tensor, pad_id: int, epsil
     """Plain sequence NLL (the BART-only baseline) in the same target convention."""
     doc_scores = logits.new_zeros(target.shape[0], 1, dtype=torch.float32)
     return rag_token_nll(logits, doc_scores, target, pad_id, epsilon)
-
-
-def doc_log_probs(doc_scores: torch.Tensor) -> torch.Tensor:
-    return nn.functional.log_softmax(doc_scores.float(), dim=-1)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import csv
 import logging
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -445,27 +443,22 @@ def hotswap(inputs: ReportInputs, paper: dict) -> dict | None:
 
 
 def read_passages(path: Path | None, wanted: set[str]) -> dict[str, tuple[str, str]]:
-    """Title and text of the ``wanted`` passage ids, streamed from a DPR-style TSV."""
+    """Title and text of the ``wanted`` passage ids, streamed from ``passages.tsv`` (its one reader,
+    :func:`rag.data.corpus.iter_passages`), stopping once all are found."""
+    from rag.data.corpus import iter_passages
+
     if path is None or not wanted:
         return {}
     path = Path(path)
     if not path.is_file():
         log.warning("passages file %s not found; showing titles only", path)
         return {}
-    csv.field_size_limit(sys.maxsize)
     found: dict[str, tuple[str, str]] = {}
-    with open(path, encoding="utf-8", newline="") as fh:
-        reader = csv.reader(fh, delimiter="\t")
-        header = next(reader, None)
-        if header is None or [h.strip() for h in header[:3]] != ["id", "title", "text"]:
-            raise DataError(f"{path}:1: expected header 'id<TAB>title<TAB>text', got {header!r}")
-        for lineno, row in enumerate(reader, start=2):
-            if len(row) < 3:
-                raise DataError(f"{path}:{lineno}: expected 3 tab-separated fields, got {len(row)}")
-            if row[0] in wanted:
-                found[row[0]] = (row[1], row[2])
-                if len(found) == len(wanted):
-                    break
+    for _, pid, title, text in iter_passages(path):
+        if pid in wanted:
+            found[pid] = (title, text)
+            if len(found) == len(wanted):
+                break
     return found
 
 

@@ -97,7 +97,7 @@ class Encoder(nn.Module):
 
     @classmethod
     def load(cls, name: str, pooling: str = "mean", normalize: bool = True, max_length: int = 128) -> "Encoder":
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoTokenizer
 
         path = resolve_model_path(name)
         try:
@@ -131,11 +131,6 @@ class Encoder(nn.Module):
 
     def encode_texts(self, texts: list[str]) -> torch.Tensor:
         return self(**self.tokenize(texts, device=next(self.parameters()).device))
-
-
-def passage_text(title: str, text: str) -> tuple[str, str]:
-    """DPR encodes passages as the pair (title, text)."""
-    return title, text
 
 
 def _tokenize_pairs(encoder: Encoder, titles: list[str], texts: list[str], idx) -> dict:

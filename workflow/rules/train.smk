@@ -11,6 +11,7 @@ rule pretrain_generator:
         directory(f"{R}/generator/model"),
     params:
         restatements=lambda w, input: f"--restatements {input.restatements}" if "restatements" in input.keys() else "",
+        ckpt=f"{R}/generator/checkpoint",
     priority: 50  # the critical path: every fine-tune waits for it
     threads: 8  # snakemake lowers it to --cores on a small machine
     resources:
@@ -24,7 +25,8 @@ rule pretrain_generator:
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} rag pretrain --config {input.cfg} --passages {input.passages} {params.restatements} --out {output} 2> {log}"
+        "RAG_THREADS={threads} rag pretrain --config {input.cfg} --passages {input.passages} {params.restatements} "
+        "--checkpoint-dir {params.ckpt} --out {output} 2> {log}"
 
 
 rule train:

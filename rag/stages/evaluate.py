@@ -1,0 +1,52 @@
+"""The evaluation stage: decode dev and test with a saved model, score, write, log (rule
+``evaluate``, or the end of a ``train`` job). Predicting and scoring are :mod:`rag.evaluate`'s."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from rag.evaluate import metric_options, predict, score_predictions
+from rag.io import read_json, read_jsonl, write_json, write_jsonl
+from rag.retrieval import RetrievalFiles
+from rag.stages.models import load_trained
+from rag.tasks import variant_spec
+
+log = logging.getLogger("rag")
+
+
+def evaluate_model(cfg: dict, variant: str, io: dict[str, tuple[str, str, str]], model_dir: str, device: str,
+                   files: RetrievalFiles | None = None, retriever=None) -> None:
+    """Decode dev and test with the saved model folder, score, write predictions + metrics, log to its run.
+
+    ``io``: split -> (data jsonl to read, predictions jsonl and metrics.json to write); the
+    retriever is ``retriever`` or the variant's over ``files``."""
+    from rag.tracking import Run
+
+    name = cfg["task_name"]
+    meta = read_json(Path(model_dir) / "meta.json")
+    system = load_trained(cfg, variant, model_dir, device, files, retriever)
+    if meta.get("mlflow_run_id"):
+        run = Run(cfg["tracking"]["uri"], "", run_id=meta["mlflow_run_id"], tags={"evaluated": "yes"})
+    else:  # a model imported without a run (rag import-hf-rag): evaluation opens one
+        run = Run(cfg["tracking"]["uri"], f"{cfg['name']}/{name}", run_name=variant,
+                  tags={"task": name, "variant": variant, "rule": "evaluate", "imported": "yes"})
+    dec = cfg["decode"][variant_spec(variant).model]
+    for split, (data_path, pred_path, metrics_path) in io.items():
+        rows = read_jsonl(data_path, required=("id", "input", "targets"))
+        t = time.time()
+        preds = predict(cfg, system, variant, rows)
+        seconds = time.time() - t
+        scores, rec = score_predictions(cfg, preds, system.passages)
+        write_jsonl(pred_path, preds)
+        result = {"task": name, "variant": variant, "split": split, "n": len(preds), "metrics": scores, "retrieval": rec,
+                  "metric_options": metric_options(cfg),
+                  "decode": dec, "decode_seconds": seconds, "mlflow_run_id": run.run_id,
+                  "mlflow_experiment_id": run.experiment_id}
+        write_json(metrics_path, result)
+        run.metrics({f"{split}_{k}": v for k, v in {**scores, **rec}.items()})
+        run.artifact(Path(metrics_path), f"eval/{split}")
+        run.artifact(Path(pred_path), f"eval/{split}")
+        log.info("%s/%s %s: %s %s", name, variant, split, scores, rec)
+    run.finish()

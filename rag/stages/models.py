@@ -1,0 +1,42 @@
+"""A variant's RAG system built from a model folder: the generator and the variant's retriever."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rag.retrieval import RetrievalFiles
+from rag.tasks import variant_spec
+
+
+def trained_question_encoder(model_dir: str | Path | None) -> str | None:
+    """The fine-tuned question encoder a model folder holds (``question_encoder/``), else None."""
+    q_dir = Path(model_dir) / "question_encoder" if model_dir else None
+    return str(q_dir) if q_dir is not None and q_dir.is_dir() else None
+
+
+def build_system(cfg: dict, variant: str, model_dir: str, device: str, files: RetrievalFiles | None = None,
+                 question_encoder_dir: str | None = None, retriever=None):
+    """The variant's RAG system: the generator of ``model_dir`` and ``retriever``, or (None) the
+    variant's registered retriever over ``files`` (its question encoder from ``question_encoder_dir``
+    or the configured one)."""
+    from rag.models.generator import load_generator
+    from rag.models.rag import RagSystem
+    from rag.retrieval import build_retriever
+
+    spec = variant_spec(variant)
+    gen_dir = Path(model_dir) / "generator" if (Path(model_dir) / "generator").is_dir() else Path(model_dir)
+    generator, tok = load_generator(gen_dir, device)
+    if retriever is None:
+        retriever = build_retriever(spec.retriever, files or RetrievalFiles(), cfg, device, question_encoder_dir)
+    g = cfg["generator"]
+    return RagSystem(generator, tok, spec.model, retriever, g["max_source_len"], g["max_target_len"],
+                     chunk_overhead=g["chunk_overhead"], precision=cfg["precision"])
+
+
+def load_trained(cfg: dict, variant: str, model_dir: str, device: str, files: RetrievalFiles | None = None,
+                 retriever=None):
+    """A trained model folder (generator/, question_encoder/ when fine-tuned) ready for inference,
+    with ``retriever`` or the variant's retriever over ``files``."""
+    system = build_system(cfg, variant, model_dir, device, files, trained_question_encoder(model_dir), retriever)
+    system.eval()
+    return system
