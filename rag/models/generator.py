@@ -74,7 +74,9 @@ class LocalContextEncoder(BartEncoder):
     that states it ("is governed by Vroux", "the Gledeix flows through"). Learnt positions give
     attention no such bias, and a small generator from scratch had to discover it: measured on
     miniworld with re-rendered restated-fact cloze, held-out restatements read after 1,000
-    pretraining steps 90 % with a causal width-4 convolution, 28 % after 1,500 steps without.
+    pretraining steps: 99 % with 3 tokens on either side (the default), 90 % with a causal
+    convolution over the last 4 (a value stated before its phrase, "the Gledeix flows through",
+    was then read half the time), 28 % after 1,500 steps without.
     Padding embeddings are zeroed before the convolution, so a row's states do not depend on
     how much padding its batch adds.
     """
