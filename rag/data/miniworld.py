@@ -332,8 +332,7 @@ def restatements(world: dict[str, Entity], words: int) -> list[dict]:
             out.append({
                 "passage": pid, "attribute": attr, "value": value, "sentence": template,
                 "queries": [q for q in others if q != template],
-                "questions": [t[attr].format(s=e.name.lower() if task == "nq" else e.name)
-                              for task, t in QA_TEMPLATES.items() if attr in t],
+                "questions": [qa_question(task, attr, e.name) for task, t in QA_TEMPLATES.items() if attr in t],
                 "sentences": _sentences(e, attr),
                 "claims": [FEVER_CLAIMS[attr][0].format(s=e.name, v="{v}")] if attr in FEVER_CLAIMS else [],
                 "unstated": [[a, FEVER_CLAIMS[a][0].format(s=e.name, v="{v}")] for a in sorted(FEVER_CLAIMS)
@@ -410,6 +409,11 @@ QA_TEMPLATES = {
         "capital": "What is the capital of {s}?",
     },
 }
+
+def qa_question(task: str, attr: str, name: str) -> str:
+    """The question ``task`` asks about ``attr`` of the entity ``name`` (NQ lower-cases, as Google queries)."""
+    return QA_TEMPLATES[task][attr].format(s=name.lower() if task == "nq" else name)
+
 
 MSMARCO_TEMPLATES = {
     "population": ("{s} population", "The population of {s} is about {a} people."),
@@ -500,7 +504,7 @@ def make_task(world: dict[str, Entity], task: str, split: str, n: int, seed: int
         for i, (e, attr) in enumerate(_take(_candidates(world, task, split, rng), n, task, split)):
             ans = _value(world, e, attr)
             kind = world[e.attrs[attr]].kind if isinstance(e.attrs[attr], str) and e.attrs[attr] in world else None
-            q = QA_TEMPLATES[task][attr].format(s=e.name.lower() if task == "nq" else e.name)
+            q = qa_question(task, attr, e.name)
             targets = [_regex_for(ans)] if task == "curatedtrec" else _aliases(ans, kind)
             rows.append({"id": f"{task}-{split}-{i}", "input": q, "targets": targets,
                          "meta": {"subject": e.id, "attribute": attr, "gold_docs": _gold_docs(world, e, attr, where), "answer": ans}})
@@ -578,7 +582,7 @@ def hotswap_questions(worlds: dict[str, dict[str, Entity]]) -> list[dict]:
     for e in sorted(worlds["a"].values(), key=lambda e: e.id):
         if e.kind != "country" or e.split == "train":
             continue
-        rows.append({"id": f"hotswap-{e.id}", "input": QA_TEMPLATES["nq"]["leader"].format(s=e.name.lower()),
+        rows.append({"id": f"hotswap-{e.id}", "input": qa_question("nq", "leader", e.name),
                      "targets": {s: _aliases(worlds[s][worlds[s][e.id].attrs["leader"]].name, "person") for s in ("a", "b")},
                      "meta": {"subject": e.id, "changed": worlds["a"][e.id].attrs["leader"] != worlds["b"][e.id].attrs["leader"]}})
     return rows
