@@ -320,31 +320,6 @@ def _sections(cfg: dict) -> dict[str, dict]:
     return out
 
 
-def read_sections(paths: str | list[str]) -> dict:
-    """The config a command runs with: one section file, or several merged (``merge_sections``)."""
-    from rag.io import read_json
-
-    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    parts = [read_json(p) for p in paths]
-    for p, part in zip(paths, parts):
-        if not isinstance(part, dict):
-            raise ConfigError(f"{p}: a config section must be a JSON object")
-    return merge_sections(parts, [str(p) for p in paths])
-
-
-def merge_sections(parts: list[dict], names: list[str] | None = None) -> dict:
-    """One config from several section files (``rag train --config train_nq.json eval_nq.json``);
-    a key two of them give different values is an error."""
-    out: dict = {}
-    for i, part in enumerate(parts):
-        for key, value in part.items():
-            if key in out and out[key] != value:
-                where = names[i] if names else f"section {i}"
-                raise ConfigError(f"{where}: key {key!r} differs from an earlier --config file")
-            out[key] = value
-    return out
-
-
 def scale_summary(cfg: dict) -> dict:
     g = cfg["generator"]
     gen = g.get("name_or_path") if g["init"] == "pretrained" else f"BART from scratch (d_model {g['d_model']}, {g['layers']}+{g['layers']} layers)"

@@ -220,7 +220,8 @@ class IndexOptions(Section):
 
     def _check(self, where: str, prefix: str) -> None:
         if self.index not in INDEX_PARAMS:
-            raise ConfigError(f"{where}: config key {_dotted(prefix, 'index')!r}: {self.index!r} is not one of {list(INDEX_PARAMS)}")
+            raise ConfigError(f"{where}: config key {_dotted(prefix, 'index')!r}: {self.index!r} is not one of "
+                              f"{list(INDEX_PARAMS)}")
         for name in INDEX_PARAMS[self.index]:
             if name not in self._given:
                 raise ConfigError(f"{where}: config key {_dotted(prefix, name)!r} is missing")
@@ -359,7 +360,8 @@ class CorpusSection(Section):
 
     def world(self) -> Miniworld:
         if self.miniworld is None:
-            raise ConfigError(f"corpus source {self.corpus.source!r}: the miniworld world and its questions need corpus.source: miniworld")
+            raise ConfigError(f"corpus source {self.corpus.source!r}: the miniworld world and its questions "
+                              "need corpus.source: miniworld")
         return self.miniworld
 
 
@@ -484,5 +486,6 @@ def read_task_sections(paths: str | Path | list) -> TrainSection:
     if train is None:
         raise ConfigError(f"{' + '.join(paths)}: no train_<task> section among the --config files")
     if evaluation is not None and evaluation.task_name != train.task_name:
-        raise ConfigError(f"{eval_path}: task_name {evaluation.task_name!r} differs from the train section's {train.task_name!r}")
+        raise ConfigError(f"{eval_path}: task_name {evaluation.task_name!r} differs from the train section's "
+                          f"{train.task_name!r}")
     return replace(train, evaluation=evaluation)

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from rag import sections as S
+from rag.cli import main
 from rag.config import config_hash, load_config, sections
 from rag.errors import ConfigError
 from tests.conftest import ROOT, section_type, typed_sections
@@ -96,7 +97,8 @@ def _edit(data: dict, dotted: str, value=None, delete: bool = False) -> dict:
     ("generator", "generator.dropout", "0.1", False, "config key 'generator.dropout': expected number, got str '0.1'"),
     ("train_nq", "task.well_formed_only", "yes", False,
      "config key 'task.well_formed_only': expected boolean or a list of string, got str 'yes'"),
-    ("train_nq", "retriever.question_encoder", None, False, "config key 'retriever.question_encoder': expected string, got NoneType"),
+    ("train_nq", "retriever.question_encoder", None, False,
+     "config key 'retriever.question_encoder': expected string, got NoneType"),
     ("data_nq", "miniworld.cities", 1.5, False, "config key 'miniworld.cities': expected integer, got float 1.5"),
     ("experiments", "experiments.topk_sweep", [1, "2"], False, "config key 'experiments.topk_sweep[1]': expected integer"),
     ("eval_nq", "decode.token", [], False, "config key 'decode.token': expected an object, got list []"),
@@ -108,6 +110,12 @@ def test_errors_name_the_file_and_the_key(tmp_path, section, dotted, value, dele
         S.read_section(section_type(section), path)
     text = str(err.value)
     assert text.startswith(f"{path}: ") and message in text and "\n" not in text
+
+
+def test_a_command_reports_a_bad_section_in_one_line(tmp_path, capsys):
+    path = _write(tmp_path, "index.json", _edit(_parts()["index"], "retriever.extra", 1))
+    assert main(["index", "--config", path, "--embeddings", "e.npy", "--out", "i.faiss", "--stats", "s.json"]) == 2
+    assert capsys.readouterr().err == f"error: {path}: unknown config key 'retriever.extra'\n"
 
 
 def test_train_and_eval_files_make_one_typed_section(tmp_path):
