@@ -2,8 +2,8 @@
 ``encode_shard``, ``index``, ``bm25``, ``pretrain_generator``, ``init_store``): argument parsing
 only; the work is the stage functions' of :mod:`rag.stages` (``data``, ``index``, ``generator``).
 
-Every command reads the config section(s) Snakemake wrote for it (``results/<name>/config/*.json``;
-several ``--config`` files are merged), reads and writes exactly the files its arguments name
+Every command reads the config section Snakemake wrote for it (``results/<name>/config/*.json``;
+several ``--config`` files are merged) into its typed section (:mod:`rag.sections`), reads and writes exactly the files its arguments name
 (no directory plus a naming convention), writes its outputs atomically and exits 2 with one
 clear message on bad input.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rag import runtime
-from rag.config import read_sections
+from rag.sections import CorpusSection, DataSection, EncodeSection, GeneratorSection, IndexSection, read_section
 
 SPLITS = ("train", "dev", "test")
 
@@ -22,37 +22,37 @@ SPLITS = ("train", "dev", "test")
 def cmd_corpus(args) -> None:
     from rag.stages.data import build_corpus
 
-    build_corpus(read_sections(args.config), args.out, snapshot=args.snapshot, source_file=args.input,
+    build_corpus(read_section(CorpusSection, args.config), args.out, snapshot=args.snapshot, source_file=args.input,
                  restatements=args.restatements)
 
 
 def cmd_tasks(args) -> None:
     from rag.stages.data import build_task
 
-    build_task(read_sections(args.config), {s: getattr(args, f"out_{s}") for s in SPLITS},
+    build_task(read_section(DataSection, args.config), {s: getattr(args, f"out_{s}") for s in SPLITS},
                {s: getattr(args, f"in_{s}") for s in SPLITS})
 
 
 def cmd_hotswap_data(args) -> None:
     from rag.stages.data import hotswap_questions
 
-    hotswap_questions(read_sections(args.config), args.out)
+    hotswap_questions(read_section(CorpusSection, args.config), args.out)
 
 
 # ---------------------------------------------------------------------------------- retrieval
 def cmd_encode(args) -> None:
     from rag.stages.index import encode_shard
 
-    cfg = read_sections(args.config)
-    device = runtime.setup(cfg, seed=False, check_precision=False)  # CPU encodes in fp32 whatever the precision
+    cfg = read_section(EncodeSection, args.config)
+    device = runtime.setup(cfg.device)  # CPU encodes in fp32 whatever the precision
     encode_shard(cfg, device, args.passages, args.shard, args.num_shards, args.out)
 
 
 def cmd_index(args) -> None:
     from rag.stages.index import build_faiss_index
 
-    cfg = read_sections(args.config)
-    runtime.threads(cfg)
+    cfg = read_section(IndexSection, args.config)
+    runtime.threads()
     build_faiss_index(cfg, args.embeddings, args.out, args.stats)
 
 
@@ -66,12 +66,13 @@ def cmd_bm25(args) -> None:
 def cmd_pretrain(args) -> None:
     from rag.stages.generator import copy_pretrained_generator, pretrain_generator
 
-    cfg = read_sections(args.config)
-    if cfg["generator"]["init"] == "pretrained":  # a copy of the named weights: no device or precision involved
-        runtime.threads(cfg)
+    cfg = read_section(GeneratorSection, args.config)
+    if cfg.generator.init == "pretrained":  # a copy of the named weights: no device or precision involved
+        runtime.threads()
         copy_pretrained_generator(cfg, args.out)
         return
-    device = runtime.setup(cfg)  # pretraining from scratch runs on the configured device and precision
+    # pretraining from scratch runs on the configured device and precision
+    device = runtime.setup(cfg.device, seed=cfg.seed, precision=cfg.precision)
     pretrain_generator(cfg, device, args.passages, args.out, restatements=args.restatements,
                        checkpoint_dir=args.checkpoint_dir)
 

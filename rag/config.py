@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from rag.errors import ConfigError
+from rag.sections import INDEX_PARAMS, ContextEncoder, GeneratorLengths, QuestionEncoder, TaskData
 from rag.tasks import TASKS, VARIANTS
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
@@ -271,19 +272,16 @@ def sections(cfg: dict) -> dict[str, dict]:
     ``experiments``   Figure 3's K sweep
     ``report``        the report's scale summary, samples, tasks and variants
 
-    Runtime knobs (``threads``, ``resources``) are in none: they never invalidate an output
-    (rules pass ``threads`` as ``RAG_THREADS``). ``tracking.ui_url`` is the report rule's param.
+    The keys a consumer reads are the fields of its typed section (:mod:`rag.sections`), which a
+    command parses its file(s) into. Runtime knobs (``threads``, ``resources``) are in none: they
+    never invalidate an output (rules pass ``threads`` as ``RAG_THREADS``). ``tracking.ui_url`` is
+    the report rule's param.
     Pieces are canonical (sorted keys), so the order of keys in a YAML file changes nothing.
     """
     return _canonical(_sections(cfg))
 
 
-# the retriever keys each consumer reads (rag.stages.index.encode_shard / build_faiss_index, rag.stages.models.build_system)
-ENCODE_KEYS = ("context_encoder", "pooling", "normalize", "max_length", "batch_size")
-INDEX_KEYS = {"flat": (), "hnsw": ("hnsw_m", "hnsw_ef_search"), "ivfpq": ("ivf_lists", "pq_m")}
-QUESTION_KEYS = ("question_encoder", "pooling", "normalize", "max_length", "score_scale")
-# what a task's data files depend on (the rest of tasks.<task> is training or decoding)
-DATA_KEYS = ("source", "train", "dev", "test", "format", "formats", "well_formed_only")
+# the test-time keys of tasks.<task>: in eval_<task>, not in train_<task>
 DECODE_KEYS = ("decode_sequence", "decode_token")
 
 
@@ -295,15 +293,15 @@ def _sections(cfg: dict) -> dict[str, dict]:
         "corpus": {"seed": cfg["seed"],
                    "corpus": {k: corpus[k] for k in (("source", "passage_words") if miniworld else ("source", "format", "passage_words"))},
                    **({"miniworld": cfg["miniworld"]} if miniworld else {})},
-        "encode": {"device": cfg["device"], "precision": cfg["precision"], "retriever": {k: r[k] for k in ENCODE_KEYS}},
-        "index": {"device": cfg["device"], "retriever": {k: r[k] for k in ("index", *INDEX_KEYS[r["index"]])}},
+        "encode": {"device": cfg["device"], "precision": cfg["precision"], "retriever": {k: r[k] for k in ContextEncoder.keys()}},
+        "index": {"device": cfg["device"], "retriever": {k: r[k] for k in ("index", *INDEX_PARAMS[r["index"]])}},
         "generator": {"seed": cfg["seed"], "device": cfg["device"], "precision": cfg["precision"], "generator": g},
         "experiments": {"experiments": {"topk_sweep": cfg["experiments"]["topk_sweep"]}},
         "report": {"report": cfg["report"], "variants": cfg["variants"], "tasks": sorted(cfg["tasks"]),
                    "scale": scale_summary(cfg)},
     }
     for name, task in cfg["tasks"].items():
-        data = {"task_name": name, "task": {k: task[k] for k in DATA_KEYS if k in task}}
+        data = {"task_name": name, "task": {k: task[k] for k in TaskData.keys() if k in task}}
         if task["source"] == "miniworld":  # gold passages depend on how the corpus is cut
             data.update(seed=cfg["seed"], miniworld={**cfg["miniworld"], "passage_words": corpus["passage_words"]})
         out[f"data_{name}"] = data
@@ -313,37 +311,12 @@ def _sections(cfg: dict) -> dict[str, dict]:
             "task_name": name,
             "task": {k: v for k, v in task.items() if k not in DECODE_KEYS},
             "train": {**cfg["train"], **({"steps": task["steps"]} if "steps" in task else {})},
-            "generator": {k: g[k] for k in ("max_source_len", "max_target_len", "chunk_overhead")},
-            "retriever": {k: r[k] for k in QUESTION_KEYS},
+            "generator": {k: g[k] for k in GeneratorLengths.keys()},
+            "retriever": {k: r[k] for k in QuestionEncoder.keys()},
         }
         out[f"eval_{name}"] = {"task_name": name, "decode": {m: task_decode(cfg, name, m) for m in ("sequence", "token", "bart")}}
         if set(TASKS[name].metrics) & {"bleu1", "rougeL", "qbleu1"}:  # only these read metrics options
             out[f"eval_{name}"]["metrics"] = cfg["metrics"]
-    return out
-
-
-def read_sections(paths: str | list[str]) -> dict:
-    """The config a command runs with: one section file, or several merged (``merge_sections``)."""
-    from rag.io import read_json
-
-    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    parts = [read_json(p) for p in paths]
-    for p, part in zip(paths, parts):
-        if not isinstance(part, dict):
-            raise ConfigError(f"{p}: a config section must be a JSON object")
-    return merge_sections(parts, [str(p) for p in paths])
-
-
-def merge_sections(parts: list[dict], names: list[str] | None = None) -> dict:
-    """One config from several section files (``rag train --config train_nq.json eval_nq.json``);
-    a key two of them give different values is an error."""
-    out: dict = {}
-    for i, part in enumerate(parts):
-        for key, value in part.items():
-            if key in out and out[key] != value:
-                where = names[i] if names else f"section {i}"
-                raise ConfigError(f"{where}: key {key!r} differs from an earlier --config file")
-            out[key] = value
     return out
 
 

@@ -1,21 +1,21 @@
 """Evaluation: decode a task's questions with a RAG system (``predict``) and score the predictions
-(``score_predictions``: the task's metrics plus retrieval recall). The train, evaluate and
-experiment stages (rag.stages) call these."""
+(``score_predictions``: the task's metrics plus retrieval recall), under a task's eval_<task>
+section. The train, evaluate and experiment stages (rag.stages) call these."""
 
 from __future__ import annotations
 
+from rag.sections import EvalSection
 from rag.tasks import TASKS, variant_spec
 
 
-def predict(cfg: dict, system, variant: str, rows: list[dict], k: int | None = None, batch_size: int = 32) -> list[dict]:
+def predict(cfg: EvalSection, system, variant: str, rows: list[dict], k: int | None = None, batch_size: int = 32) -> list[dict]:
     """Predictions (with retrieved passages and p(z|x)) for ``rows`` under the task's decoding."""
     from tqdm.auto import tqdm
 
-    name = cfg["task_name"]
+    name = cfg.task_name
     spec = TASKS[name]
-    vspec = variant_spec(variant)
-    dec = cfg["decode"][vspec.model]
-    k = k or dec["k"]
+    dec = cfg.decode.of(variant_spec(variant).model)
+    k = k or dec.k
     out = []
     label_ids = None
     if spec.kind == "classification":
@@ -28,7 +28,7 @@ def predict(cfg: dict, system, variant: str, rows: list[dict], k: int | None = N
         if label_ids is not None:
             preds = system.classify(qs, label_ids, list(spec.labels), k)
         else:
-            preds = system.generate(qs, k, dec["method"], dec["beams"], dec["max_new_tokens"])
+            preds = system.generate(qs, k, dec.method, dec.beams, dec.max_new_tokens)
         for r, p in zip(chunk, preds):
             out.append({"id": r["id"], "input": r["input"], "targets": r["targets"], "prediction": p.text,
                         "doc_ids": p.doc_ids, "doc_titles": p.doc_titles, "doc_scores": [round(x, 6) for x in p.doc_probs],
@@ -36,17 +36,17 @@ def predict(cfg: dict, system, variant: str, rows: list[dict], k: int | None = N
     return out
 
 
-def metric_options(cfg: dict) -> dict:
+def metric_options(cfg: EvalSection) -> dict:
     """The scorer options this task's metrics use (recorded in metrics.json, shown by the report)."""
     from rag import metrics as M
 
-    spec = TASKS[cfg["task_name"]]
-    given = cfg.get("metrics") or {}
+    spec = TASKS[cfg.task_name]
+    given = cfg.metrics
     opts = {}
     if set(spec.metrics) & {"bleu1", "rougeL", "qbleu1"}:
-        opts["tokenizer"] = given.get("tokenizer", "python")
+        opts["tokenizer"] = given.tokenizer if given else "python"
     if "qbleu1" in spec.metrics:
-        w = M.check_qbleu_weights(given.get("qbleu1") or {})
+        w = M.check_qbleu_weights(given.qbleu1.to_dict() if given else {})
         opts["qbleu1"] = {k: w[k] for k in M.QBLEU_WEIGHT_KEYS}
     return opts
 
@@ -60,10 +60,10 @@ def answer_hits(preds: list[dict], passages, regex: bool = False) -> list[float]
             for x in preds]
 
 
-def score_predictions(cfg: dict, preds: list[dict], passages) -> tuple[dict, dict]:
+def score_predictions(cfg: EvalSection, preds: list[dict], passages) -> tuple[dict, dict]:
     from rag import metrics as M
 
-    spec = TASKS[cfg["task_name"]]
+    spec = TASKS[cfg.task_name]
     p = [x["prediction"] for x in preds]
     t = [x["targets"] for x in preds]
     opts = metric_options(cfg)

@@ -5,17 +5,22 @@
 from __future__ import annotations
 
 from rag import runtime
-from rag.config import read_sections
 from rag.errors import ConfigError
 from rag.retrieval import RetrievalFiles, add_file_args
+from rag.sections import ExperimentsSection, TrainSection, read_section, read_task_sections
 from rag.tasks import VARIANTS
+
+
+def _task_setup(args) -> tuple[TrainSection, str]:
+    """The task's train_<task> section (with eval_<task> when given) and the device, set up."""
+    cfg = read_task_sections(args.config)
+    return cfg, runtime.setup(cfg.device, seed=cfg.seed, precision=cfg.precision)
 
 
 def cmd_train(args) -> None:
     from rag.stages.train import fine_tune
 
-    cfg = read_sections(args.config)
-    device = runtime.setup(cfg)
+    cfg, device = _task_setup(args)
     fine_tune(cfg, device, args.variant, train_data=args.train_data, generator=args.generator,
               checkpoint_dir=args.checkpoint_dir, out=args.out, files=RetrievalFiles.from_args(args),
               init_from=args.init_from, config_hash=args.config_hash,
@@ -40,8 +45,7 @@ def _eval_io(args, required: bool) -> dict[str, tuple[str, str, str]] | None:
 def cmd_evaluate(args) -> None:
     from rag.stages.evaluate import evaluate_model
 
-    cfg = read_sections(args.config)
-    device = runtime.setup(cfg)
+    cfg, device = _task_setup(args)
     evaluate_model(cfg, args.variant, _eval_io(args, required=True), args.model_dir, device,
                    files=RetrievalFiles.from_args(args))
 
@@ -49,17 +53,15 @@ def cmd_evaluate(args) -> None:
 def cmd_topk_sweep(args) -> None:
     from rag.stages.experiments import topk_sweep
 
-    cfg = read_sections(args.config)
-    device = runtime.setup(cfg)
-    topk_sweep(cfg, read_sections(args.experiments_config)["experiments"], device, args.variant,
+    cfg, device = _task_setup(args)
+    topk_sweep(cfg, read_section(ExperimentsSection, args.experiments_config), device, args.variant,
                model_dir=args.model_dir, files=RetrievalFiles.from_args(args), test=args.test, out=args.out)
 
 
 def cmd_hotswap(args) -> None:
     from rag.stages.experiments import hotswap
 
-    cfg = read_sections(args.config)
-    device = runtime.setup(cfg)
+    cfg, device = _task_setup(args)
     snapshots = {s: RetrievalFiles(passages=getattr(args, f"passages_{s}"), embeddings=getattr(args, f"embeddings_{s}"),
                                    index=getattr(args, f"index_{s}")) for s in ("a", "b")}
     hotswap(cfg, device, args.variant, model_dir=args.model_dir, questions=args.questions, snapshots=snapshots,
@@ -69,8 +71,7 @@ def cmd_hotswap(args) -> None:
 def cmd_oracle(args) -> None:
     from rag.stages.experiments import oracle
 
-    cfg = read_sections(args.config)
-    device = runtime.setup(cfg)
+    cfg, device = _task_setup(args)
     oracle(cfg, device, args.variant, model_dir=args.model_dir, passages=args.passages, test=args.test, out=args.out)
 
 

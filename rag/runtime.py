@@ -7,30 +7,29 @@ import os
 from rag.errors import ConfigError
 
 
-def threads(cfg: dict) -> None:
-    """torch's CPU threads: RAG_THREADS (the rule's ``threads``), else the config's ``threads``."""
+def threads() -> None:
+    """torch's CPU threads: RAG_THREADS (the rule's ``threads``), else 1."""
     import torch
 
-    torch.set_num_threads(int(os.environ.get("RAG_THREADS", cfg.get("threads", 1))))
+    torch.set_num_threads(int(os.environ.get("RAG_THREADS", 1)))
 
 
-def setup(cfg: dict, *, seed: bool = True, check_precision: bool = True) -> str:
-    """Set threads and (``seed``) torch's seed; return the configured device ("cuda" | "cpu").
+def setup(device: str, *, seed: int | None = None, precision: str | None = None) -> str:
+    """Set threads and (given a ``seed``) torch's seed; return the device to compute on
+    (``device``, the section's: "cuda" | "cpu").
 
-    Raises ConfigError when cuda is configured and torch sees no GPU, and (``check_precision``)
-    when the configured precision does not run on the device."""
+    Raises ConfigError when cuda is configured and torch sees no GPU, and (given a ``precision``)
+    when that precision does not run on the device."""
     import torch
 
-    threads(cfg)
-    if seed:
-        torch.manual_seed(cfg["seed"])
-    device = "cpu"
-    if cfg.get("device") == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError("config key 'device': cuda requested but torch sees no GPU")
-        device = "cuda"
-    if check_precision:
-        from rag import precision
+    threads()
+    if seed is not None:
+        torch.manual_seed(seed)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("config key 'device': cuda requested but torch sees no GPU")
+    device = "cuda" if device == "cuda" else "cpu"
+    if precision is not None:
+        from rag import precision as P
 
-        precision.check(cfg["precision"], device)
+        P.check(precision, device)
     return device

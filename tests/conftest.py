@@ -10,6 +10,43 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+def section_type(name: str):
+    """The typed class (rag.sections) of the section ``name`` (corpus, data_nq, train_nq, ...);
+    None for the report's, which no stage reads."""
+    from rag import sections as S
+
+    kinds = {"corpus": S.CorpusSection, "encode": S.EncodeSection, "index": S.IndexSection,
+             "generator": S.GeneratorSection, "experiments": S.ExperimentsSection, "data": S.DataSection,
+             "train": S.TrainSection, "eval": S.EvalSection, "report": None}
+    return kinds[name] if name in kinds else kinds[name.split("_")[0]]
+
+
+def _merged(base: dict, overrides: dict) -> dict:
+    out = dict(base)
+    for key, value in overrides.items():
+        out[key] = _merged(out.get(key) or {}, value) if isinstance(value, dict) else value
+    return out
+
+
+def typed_sections(overrides: dict | None = None, config: Path = ROOT / "config.yaml") -> dict:
+    """The typed sections a stage takes, of ``config`` with ``overrides`` merged in (nested
+    mappings key by key): what the commands read from results/<name>/config/. ``train_<task>``
+    carries its ``eval_<task>`` section."""
+    import dataclasses
+
+    import yaml
+
+    from rag.config import load_config, sections
+
+    with open(config, encoding="utf-8") as fh:
+        cfg = _merged(yaml.safe_load(fh), overrides or {})
+    parts = sections(load_config(cfg, check_files=False))
+    out = {name: section_type(name).from_dict(d, f"{name}.json") for name, d in parts.items() if section_type(name)}
+    for name in [n for n in out if n.startswith("train_")]:
+        out[name] = dataclasses.replace(out[name], evaluation=out[f"eval_{name[len('train_'):]}"])
+    return out
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

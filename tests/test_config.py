@@ -7,6 +7,7 @@ import yaml
 
 from rag.config import load_config, sections
 from rag.errors import ConfigError
+from tests.conftest import typed_sections
 
 
 @pytest.fixture
@@ -179,10 +180,11 @@ def test_metric_options_default_and_recorded(base):
     assert "metrics" in parts["eval_jeopardy"] and "metrics" in parts["eval_msmarco"]
     assert "metrics" not in parts["eval_nq"]  # EM tasks do not re-run when the Q-BLEU weights change
     assert not any("metrics" in parts[f"train_{t}"] for t in cfg["tasks"])  # nor does any fine-tune
-    assert metric_options(parts["eval_jeopardy"]) == {
+    typed = typed_sections()
+    assert metric_options(typed["eval_jeopardy"]) == {
         "tokenizer": "python", "qbleu1": {"w_ner": 0.41, "w_qt": 0.2, "w_re": 0.2, "delta": 0.66}}
-    assert metric_options(parts["eval_msmarco"]) == {"tokenizer": "python"}
-    assert metric_options(parts["eval_nq"]) == {}
+    assert metric_options(typed["eval_msmarco"]) == {"tokenizer": "python"}
+    assert metric_options(typed["eval_nq"]) == {}
 
 
 def _byo(root) -> dict:

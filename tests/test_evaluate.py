@@ -8,11 +8,13 @@ import pytest
 from rag.data.corpus import Passages
 from rag.evaluate import answer_hits, metric_options, predict, score_predictions
 from rag.models.rag import Prediction
+from tests.conftest import typed_sections
 
 PASSAGES = Passages(["p0", "p1", "p2"], ["Avalor", "Brenn", "Cymra"],
                     ["Avalor is governed by Mira Tal.", "Brenn lies on the river Oss.", "Cymra trades salt."])
-DECODE = {"sequence": {"k": 2, "method": "thorough", "beams": 4, "max_new_tokens": 16},
-          "token": {"k": 2, "method": "greedy", "beams": 1, "max_new_tokens": 16}}
+DECODE = {"decode_sequence": {"k": 2, "method": "thorough", "beams": 4, "max_new_tokens": 16},
+          "decode_token": {"k": 2, "method": "greedy", "beams": 1, "max_new_tokens": 16}}
+SECTIONS = typed_sections({"tasks": {"nq": DECODE, "fever2": DECODE}})
 
 
 class StandIn:
@@ -40,7 +42,7 @@ ROWS = [{"id": "q1", "input": "who governs Avalor", "targets": ["Mira Tal"], "me
 
 def test_predict_decodes_with_the_task_and_model_settings():
     system = StandIn("Mira Tal")
-    cfg = {"task_name": "nq", "decode": DECODE}
+    cfg = SECTIONS["eval_nq"]
     preds = predict(cfg, system, "rag_sequence", ROWS)
     assert system.calls == [("generate", 2, "thorough", 4, 16)]
     assert [p["prediction"] for p in preds] == ["Mira Tal", "Mira Tal"]
@@ -52,24 +54,24 @@ def test_predict_decodes_with_the_task_and_model_settings():
 def test_predict_classifies_label_tasks():
     system = StandIn(None)
     rows = [{"id": "c1", "input": "Avalor is governed by Mira Tal.", "targets": ["REFUTES"]}]
-    preds = predict({"task_name": "fever2", "decode": DECODE}, system, "rag_token_bm25", rows)
+    preds = predict(SECTIONS["eval_fever2"], system, "rag_token_bm25", rows)
     assert system.calls == [("classify", 2, ("SUPPORTS", "REFUTES"))] and preds[0]["prediction"] == "REFUTES"
 
 
 def test_score_predictions_metrics_and_recall():
-    preds = predict({"task_name": "nq", "decode": DECODE}, StandIn("Mira Tal"), "rag_sequence", ROWS)
+    preds = predict(SECTIONS["eval_nq"], StandIn("Mira Tal"), "rag_sequence", ROWS)
     preds[1]["prediction"] = "Brenn"
-    scores, recall = score_predictions({"task_name": "nq"}, preds, PASSAGES)
+    scores, recall = score_predictions(SECTIONS["eval_nq"], preds, PASSAGES)
     assert scores == {"em": 50.0}
     assert recall == {"answer_recall@2": 100.0, "passage_recall@2": 100.0}
     assert answer_hits(preds, PASSAGES) == [100.0, 100.0]
     # closed book: no passages, no recall
-    assert score_predictions({"task_name": "nq"}, preds, None) == ({"em": 50.0}, {})
+    assert score_predictions(SECTIONS["eval_nq"], preds, None) == ({"em": 50.0}, {})
 
 
 def test_metric_options_only_for_text_metrics():
-    assert metric_options({"task_name": "nq"}) == {}
-    opts = metric_options({"task_name": "jeopardy", "metrics": {}})
+    assert metric_options(SECTIONS["eval_nq"]) == {}
+    opts = metric_options(SECTIONS["eval_jeopardy"])
     assert opts["tokenizer"] == "python" and set(opts["qbleu1"]) == {"w_ner", "w_qt", "w_re", "delta"}
     with pytest.raises(Exception):
-        predict({"task_name": "nq", "decode": DECODE}, StandIn("x"), "rag_hybrid", ROWS)
+        predict(SECTIONS["eval_nq"], StandIn("x"), "rag_hybrid", ROWS)

@@ -194,16 +194,14 @@ def test_chunk_overhead_config_key(base):
 
 def test_pipeline_builds_the_system_with_the_configured_precision_and_chunking(world, tmp_path):
     from rag.stages.models import build_system
+    from tests.conftest import typed_sections
 
     world.generator.save_pretrained(tmp_path / "generator")
     world.tokenizer.save_pretrained(tmp_path / "generator")
-    cfg = {"precision": "bf16", "retriever": {"score_scale": 1.0, "question_encoder": "unused", "pooling": "pooler",
-                                              "normalize": False, "max_length": 32},
-           "generator": {"max_source_len": 64, "max_target_len": 16, "chunk_overhead": None}}
+    cfg = typed_sections({"precision": "bf16", "generator": {"max_source_len": 64, "max_target_len": 16}})["train_nq"]
     system = build_system(cfg, "bart", str(tmp_path), "cpu")
     assert system.precision == "bf16" and system.chunk_overhead == 512
-    cfg["generator"]["chunk_overhead"] = 10**9
-    cfg["precision"] = "fp32"
+    cfg = typed_sections({"generator": {"max_source_len": 64, "max_target_len": 16, "chunk_overhead": 10**9}})["train_nq"]
     system = build_system(cfg, "bart", str(tmp_path), "cpu")
     assert system.precision == "fp32" and system.chunk_overhead == 10**9
 

@@ -131,7 +131,7 @@ def test_a_toy_retriever_is_one_class_and_one_registry_entry(monkeypatch, tmp_pa
             self.passages = passages
 
         @classmethod
-        def from_files(cls, files, cfg, device, question_encoder_dir=None):
+        def from_files(cls, files, options, device, question_encoder_dir=None):
             return cls(Passages(["a", "b", "c"], ["A", "B", "C"], ["x", "y", "z"]))
 
         def retrieve(self, questions, k):
@@ -142,6 +142,6 @@ def test_a_toy_retriever_is_one_class_and_one_registry_entry(monkeypatch, tmp_pa
     monkeypatch.setitem(__import__("sys").modules, "toy_retriever", mod)
     monkeypatch.setitem(RETRIEVERS, "firstk", RetrieverSpec("firstk", ("passages",), "toy_retriever:FirstK.from_files"))
     monkeypatch.setitem(VARIANTS, "rag_token_firstk", VariantSpec("rag_token_firstk", "token", "firstk", False, "RAG-Token-FirstK"))
-    r = build_retriever(variant_spec("rag_token_firstk").retriever, RetrievalFiles(passages="p.tsv"), {}, "cpu")
+    r = build_retriever(variant_spec("rag_token_firstk").retriever, RetrievalFiles(passages="p.tsv"), None, "cpu")
     got = r.retrieve(["q1", "q2"], 2)
     assert got.ids.tolist() == [[0, 1], [0, 1]] and tuple(got.scores.shape) == (2, 2)

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from rag.sections import QuestionEncoder
+
 # role -> (command-line flag, takes several paths): the retrieval files a retriever may read
 FILE_ROLES: dict[str, tuple[str, bool]] = {
     "passages": ("--passages", False),  # passages.tsv
@@ -60,9 +62,10 @@ def add_file_args(parser) -> None:
         parser.add_argument(flag, dest=role, nargs="+" if many else None, help=f"retrieval file: {role}")
 
 
-def build_retriever(name: str | None, files: RetrievalFiles, cfg: dict, device: str,
+def build_retriever(name: str | None, files: RetrievalFiles, options: QuestionEncoder | None, device: str,
                     question_encoder_dir: str | None = None) -> Retriever | None:
-    """The registered retriever ``name`` (rag/tasks.py RETRIEVERS) over ``files``; None for None."""
+    """The registered retriever ``name`` (rag/tasks.py RETRIEVERS) over ``files``; None for None.
+    ``options``: the question encoder's (a dense retriever's) configuration."""
     from rag.errors import ConfigError
     from rag.tasks import retriever_spec
 
@@ -76,4 +79,4 @@ def build_retriever(name: str | None, files: RetrievalFiles, cfg: dict, device: 
     factory = importlib.import_module(module)
     for part in attr.split("."):
         factory = getattr(factory, part)
-    return factory(files, cfg, device, question_encoder_dir)
+    return factory(files, options, device, question_encoder_dir)

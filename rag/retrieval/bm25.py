@@ -10,6 +10,7 @@ import torch
 from rag.errors import DataError
 from rag.io import atomic_dir
 from rag.retrieval import RetrievalFiles, Retrieved, Retriever
+from rag.sections import QuestionEncoder
 
 
 def _docs(titles: list[str], texts: list[str]) -> list[str]:
@@ -40,7 +41,7 @@ class BM25Retriever(Retriever):
         self.passages = passages
 
     @classmethod
-    def from_files(cls, files: RetrievalFiles, cfg: dict, device: str, question_encoder_dir: str | None = None):
+    def from_files(cls, files: RetrievalFiles, options: QuestionEncoder | None, device: str, question_encoder_dir: str | None = None):
         from rag.data.corpus import read_passages
 
         return cls(files.bm25, read_passages(files.passages))

@@ -10,6 +10,7 @@ import torch
 
 from rag import precision as P
 from rag.retrieval import RetrievalFiles, Retrieved, Retriever
+from rag.sections import QuestionEncoder
 
 
 class DenseRetriever(Retriever):
@@ -22,19 +23,19 @@ class DenseRetriever(Retriever):
         self.score_scale = score_scale
 
     @classmethod
-    def from_files(cls, files: RetrievalFiles, cfg: dict, device: str, question_encoder_dir: str | None = None):
+    def from_files(cls, files: RetrievalFiles, options: QuestionEncoder, device: str, question_encoder_dir: str | None = None):
         from rag.data.corpus import read_passages
         from rag.errors import DataError
         from rag.retrieval.encoders import Encoder
         from rag.retrieval.index import load_embeddings, load_index
 
-        r = cfg["retriever"]
         passages = read_passages(files.passages)
         emb = load_embeddings(files.embeddings)
         if len(emb) != len(passages):
             raise DataError(f"{files.embeddings[0]}: {len(emb)} embeddings for {len(passages)} passages in {files.passages}")
-        qenc = Encoder.load(question_encoder_dir or r["question_encoder"], r["pooling"], r["normalize"], r["max_length"])
-        return cls(passages, qenc.to(device), emb, load_index(files.index), r["score_scale"])
+        qenc = Encoder.load(question_encoder_dir or options.question_encoder, options.pooling, options.normalize,
+                            options.max_length)
+        return cls(passages, qenc.to(device), emb, load_index(files.index), options.score_scale)
 
     def retrieve(self, questions: list[str], k: int) -> Retrieved:
         q = self.question_encoder.encode_texts(questions).float()  # [B, d] (under the caller's autocast)

@@ -1,7 +1,7 @@
-"""The pipeline's stages as functions: each takes the config (the section(s) its rule reads), the
-device where it computes, and explicit input and output paths; the ``rag`` subcommands
-(:mod:`rag.commands`, :mod:`rag.pipeline`) parse arguments, call :func:`rag.runtime.setup` and
-call one of these.
+"""The pipeline's stages as functions: each takes its typed config section (:mod:`rag.sections`:
+the section(s) its rule reads), the device where it computes, and explicit input and output
+paths; the ``rag`` subcommands (:mod:`rag.commands`, :mod:`rag.pipeline`) parse arguments, read
+the section file(s), call :func:`rag.runtime.setup` and call one of these.
 
 - :mod:`rag.stages.data`: corpus, task files, hot-swap questions
 - :mod:`rag.stages.index`: passage encoding, FAISS index, BM25 index

@@ -8,13 +8,14 @@ from pathlib import Path
 
 from rag.errors import ConfigError
 from rag.io import write_jsonl
+from rag.sections import CorpusSection, DataSection
 
 log = logging.getLogger("rag")
 
 SPLITS = ("train", "dev", "test")
 
 
-def build_corpus(cfg: dict, out: str | Path, *, snapshot: str = "a", source_file: str | Path | None = None,
+def build_corpus(cfg: CorpusSection, out: str | Path, *, snapshot: str = "a", source_file: str | Path | None = None,
                  restatements: str | Path | None = None) -> int:
     """Write ``passages.tsv`` (``cfg``: the corpus section): miniworld's snapshot ``snapshot``
     (and, with ``restatements``, the pretraining restatements), or ``source_file`` converted from
@@ -22,33 +23,35 @@ def build_corpus(cfg: dict, out: str | Path, *, snapshot: str = "a", source_file
     from rag.data import miniworld
     from rag.data.corpus import write_passages
 
-    corpus = cfg["corpus"]
-    if corpus["source"] == "miniworld":
-        world = miniworld.build_world(cfg["miniworld"], cfg["seed"])[snapshot]
-        n = write_passages(out, miniworld.passages(world, corpus["passage_words"]))
+    corpus = cfg.corpus
+    if corpus.source == "miniworld":
+        world = miniworld.build_world(cfg.world().to_dict(), cfg.seed)[snapshot]
+        n = write_passages(out, miniworld.passages(world, corpus.passage_words))
         if restatements:
-            write_jsonl(restatements, miniworld.restatements(world, corpus["passage_words"]))
+            write_jsonl(restatements, miniworld.restatements(world, corpus.passage_words))
     else:
         from rag.data.formats import prepare_corpus
 
         if not source_file:
-            raise ConfigError(f"corpus source {corpus['source']!r} needs --input (the downloaded or local file)")
-        n = prepare_corpus(corpus["format"], Path(source_file), Path(out), words=corpus["passage_words"])
+            raise ConfigError(f"corpus source {corpus.source!r} needs --input (the downloaded or local file)")
+        n = prepare_corpus(corpus.format, Path(source_file), Path(out), words=corpus.passage_words)
     log.info("wrote %d passages to %s", n, out)
     return n
 
 
-def build_task(cfg: dict, outs: dict[str, str | Path], sources: dict[str, str | Path | None]) -> None:
+def build_task(cfg: DataSection, outs: dict[str, str | Path], sources: dict[str, str | Path | None]) -> None:
     """Write one task's split files ``outs`` (split -> jsonl; ``cfg``: the data_<task> section):
     generated from miniworld, or converted from ``sources`` (split -> downloaded or local file)."""
     from rag.data import miniworld
 
-    name, task = cfg["task_name"], cfg["task"]
-    if task["source"] == "miniworld":
-        world = miniworld.build_world(cfg["miniworld"], cfg["seed"])["a"]
+    name, task = cfg.task_name, cfg.task
+    if task.source == "miniworld":
+        if cfg.miniworld is None or cfg.seed is None:
+            raise ConfigError(f"task {name}: a miniworld task's data section needs seed and miniworld")
+        world = miniworld.build_world(cfg.miniworld.to_dict(), cfg.seed)["a"]
         for split in SPLITS:
             try:
-                rows = miniworld.make_task(world, name, split, task[split], cfg["seed"], cfg["miniworld"]["passage_words"])
+                rows = miniworld.make_task(world, name, split, getattr(task, split), cfg.seed, cfg.miniworld.passage_words)
             except ValueError as exc:
                 raise ConfigError(f"config key 'tasks.{name}.{split}': {exc}") from None
             write_jsonl(outs[split], rows)
@@ -58,16 +61,14 @@ def build_task(cfg: dict, outs: dict[str, str | Path], sources: dict[str, str | 
         for split in SPLITS:
             src = sources.get(split)
             if not src:
-                raise ConfigError(f"task {name} (source {task['source']}) needs --in-{split} (the downloaded or local file)")
-            fmt = task.get("formats", {}).get(split, task.get("format", name))
-            wf = task.get("well_formed_only", False)
-            wf = split in wf if isinstance(wf, list) else bool(wf)
-            extra = {"well_formed_only": True} if wf and fmt == "msmarco" else {}
+                raise ConfigError(f"task {name} (source {task.source}) needs --in-{split} (the downloaded or local file)")
+            fmt = (task.formats or {}).get(split, name if task.format is None else task.format)
+            extra = {"well_formed_only": True} if task.keeps_well_formed_only(split) and fmt == "msmarco" else {}
             prepare_task(fmt, Path(src), Path(outs[split]), task=name, split=split, **extra)
 
 
-def hotswap_questions(cfg: dict, out: str | Path) -> None:
+def hotswap_questions(cfg: CorpusSection, out: str | Path) -> None:
     """The world-leader questions with the answers of both miniworld snapshots (``cfg``: the corpus section)."""
     from rag.data import miniworld
 
-    write_jsonl(out, miniworld.hotswap_questions(miniworld.build_world(cfg["miniworld"], cfg["seed"])))
+    write_jsonl(out, miniworld.hotswap_questions(miniworld.build_world(cfg.world().to_dict(), cfg.seed)))

@@ -10,38 +10,39 @@ from pathlib import Path
 from rag.evaluate import metric_options, predict, score_predictions
 from rag.io import read_json, read_jsonl, write_json, write_jsonl
 from rag.retrieval import RetrievalFiles
+from rag.sections import TrainSection
 from rag.stages.models import load_trained
 from rag.tasks import variant_spec
 
 log = logging.getLogger("rag")
 
 
-def evaluate_model(cfg: dict, variant: str, io: dict[str, tuple[str, str, str]], model_dir: str, device: str,
+def evaluate_model(cfg: TrainSection, variant: str, io: dict[str, tuple[str, str, str]], model_dir: str, device: str,
                    files: RetrievalFiles | None = None, retriever=None) -> None:
     """Decode dev and test with the saved model folder, score, write predictions + metrics, log to its run.
 
     ``io``: split -> (data jsonl to read, predictions jsonl and metrics.json to write); the
-    retriever is ``retriever`` or the variant's over ``files``."""
+    retriever is ``retriever`` or the variant's over ``files``; ``cfg`` carries the eval_<task> section."""
     from rag.tracking import Run
 
-    name = cfg["task_name"]
+    name, ev = cfg.task_name, cfg.decoding()
     meta = read_json(Path(model_dir) / "meta.json")
     system = load_trained(cfg, variant, model_dir, device, files, retriever)
     if meta.get("mlflow_run_id"):
-        run = Run(cfg["tracking"]["uri"], "", run_id=meta["mlflow_run_id"], tags={"evaluated": "yes"})
+        run = Run(cfg.tracking.uri, "", run_id=meta["mlflow_run_id"], tags={"evaluated": "yes"})
     else:  # a model imported without a run (rag import-hf-rag): evaluation opens one
-        run = Run(cfg["tracking"]["uri"], f"{cfg['name']}/{name}", run_name=variant,
+        run = Run(cfg.tracking.uri, f"{cfg.name}/{name}", run_name=variant,
                   tags={"task": name, "variant": variant, "rule": "evaluate", "imported": "yes"})
-    dec = cfg["decode"][variant_spec(variant).model]
+    dec = ev.decode.of(variant_spec(variant).model).to_dict()
     for split, (data_path, pred_path, metrics_path) in io.items():
         rows = read_jsonl(data_path, required=("id", "input", "targets"))
         t = time.time()
-        preds = predict(cfg, system, variant, rows)
+        preds = predict(ev, system, variant, rows)
         seconds = time.time() - t
-        scores, rec = score_predictions(cfg, preds, system.passages)
+        scores, rec = score_predictions(ev, preds, system.passages)
         write_jsonl(pred_path, preds)
         result = {"task": name, "variant": variant, "split": split, "n": len(preds), "metrics": scores, "retrieval": rec,
-                  "metric_options": metric_options(cfg),
+                  "metric_options": metric_options(ev),
                   "decode": dec, "decode_seconds": seconds, "mlflow_run_id": run.run_id,
                   "mlflow_experiment_id": run.experiment_id}
         write_json(metrics_path, result)

@@ -9,31 +9,33 @@ from pathlib import Path
 from rag.evaluate import answer_hits, metric_options, predict, score_predictions
 from rag.io import read_json, read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
+from rag.sections import ExperimentsSection, TrainSection
 from rag.stages.models import load_trained
 from rag.tasks import TASKS
 
 
-def topk_sweep(cfg: dict, exp: dict, device: str, variant: str, *, model_dir: str | Path, files: RetrievalFiles,
-               test: str | Path, out: str | Path) -> None:
-    """Figure 3: decode ``test`` at each test-time K of ``exp["topk_sweep"]`` (up to the corpus
-    size) with the saved model; write the task metric, answer recall and per-question results."""
+def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant: str, *, model_dir: str | Path,
+               files: RetrievalFiles, test: str | Path, out: str | Path) -> None:
+    """Figure 3: decode ``test`` at each test-time K of the sweep (up to the corpus size) with the
+    saved model; write the task metric, answer recall and per-question results."""
     from rag import metrics as M
     from rag.tracking import Run
 
+    ev = cfg.decoding()
     meta = read_json(Path(model_dir) / "meta.json")
     system = load_trained(cfg, variant, model_dir, device, files)
     passages = system.passages
     rows = read_jsonl(test, required=("id", "input", "targets"))
-    primary = TASKS[cfg["task_name"]].primary
-    ks = sorted(k for k in exp["topk_sweep"] if k <= len(passages))
-    res = {"task": cfg["task_name"], "variant": variant, "k": ks, "em": [], "answer_recall": [], "metric": primary}
-    run = Run(cfg["tracking"]["uri"], "", run_id=meta["mlflow_run_id"])
+    primary = TASKS[cfg.task_name].primary
+    ks = sorted(k for k in exp.experiments.topk_sweep if k <= len(passages))
+    res = {"task": cfg.task_name, "variant": variant, "k": ks, "em": [], "answer_recall": [], "metric": primary}
+    run = Run(cfg.tracking.uri, "", run_id=meta["mlflow_run_id"])
     res["per_example"] = {}
-    regex = TASKS[cfg["task_name"]].kind == "regex"
-    opts = metric_options(cfg)
+    regex = TASKS[cfg.task_name].kind == "regex"
+    opts = metric_options(ev)
     for k in ks:
-        preds = predict(cfg, system, variant, rows, k=k)
-        scores, rec = score_predictions(cfg, preds, passages)
+        preds = predict(ev, system, variant, rows, k=k)
+        scores, rec = score_predictions(ev, preds, passages)
         # per question, in id order: the claims checklist bootstraps over them
         preds = sorted(preds, key=lambda x: x["id"])
         res["per_example"][str(k)] = {
@@ -48,19 +50,20 @@ def topk_sweep(cfg: dict, exp: dict, device: str, variant: str, *, model_dir: st
     write_json(out, res)
 
 
-def hotswap(cfg: dict, device: str, variant: str, *, model_dir: str | Path, questions: str | Path,
+def hotswap(cfg: TrainSection, device: str, variant: str, *, model_dir: str | Path, questions: str | Path,
             snapshots: dict[str, RetrievalFiles], out: str | Path) -> None:
     """Section 4.5: answer the leader ``questions`` with the index of each world snapshot
     (``snapshots``: "a" and "b" -> that snapshot's passages, embeddings and index); write the
     2 x 2 table of questions answered right for either snapshot's answers."""
     from rag import metrics as M
 
+    ev = cfg.decoding()
     rows = read_jsonl(questions, required=("id", "input", "targets"))
     cells = {}
     detail = []
     for snap, files in snapshots.items():
         system = load_trained(cfg, variant, model_dir, device, files)
-        preds = predict(cfg, system, variant, [{**r, "targets": r["targets"]["a"]} for r in rows])
+        preds = predict(ev, system, variant, [{**r, "targets": r["targets"]["a"]} for r in rows])
         for qs in ("a", "b"):
             cells[f"{qs}|{snap}"] = sum(M.exact_match(p["prediction"], r["targets"][qs]) for p, r in zip(preds, rows))
         detail += [{"id": r["id"], "index": snap, "prediction": p["prediction"], "answer_a": r["targets"]["a"][0],
@@ -71,28 +74,29 @@ def hotswap(cfg: dict, device: str, variant: str, *, model_dir: str | Path, ques
                      "changed": sum(r["meta"]["changed"] for r in rows), "detail": detail})
 
 
-def oracle_eval(cfg: dict, variant: str, model_dir: str, passages_path: str, rows: list[dict], device: str) -> dict:
+def oracle_eval(cfg: TrainSection, variant: str, model_dir: str, passages_path: str, rows: list[dict], device: str) -> dict:
     """The trained model's answers with the gold passage as its only document (K = 1): reader
     quality apart from retrieval. Per example and per attribute."""
     from rag import metrics as M
     from rag.data.corpus import read_passages
     from rag.retrieval.gold import GoldRetriever
 
+    ev = cfg.decoding()
     system = load_trained(cfg, variant, model_dir, device, retriever=GoldRetriever(read_passages(passages_path), rows))
-    primary = TASKS[cfg["task_name"]].primary
-    preds = sorted(predict(cfg, system, variant, rows, k=1), key=lambda x: x["id"])
+    primary = TASKS[cfg.task_name].primary
+    preds = sorted(predict(ev, system, variant, rows, k=1), key=lambda x: x["id"])
     by_id = {r["id"]: r for r in rows}
     correct = [bool(M.compute(primary, [p["prediction"]], [p["targets"]])) for p in preds]
     attrs: dict[str, list[bool]] = collections.defaultdict(list)
     for p, c in zip(preds, correct):
         attrs[(by_id[p["id"]].get("meta") or {}).get("attribute", "all")].append(c)
-    return {"task": cfg["task_name"], "variant": variant, "k": 1, "metric": primary, "n": len(preds),
+    return {"task": cfg.task_name, "variant": variant, "k": 1, "metric": primary, "n": len(preds),
             "em": 100.0 * sum(correct) / max(1, len(correct)), "id": [p["id"] for p in preds], "correct": correct,
             "by_attribute": {a: {"name": a, "n": len(v), "em": 100.0 * sum(v) / len(v)} for a, v in sorted(attrs.items())},
             "predictions": preds}
 
 
-def oracle(cfg: dict, device: str, variant: str, *, model_dir: str | Path, passages: str | Path, test: str | Path,
+def oracle(cfg: TrainSection, device: str, variant: str, *, model_dir: str | Path, passages: str | Path, test: str | Path,
            out: str | Path) -> None:
     """Write :func:`oracle_eval` of the ``test`` questions (their gold passages from ``passages``)."""
     rows = read_jsonl(Path(test), required=("id", "input", "targets"))

@@ -7,21 +7,22 @@ import time
 from pathlib import Path
 
 from rag.io import atomic_dir, read_jsonl, write_json
+from rag.sections import GeneratorSection
 
 
-def copy_pretrained_generator(cfg: dict, out: str | Path) -> None:
+def copy_pretrained_generator(cfg: GeneratorSection, out: str | Path) -> None:
     """``generator.init: pretrained``: save ``generator.name_or_path`` (weights and tokenizer) as the folder ``out``."""
     from rag.models import generator as G
 
-    g = cfg["generator"]
-    model, tok = G.load_generator(g["name_or_path"])
+    g = cfg.generator
+    model, tok = G.load_generator(g.name_or_path)
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        write_json(tmp / "pretrain.json", {"init": "pretrained", "name_or_path": g["name_or_path"]})
+        write_json(tmp / "pretrain.json", {"init": "pretrained", "name_or_path": g.name_or_path})
 
 
-def pretrain_generator(cfg: dict, device: str, passages: list[str | Path], out: str | Path, *,
+def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | Path], out: str | Path, *,
                        restatements: str | Path | None = None, checkpoint_dir: str | Path | None = None) -> None:
     """``generator.init: scratch`` (``cfg``: the generator section): train the tokenizer on the
     passages, build the configured BART on ``device`` and pretrain it
@@ -32,7 +33,7 @@ def pretrain_generator(cfg: dict, device: str, passages: list[str | Path], out: 
     from rag.models import generator as G
     from rag.tasks import FEVER3_LABELS
 
-    g = cfg["generator"]
+    g = cfg.generator
     texts: list[str] = []
     titles: list[str] = []
     ids: list[str] = []
@@ -48,19 +49,20 @@ def pretrain_generator(cfg: dict, device: str, passages: list[str | Path], out: 
         from rag.config import config_hash
 
         ckpt_path = Path(checkpoint_dir) / "checkpoint.pt"
-        identity = {"config_hash": config_hash({"config": cfg, "passages": [ids, titles, texts], "restatements": records})}
+        identity = {"config_hash": config_hash({"config": cfg.to_dict(), "passages": [ids, titles, texts],
+                                                "restatements": records})}
     with atomic_dir(out) as tmp:
-        tok = G.train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g.get("vocab_size", 8000),
+        tok = G.train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g.vocab_size,
                                 [G.label_token(lb) for lb in FEVER3_LABELS], tmp)
-        model = G.build_bart(tok, g).to(device)
+        model = G.build_bart(tok, g.to_dict()).to(device)
         t = time.time()
-        losses = G.pretrain(model, tok, titles, texts, g["pretrain_steps"], g["pretrain_batch_size"], g["pretrain_lr"],
-                            g["max_source_len"], cfg["seed"], precision=cfg["precision"],
-                            chunk_overhead=g["chunk_overhead"], restatements=restated,
-                            restatement_share=g["pretrain_restatements"], claim_share=g["pretrain_claims"],
-                            sentence_share=g["pretrain_sentences"], ckpt_path=ckpt_path, identity=identity)
+        losses = G.pretrain(model, tok, titles, texts, g.pretrain_steps, g.pretrain_batch_size, g.pretrain_lr,
+                            g.max_source_len, cfg.seed, precision=cfg.precision,
+                            chunk_overhead=g.chunk_overhead, restatements=restated,
+                            restatement_share=g.pretrain_restatements, claim_share=g.pretrain_claims,
+                            sentence_share=g.pretrain_sentences, ckpt_path=ckpt_path, identity=identity)
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        write_json(tmp / "pretrain.json", {"init": "scratch", "steps": g["pretrain_steps"], "seconds": time.time() - t,
+        write_json(tmp / "pretrain.json", {"init": "scratch", "steps": g.pretrain_steps, "seconds": time.time() - t,
                                            "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
                                            "curve": G.loss_curve(losses)})

@@ -8,11 +8,13 @@ import time
 from pathlib import Path
 
 from rag.io import write_json
+from rag.sections import EncodeSection, IndexSection
 
 log = logging.getLogger("rag")
 
 
-def encode_shard(cfg: dict, device: str, passages: str | Path, shard: int, num_shards: int, out: str | Path) -> None:
+def encode_shard(cfg: EncodeSection, device: str, passages: str | Path, shard: int, num_shards: int,
+                 out: str | Path) -> None:
     """Encode shard ``shard`` of ``num_shards`` of the passages with the context encoder
     (``cfg``: the encode section) into the ``.npy`` file ``out``."""
     import numpy as np
@@ -22,36 +24,32 @@ def encode_shard(cfg: dict, device: str, passages: str | Path, shard: int, num_s
     from rag.io import atomic_path
     from rag.retrieval.encoders import Encoder, encode_passages, shard_range
 
-    r = cfg["retriever"]
+    r = cfg.retriever
     p = read_passages(passages)
     lo, hi = shard_range(len(p), shard, num_shards)
-    enc = Encoder.load(r["context_encoder"], r["pooling"], r["normalize"], r["max_length"])
+    enc = Encoder.load(r.context_encoder, r.pooling, r.normalize, r.max_length)
     # precision on GPUs: the context encoder's weights in fp16/bf16 (inference only, no autocast needed); CPU: fp32
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg["precision"]) if device == "cuda" else None
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.precision) if device == "cuda" else None
     t = time.time()
-    emb = encode_passages(enc, p.titles[lo:hi], p.texts[lo:hi], r["batch_size"], device, dtype=dtype)
+    emb = encode_passages(enc, p.titles[lo:hi], p.texts[lo:hi], r.batch_size, device, dtype=dtype)
     log.info("encoded passages %d..%d in %.1fs (%.1f passages/s)", lo, hi, time.time() - t, (hi - lo) / max(1e-9, time.time() - t))
     with atomic_path(out) as tmp:
         with open(tmp, "wb") as fh:
             np.save(fh, emb)
 
 
-def build_faiss_index(cfg: dict, embeddings: list[str | Path], out: str | Path, stats_out: str | Path) -> None:
+def build_faiss_index(cfg: IndexSection, embeddings: list[str | Path], out: str | Path, stats_out: str | Path) -> None:
     """The configured FAISS index (``cfg``: the index section) over the embedding shards, and its
     build statistics (recall@1 and @10 against exact search on up to 200 passages as queries)."""
     import numpy as np
 
     from rag.retrieval.index import build_index, load_embeddings, recall_against_flat, save_index
 
-    r = cfg["retriever"]
+    r = cfg.retriever
     emb = load_embeddings(embeddings)
     t = time.time()
-    # the section holds the parameters of the configured index type only (rag.config.INDEX_KEYS)
-    params = {k: r[k] for k in ("hnsw_m", "ivf_lists", "pq_m") if k in r}
-    if "hnsw_ef_search" in r:
-        params["ef_search"] = r["hnsw_ef_search"]
-    index = build_index(emb, r["index"], use_gpu=cfg["device"] == "cuda", **params)
-    stats = {"kind": r["index"], "n": int(emb.shape[0]), "dim": int(emb.shape[1]), "build_seconds": time.time() - t}
+    index = build_index(emb, r.index, use_gpu=cfg.device == "cuda", **r.build_params())
+    stats = {"kind": r.index, "n": int(emb.shape[0]), "dim": int(emb.shape[1]), "build_seconds": time.time() - t}
     rng = np.random.default_rng(0)
     queries = emb[rng.choice(len(emb), size=min(200, len(emb)), replace=False)]
     for k in (1, 10):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rag.retrieval import RetrievalFiles
+from rag.sections import TrainSection
 from rag.tasks import variant_spec
 
 
@@ -14,7 +15,7 @@ def trained_question_encoder(model_dir: str | Path | None) -> str | None:
     return str(q_dir) if q_dir is not None and q_dir.is_dir() else None
 
 
-def build_system(cfg: dict, variant: str, model_dir: str, device: str, files: RetrievalFiles | None = None,
+def build_system(cfg: TrainSection, variant: str, model_dir: str, device: str, files: RetrievalFiles | None = None,
                  question_encoder_dir: str | None = None, retriever=None):
     """The variant's RAG system: the generator of ``model_dir`` and ``retriever``, or (None) the
     variant's registered retriever over ``files`` (its question encoder from ``question_encoder_dir``
@@ -27,13 +28,13 @@ def build_system(cfg: dict, variant: str, model_dir: str, device: str, files: Re
     gen_dir = Path(model_dir) / "generator" if (Path(model_dir) / "generator").is_dir() else Path(model_dir)
     generator, tok = load_generator(gen_dir, device)
     if retriever is None:
-        retriever = build_retriever(spec.retriever, files or RetrievalFiles(), cfg, device, question_encoder_dir)
-    g = cfg["generator"]
-    return RagSystem(generator, tok, spec.model, retriever, g["max_source_len"], g["max_target_len"],
-                     chunk_overhead=g["chunk_overhead"], precision=cfg["precision"])
+        retriever = build_retriever(spec.retriever, files or RetrievalFiles(), cfg.retriever, device, question_encoder_dir)
+    g = cfg.generator
+    return RagSystem(generator, tok, spec.model, retriever, g.max_source_len, g.max_target_len,
+                     chunk_overhead=g.chunk_overhead, precision=cfg.precision)
 
 
-def load_trained(cfg: dict, variant: str, model_dir: str, device: str, files: RetrievalFiles | None = None,
+def load_trained(cfg: TrainSection, variant: str, model_dir: str, device: str, files: RetrievalFiles | None = None,
                  retriever=None):
     """A trained model folder (generator/, question_encoder/ when fine-tuned) ready for inference,
     with ``retriever`` or the variant's retriever over ``files``."""

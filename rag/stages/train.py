@@ -10,16 +10,17 @@ from pathlib import Path
 from rag.errors import ConfigError, DataError
 from rag.io import atomic_dir, read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
+from rag.sections import TrainSection
 from rag.stages.models import build_system, trained_question_encoder
 from rag.tasks import TASKS, variant_spec
 
 log = logging.getLogger("rag")
 
 
-def _targets_for_training(cfg: dict, system, rows: list[dict], k: int) -> tuple[list[str], list[str]]:
+def _targets_for_training(cfg: TrainSection, system, rows: list[dict], k: int) -> tuple[list[str], list[str]]:
     """Training (input, target) pairs. CuratedTrec has regex answers: as the paper, the target
     is the most frequent match of the regex in the top retrieved documents."""
-    name = cfg["task_name"]
+    name = cfg.task_name
     spec = TASKS[name]
     if spec.kind == "classification":
         from rag.models.generator import label_token
@@ -69,10 +70,10 @@ def _bart_regex_targets(rows):
     return [a for a, _ in out], [b for _, b in out]
 
 
-def fine_tune(cfg: dict, device: str, variant: str, *, train_data: str | Path, generator: str | Path,
+def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str | Path, generator: str | Path,
               checkpoint_dir: str | Path, out: str | Path, files: RetrievalFiles, init_from: str | Path | None = None,
               config_hash: str = "", eval_io: dict[str, tuple[str, str, str]] | None = None) -> None:
-    """Fine-tune one task x variant (``cfg``: the train_<task> section, with eval_<task> when
+    """Fine-tune one task x variant (``cfg``: the train_<task> section, carrying eval_<task> when
     ``eval_io`` is given) from the ``generator`` folder, or from the model folder ``init_from``
     (WebQuestions and CuratedTrec start from NQ), over the retrieval ``files``; resumable from
     ``checkpoint_dir``; write the model folder ``out`` and log the run to MLflow (tag
@@ -85,44 +86,46 @@ def fine_tune(cfg: dict, device: str, variant: str, *, train_data: str | Path, g
     from rag.tracking import Run
     from rag.train import ddp_setup, train
 
+    if eval_io:
+        cfg.decoding()  # the eval_<task> section is there: refuse before training, not after
     rank, world = ddp_setup()  # torchrun (train.ddp_processes > 1): one process per device
-    name = cfg["task_name"]
-    spec, vspec, t = TASKS[name], variant_spec(variant), cfg["train"]
+    name = cfg.task_name
+    spec, vspec, t = TASKS[name], variant_spec(variant), cfg.train
     rows = read_jsonl(train_data, required=("id", "input", "targets"))
     init = init_from or generator
     q_dir = trained_question_encoder(init_from)
     system = build_system(cfg, variant, init, device, files, q_dir)
     if system.question_encoder is not None:
-        system.question_encoder.train_top_layers = t.get("question_encoder_layers")
+        system.question_encoder.train_top_layers = t.question_encoder_layers
     if spec.kind == "classification":
         ensure_label_tokens(system.tokenizer, system.generator, list(spec.labels))
     if spec.kind == "regex" and vspec.retriever is None:
         inputs, targets = _bart_regex_targets(rows)
     else:
-        inputs, targets = _targets_for_training(cfg, system, rows, t["k"])
+        inputs, targets = _targets_for_training(cfg, system, rows, t.k)
     run = None
     if rank == 0:
-        run = Run(cfg["tracking"]["uri"], f"{cfg['name']}/{name}", run_name=variant,
+        run = Run(cfg.tracking.uri, f"{cfg.name}/{name}", run_name=variant,
                   tags={"task": name, "variant": variant, "rule": "train", "config_hash": config_hash,
                         "ddp_processes": world})
-        run.params({"task": cfg["task"], "train": t, "retriever": cfg["retriever"], "generator": cfg["generator"],
-                    "variant": variant, "init_from": init, "n_train": len(inputs), "seed": cfg["seed"]})
+        run.params({"task": cfg.task.to_dict(), "train": t.to_dict(), "retriever": cfg.retriever.to_dict(),
+                    "generator": cfg.generator.to_dict(), "variant": variant, "init_from": init, "n_train": len(inputs),
+                    "seed": cfg.seed})
     ddp_module = None
     if world > 1:  # ddp_setup chose this process' GPU (LOCAL_RANK) before the model was built
         # frozen parts (lower question-encoder layers, pooler) get no gradient: let DDP skip them
         ddp_module = torch.nn.parallel.DistributedDataParallel(system, find_unused_parameters=True)
-    # the training configuration only: after an edit of test-time keys (decode, metrics: the eval_<task>
-    # section a fused train job also reads) the finished checkpoint resumes at its last step
-    train_cfg = {k: v for k, v in cfg.items() if k not in ("decode", "metrics")}
-    identity = {"config_hash": hash_of({"config": train_cfg, "variant": variant, "init": str(init),
+    # the training configuration only (not the eval_<task> section a fused train job also reads):
+    # after an edit of test-time keys the finished checkpoint resumes at its last step
+    identity = {"config_hash": hash_of({"config": cfg.to_dict(), "variant": variant, "init": str(init),
                                             "n_train": len(inputs)})}
     start = time.time()
     try:
-        losses = train(system, inputs, targets, steps=t["steps"], batch_size=t["batch_size"], k=t["k"], lr=t["lr"],
-                       qenc_lr=t["question_encoder_lr"], train_question_encoder=vspec.train_question_encoder,
-                       warmup=t["warmup_steps"], epsilon=t["label_smoothing"], seed=cfg["seed"], ckpt_dir=Path(checkpoint_dir),
-                       checkpoint_every=t["checkpoint_every"], log_every=t["log_every"],
-                       rank=rank, world=world, ddp_module=ddp_module, precision=cfg["precision"],
+        losses = train(system, inputs, targets, steps=t.steps, batch_size=t.batch_size, k=t.k, lr=t.lr,
+                       qenc_lr=t.question_encoder_lr, train_question_encoder=vspec.train_question_encoder,
+                       warmup=t.warmup_steps, epsilon=t.label_smoothing, seed=cfg.seed, ckpt_dir=Path(checkpoint_dir),
+                       checkpoint_every=t.checkpoint_every, log_every=t.log_every,
+                       rank=rank, world=world, ddp_module=ddp_module, precision=cfg.precision,
                        identity=identity)
     except BaseException:
         if run is not None:
@@ -132,7 +135,7 @@ def fine_tune(cfg: dict, device: str, variant: str, *, train_data: str | Path, g
     if rank != 0:
         return
     # the whole curve, also the steps done before a resume (they come back with the checkpoint)
-    every = t["log_every"]
+    every = t.log_every
     run.curve("train_loss", [(i + 1, sum(losses[i + 1 - every : i + 1]) / every)
                              for i in range(every - 1, len(losses), every)])
     run.metrics({"train_seconds": seconds, "final_train_loss": sum(losses[-10:]) / max(1, len(losses[-10:]))})
@@ -147,10 +150,10 @@ def fine_tune(cfg: dict, device: str, variant: str, *, train_data: str | Path, g
 
             shutil.copytree(q_dir, tmp / "question_encoder")
         write_json(tmp / "meta.json", {"task": name, "variant": variant, "mlflow_run_id": run.run_id,
-                                        "mlflow_experiment_id": run.experiment_id, "steps": t["steps"], "k": t["k"],
+                                        "mlflow_experiment_id": run.experiment_id, "steps": t.steps, "k": t.k,
                                         "train_seconds": seconds, "n_train": len(inputs), "init": init,
                                         "losses": losses})
-    log.info("%s/%s: %d steps in %.1fs, final loss %.3f", name, variant, t["steps"], seconds, losses[-1] if losses else float("nan"))
+    log.info("%s/%s: %d steps in %.1fs, final loss %.3f", name, variant, t.steps, seconds, losses[-1] if losses else float("nan"))
     if eval_io:  # evaluate in this process (config key evaluate_in_train_job): no second start-up
         # the saved generator, and the retriever as trained (its question encoder is the one just saved)
         retriever = system.retriever
