@@ -254,6 +254,7 @@ class GeneratorOptions(GeneratorLengths):
     dropout: float
     copy: bool
     local_context: int
+    exact_match: bool
     pretrain_steps: int
     pretrain_restatements: float
     pretrain_claims: float

@@ -85,14 +85,40 @@ class LocalContextEncoder(BartEncoder):
         super().__init__(config)
         d, r = config.d_model, config.local_context
         self.local_context = torch.nn.Conv1d(d, d, 2 * r + 1, padding=r)
+        self.query_separator = tuple(getattr(config, "query_separator", None) or ())
+        self.match_embed = torch.nn.Embedding(2, d) if self.query_separator else None
 
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, **kwargs):
         if inputs_embeds is None and input_ids is not None:
             e = self.embed_tokens(input_ids)
+            if self.match_embed is not None:
+                e = e + self.match_embed(exact_match(input_ids, attention_mask, self.query_separator))
             if attention_mask is not None:
                 e = e * attention_mask[:, :, None].to(e.dtype)
             inputs_embeds, input_ids = e + self.local_context(e.transpose(1, 2)).transpose(1, 2), None
         return super().forward(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
+
+
+def exact_match(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, separator: tuple[int, ...]) -> torch.Tensor:
+    """(B, L) 0/1: whether a source token's id also occurs on the other side of the last
+    ``separator`` (the token ids of ``DOC_SEP``: passage | query) of its row, DrQA's exact-match
+    feature (Chen et al. 2017). A row without the separator is all passage: all 0. Padding is 0
+    and matches nothing."""
+    B, L = input_ids.shape
+    n = len(separator)
+    valid = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+    pos = torch.arange(L, device=input_ids.device)
+    if L >= n:
+        sep = torch.tensor(separator, device=input_ids.device)
+        hit = (input_ids.unfold(1, n, 1) == sep).all(-1) & valid.unfold(1, n, 1).all(-1)  # (B, L - n + 1): a separator starts here
+        after = pos[: L - n + 1] + n  # where the query would start after a separator at each position
+        last = torch.where(hit, after, torch.full_like(after, L)).masked_fill(~hit, -1).max(1).values
+        query = pos[None, :] >= torch.where(last < 0, torch.full_like(last, L), last)[:, None]  # after the last one
+    else:
+        query = torch.zeros_like(valid)
+    same = input_ids[:, :, None] == input_ids[:, None, :]
+    across = query[:, :, None] != query[:, None, :]
+    return (same & across & valid[:, None, :]).any(-1).long() * valid.long()
 
 
 class CopyBart(BartForConditionalGeneration):
@@ -151,6 +177,17 @@ class CopyBart(BartForConditionalGeneration):
                                encoder_last_hidden_state=out.encoder_last_hidden_state)
 
 
+def query_separator(tokenizer) -> list[int]:
+    """The token ids ``DOC_SEP`` (passage | query) takes inside a generator input."""
+    from rag.models.rag import DOC_SEP, TITLE_SEP
+
+    ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    head, tail, full = ids("a" + TITLE_SEP + "b"), ids("c"), ids("a" + TITLE_SEP + "b" + DOC_SEP + "c")
+    if full[: len(head)] != head or full[len(full) - len(tail):] != tail or len(full) <= len(head) + len(tail):
+        raise ConfigError("generator.exact_match: the tokenizer does not keep the passage | query separator apart")
+    return full[len(head) : len(full) - len(tail)]
+
+
 def build_bart(tokenizer, g: dict):
     from transformers import BartConfig
 
@@ -167,9 +204,13 @@ def build_bart(tokenizer, g: dict):
         init_std=g.get("init_std", g["d_model"] ** -0.5),
         copy_mechanism=bool(g.get("copy", False)),
         local_context=int(g.get("local_context", 0)),
+        query_separator=query_separator(tokenizer) if g.get("exact_match") else None,
     )
     if cfg.local_context and not cfg.copy_mechanism:
         raise ConfigError("config key 'generator.local_context' needs generator.copy: true (the copy generator's encoder has it)")
+    if cfg.query_separator and not cfg.local_context:
+        raise ConfigError("config key 'generator.exact_match' needs generator.local_context > 0 (the local-context encoder has it); "
+                          "set exact_match: false with local_context: 0")
     return CopyBart(cfg) if cfg.copy_mechanism else BartForConditionalGeneration(cfg)
 
 
