@@ -35,12 +35,13 @@ def make_tokenizer(words=WORDS):
                                    unk_token="<unk>")
 
 
-def make_generator(vocab_size: int, seed: int, d: int = 16, copy: bool = False, local_context: int = 0):
+def make_generator(vocab_size: int, seed: int, d: int = 16, copy: bool = False, local_context: int = 0,
+                   query_separator: list[int] | None = None):
     from transformers import BartConfig, BartForConditionalGeneration
 
     from rag.models.generator import CopyBart
 
-    cfg = BartConfig(copy_mechanism=copy, local_context=local_context, vocab_size=vocab_size, d_model=d, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+    cfg = BartConfig(copy_mechanism=copy, local_context=local_context, query_separator=query_separator, vocab_size=vocab_size, d_model=d, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
                      decoder_attention_heads=2, encoder_ffn_dim=2 * d, decoder_ffn_dim=2 * d,
                      max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
                      init_std=0.3, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,

@@ -173,12 +173,23 @@ def _text(system, toks):
 MAX_LEN = 3
 
 
-@pytest.mark.parametrize("copy", [False, True, "local_context"])
-def test_rag_token_beam_is_exact_argmax(world, copy):
+def _generator(world, copy):
+    """None (the world's plain BART), or a copy generator: plain, with local context, or with
+    local context and the exact-match feature."""
     from ddp_worker import make_generator
 
+    from rag.models.generator import query_separator
+
+    if not copy:
+        return None
+    sep = query_separator(world.tokenizer) if copy == "exact_match" else None
+    return make_generator(len(world.tokenizer), seed=7, copy=True, local_context=3 * (copy != True), query_separator=sep)  # noqa: E712
+
+
+@pytest.mark.parametrize("copy", [False, True, "local_context", "exact_match"])
+def test_rag_token_beam_is_exact_argmax(world, copy):
     # the cached steps pass the source too; the local-context encoder runs once, before decoding
-    gen = make_generator(len(world.tokenizer), seed=7, copy=True, local_context=3 * (copy == "local_context")) if copy else None
+    gen = _generator(world, copy)
     system = make_system(world, "token", generator=gen)
     k = 3
     beams = len(_enumerate(len(system.tokenizer), MAX_LEN))
@@ -198,11 +209,9 @@ def test_rag_sequence_fast_with_beams_holding_everything_is_exact_argmax(world):
         assert abs(f.score - score) < 1e-4, (f.score, score)
 
 
-@pytest.mark.parametrize("copy", [False, True, "local_context"])
+@pytest.mark.parametrize("copy", [False, True, "local_context", "exact_match"])
 def test_rag_sequence_thorough_and_fast_agree_when_beams_hold_everything(world, copy):
-    from ddp_worker import make_generator
-
-    gen = make_generator(len(world.tokenizer), seed=7, copy=True, local_context=3 * (copy == "local_context")) if copy else None
+    gen = _generator(world, copy)
     system = make_system(world, "sequence", generator=gen)
     k = 3
     beams = len(_enumerate(len(system.tokenizer), MAX_LEN))

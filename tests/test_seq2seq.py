@@ -88,9 +88,13 @@ def test_length_chunks_minimise_padding_plus_overhead():
         assert cover(chunks) == list(range(6))
 
 
-@pytest.fixture(scope="module", params=[0, 3], ids=["copy", "copy+local_context"])
+@pytest.fixture(scope="module", params=[0, 3, "exact_match"], ids=["copy", "copy+local_context", "copy+local_context+exact_match"])
 def copy_parts(parts, request):
     tok, _, ids, mask, tgt = parts
+    if request.param == "exact_match":  # "?" parts passage and query in one of SOURCES; the other rows have no query
+        sep = [tok.convert_tokens_to_ids("?")]
+        assert bool(ids.eq(sep[0]).any())
+        return tok, make_generator(len(tok), seed=5, copy=True, local_context=3, query_separator=sep), ids, mask, tgt
     return tok, make_generator(len(tok), seed=5, copy=True, local_context=request.param), ids, mask, tgt
 
 
@@ -125,6 +129,8 @@ def test_copy_generator_target_logprobs_and_gradients_equal_the_full_pass(copy_p
     assert "copy_query.weight" in ref and "copy_gate.weight" in ref
     if gen.config.local_context:  # trained, and (overhead 0: rows cut to their own length) blind to right padding
         assert "model.encoder.local_context.weight" in ref
+    if getattr(gen.config, "query_separator", None):
+        assert "model.encoder.match_embed.weight" in ref
     gen.zero_grad(set_to_none=True)
     ll, _ = seq2seq.target_logprobs(gen, ids, mask, tgt, tok.pad_token_id, overhead_tokens=overhead)
     assert float((ll - ref_ll.masked_fill(pad, 0)).abs().max()) < 1e-5
@@ -146,3 +152,53 @@ def test_copy_generator_saves_and_loads_as_itself(copy_parts, tmp_path):
         a = gen(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits
         b = again.eval()(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits
     assert float((a - b).abs().max()) < 1e-6
+
+
+def test_exact_match_marks_tokens_found_across_the_last_separator():
+    from rag.models.generator import exact_match
+
+    sep = (7, 8)
+    ids = torch.tensor([[0, 5, 6, 9, 7, 8, 5, 4, 2, 1, 1],    # passage 5 6 9 | query 5 4: 5 matches on both sides
+                        [0, 5, 7, 8, 6, 7, 8, 6, 5, 2, 1],    # two separators: the query is "6 5" after the last
+                        [0, 5, 6, 5, 6, 2, 1, 1, 1, 1, 1],    # no separator: all passage, nothing matches
+                        [0, 4, 7, 8, 1, 2, 1, 1, 1, 1, 1]])   # a pad id in the query matches no padding
+    mask = torch.tensor([[1] * 9 + [0] * 2, [1] * 10 + [0], [1] * 6 + [0] * 5, [1] * 6 + [0] * 5])
+    got = exact_match(ids, mask, sep).tolist()
+    assert got[0] == [0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0]
+    assert got[1] == [0, 1, 0, 0, 1, 0, 0, 1, 1, 0, 0]  # the passage holds "7 8 6": 6 matches the query's 6
+    assert got[2] == [0] * 11
+    assert got[3] == [0] * 11
+    assert exact_match(ids[:, :1], mask[:, :1], sep).tolist() == [[0]] * 4  # shorter than the separator
+
+
+def test_query_separator_finds_doc_sep_in_a_trained_tokenizer(tmp_path):
+    from rag.models.generator import exact_match, query_separator, train_tokenizer
+    from rag.models.rag import DOC_SEP, format_input
+
+    texts = ["zorbat is the capital of kelvia . its leader is mira tolen", "the river gled flows through vroux"] * 20
+    tok = train_tokenizer(texts, 400, [], tmp_path)
+    sep = query_separator(tok)
+    assert tok.decode(sep).strip() == DOC_SEP.strip()
+    src = [format_input("kelvia", "the capital of kelvia is zorbat", "the capital of kelvia is vroux"),
+           format_input("kelvia", "the capital of kelvia is zorbat", "the capital of kelvia is zorbat")]
+    batch = tok(src, padding=True, return_tensors="pt")
+    m = exact_match(batch["input_ids"], batch["attention_mask"], tuple(sep))
+    value = lambda i, word: [m[i, j].item() for j, t in enumerate(batch["input_ids"][i].tolist())  # noqa: E731
+                             if word in tok.decode([t])]
+    assert set(value(0, "vroux") + value(0, "zorbat")) == {0}  # a refuted claim's value is not in the passage
+    assert set(value(1, "zorbat")) == {1}  # a supported one is, on both sides
+
+
+def test_build_bart_sets_the_exact_match_separator_and_refuses_it_without_local_context(tmp_path):
+    from rag.config import load_config
+    from rag.errors import ConfigError
+    from rag.models.generator import LocalContextEncoder, build_bart, query_separator, train_tokenizer
+
+    tok = train_tokenizer(["the capital of kelvia is zorbat"] * 10, 300, [], tmp_path)
+    g = {**load_config("config.yaml", check_files=False)["generator"], "d_model": 16, "ffn": 32, "heads": 2, "layers": 1}
+    model = build_bart(tok, g)
+    assert isinstance(model.model.encoder, LocalContextEncoder) and model.model.encoder.match_embed is not None
+    assert list(model.config.query_separator) == query_separator(tok)
+    assert build_bart(tok, {**g, "exact_match": False}).model.encoder.match_embed is None
+    with pytest.raises(ConfigError, match="generator.exact_match"):
+        build_bart(tok, {**g, "local_context": 0})

@@ -79,6 +79,13 @@ class LocalContextEncoder(BartEncoder):
     was then read half the time), 28 % after 1,500 steps without.
     Padding embeddings are zeroed before the convolution, so a row's states do not depend on
     how much padding its batch adds.
+
+    With ``config.query_separator`` (the token ids of ``DOC_SEP``; ``generator.exact_match``),
+    each embedding also gets a learnt embedding of :func:`exact_match`: whether its token occurs
+    on the other side of the passage | query separator. A claim's value is then seen in the
+    passage or not: measured on miniworld, FEVER-3 RAG-Sequence test accuracy 80 % with it,
+    48 % without (given the gold passage, SUPPORTS vs REFUTES was at chance without it, even
+    with each claim's SUPPORTS and REFUTES versions in one batch).
     """
 
     def __init__(self, config):
