@@ -119,8 +119,8 @@ def exact_match(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, se
         sep = torch.tensor(separator, device=input_ids.device)
         hit = (input_ids.unfold(1, n, 1) == sep).all(-1) & valid.unfold(1, n, 1).all(-1)  # (B, L - n + 1): a separator starts here
         after = pos[: L - n + 1] + n  # where the query would start after a separator at each position
-        last = torch.where(hit, after, torch.full_like(after, L)).masked_fill(~hit, -1).max(1).values
-        query = pos[None, :] >= torch.where(last < 0, torch.full_like(last, L), last)[:, None]  # after the last one
+        last = torch.where(hit, after, torch.full_like(after, -1)).max(1).values  # -1: no separator
+        query = pos[None, :] >= torch.where(last < 0, torch.full_like(last, L), last)[:, None]
     else:
         query = torch.zeros_like(valid)
     same = input_ids[:, :, None] == input_ids[:, None, :]
