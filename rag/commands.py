@@ -3,9 +3,9 @@
 only; the work is the stage functions' of :mod:`rag.stages` (``data``, ``index``, ``generator``).
 
 Every command reads the config section Snakemake wrote for it (``results/<name>/config/*.json``;
-several ``--config`` files are merged) into its typed section (:mod:`rag.sections`), reads and writes exactly the files its arguments name
-(no directory plus a naming convention), writes its outputs atomically and exits 2 with one
-clear message on bad input.
+several ``--config`` files are merged) into its typed section (:mod:`rag.sections`), reads and
+writes exactly the files its arguments name (no directory plus a naming convention), writes its
+outputs atomically and exits 2 with one clear message on bad input.
 """
 
 from __future__ import annotations
