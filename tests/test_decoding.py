@@ -183,7 +183,7 @@ def _generator(world, copy):
     if not copy:
         return None
     sep = query_separator(world.tokenizer) if copy == "exact_match" else None
-    return make_generator(len(world.tokenizer), seed=7, copy=True, local_context=3 * (copy != True), query_separator=sep)  # noqa: E712
+    return make_generator(len(world.tokenizer), seed=7, copy=True, local_context=0 if copy is True else 3, query_separator=sep)
 
 
 @pytest.mark.parametrize("copy", [False, True, "local_context", "exact_match"])
