@@ -190,12 +190,14 @@ def test_query_separator_finds_doc_sep_in_a_trained_tokenizer(tmp_path):
 
 
 def test_build_bart_sets_the_exact_match_separator_and_refuses_it_without_local_context(tmp_path):
-    from rag.config import load_config
+    from conftest import typed_sections
+
     from rag.errors import ConfigError
     from rag.models.generator import LocalContextEncoder, build_bart, query_separator, train_tokenizer
 
     tok = train_tokenizer(["the capital of kelvia is zorbat"] * 10, 300, [], tmp_path)
-    g = {**load_config("config.yaml", check_files=False)["generator"], "d_model": 16, "ffn": 32, "heads": 2, "layers": 1}
+    small = {"d_model": 16, "ffn": 32, "heads": 2, "layers": 1}
+    g = typed_sections({"generator": small})["generator"].generator.to_dict()  # config.yaml's generator, small
     model = build_bart(tok, g)
     assert isinstance(model.model.encoder, LocalContextEncoder) and model.model.encoder.match_embed is not None
     assert list(model.config.query_separator) == query_separator(tok)
