@@ -145,6 +145,15 @@ def _check_references(cfg: dict) -> None:
                 raise ConfigError(f"config key 'tasks.{name}.init_from': task {src!r} is not configured under 'tasks'")
             if tasks[src].get("init_from"):
                 raise ConfigError(f"config key 'tasks.{name}.init_from': {src!r} itself starts from another task (chains are not supported)")
+        extra = [v for v in task.get("variants", ()) if v not in cfg["variants"]]
+        if extra:
+            raise ConfigError(f"config key 'tasks.{name}.variants': {', '.join(extra)} not among the top-level "
+                              f"'variants' ({', '.join(cfg['variants'])})")
+        if src is not None:
+            missing = [v for v in task_variants(cfg, name) if v not in task_variants(cfg, src)]
+            if missing:
+                raise ConfigError(f"config key 'tasks.{name}.variants': {', '.join(missing)} would start from "
+                                  f"{src}'s model (init_from), which tasks.{src}.variants does not train")
         if task["source"] == "miniworld" and cfg["corpus"]["source"] != "miniworld":
             raise ConfigError(f"config key 'tasks.{name}.source': miniworld tasks need corpus.source: miniworld")
         if task["source"] == "miniworld":
@@ -281,8 +290,18 @@ def sections(cfg: dict) -> dict[str, dict]:
     return _canonical(_sections(cfg))
 
 
+def task_variants(cfg: dict, task: str) -> list[str]:
+    """The variants run on ``task``: ``tasks.<task>.variants``, else the top-level ``variants``
+    (in the top-level list's order)."""
+    chosen = cfg["tasks"][task].get("variants")
+    return [v for v in cfg["variants"] if chosen is None or v in chosen]
+
+
 # the test-time keys of tasks.<task>: in eval_<task>, not in train_<task>
 DECODE_KEYS = ("decode_sequence", "decode_token")
+# which runs a task has (the Snakefile reads it): in no section, so adding a variant to a task
+# does not re-run the task's existing jobs
+RUN_KEYS = ("variants",)
 
 
 def _sections(cfg: dict) -> dict[str, dict]:
@@ -309,7 +328,7 @@ def _sections(cfg: dict) -> dict[str, dict]:
             **run,
             "tracking": {"uri": cfg["tracking"]["uri"]},
             "task_name": name,
-            "task": {k: v for k, v in task.items() if k not in DECODE_KEYS},
+            "task": {k: v for k, v in task.items() if k not in DECODE_KEYS + RUN_KEYS},
             "train": {**cfg["train"], **({"steps": task["steps"]} if "steps" in task else {})},
             "generator": {k: g[k] for k in GeneratorLengths.keys()},
             "retriever": {k: r[k] for k in QuestionEncoder.keys()},

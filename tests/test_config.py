@@ -49,6 +49,17 @@ def test_paper_config_is_valid(root, tmp_path, monkeypatch):
         (lambda c: c["tasks"]["webquestions"].update(init_from="fever2"), None),  # valid: fever2 is configured
         (lambda c: c["tasks"].pop("nq"), "tasks.webquestions.init_from"),
         (lambda c: c["tasks"]["nq"].pop("train"), "tasks.nq.train"),
+        (lambda c: c["tasks"]["msmarco"].update(variants=["rag_token", "rag_fusion"]),
+         "config key 'tasks.msmarco.variants.1': 'rag_fusion' is not one of"),
+        (lambda c: c["tasks"]["msmarco"].update(variants=[]), "config key 'tasks.msmarco.variants'"),
+        (lambda c: (c.update(variants=["rag_token", "bart"]), [t.pop("variants", None) for t in c["tasks"].values()],
+                    c["tasks"]["msmarco"].update(variants=["rag_token_bm25"])),
+         "config key 'tasks.msmarco.variants': rag_token_bm25 not among the top-level 'variants' (rag_token, bart)"),
+        # WebQuestions starts from NQ's model of the same variant: NQ must train it
+        (lambda c: c["tasks"]["webquestions"].update(variants=["rag_token_frozen"]), None),
+        (lambda c: c["tasks"]["nq"].update(variants=["bart"]),
+         "config key 'tasks.webquestions.variants': rag_sequence, rag_token would start from nq's model "
+         "(init_from), which tasks.nq.variants does not train"),
         (lambda c: c["corpus"].update(name="../../etc"), "config key 'corpus.name'"),
         (lambda c: c.update(name="a b; rm -rf /"), "config key 'name'"),
         (lambda c: c["experiments"].update(topk_sweep=[1, 5000]), "experiments.topk_sweep[1]"),
@@ -103,6 +114,8 @@ def _edited(base, *path, value):
     # search / test time: one task's decoding, or Figure 3's sweep; the index's own search parameter
     (("tasks", "nq", "decode_sequence", "k"), 8, {"eval_nq"}),
     (("experiments", "topk_sweep"), [1, 2], {"experiments"}),
+    # which runs a task has: no job of the task's other variants re-runs
+    (("tasks", "msmarco", "variants"), ["rag_token"], set()),
     # encode time and index time apart
     (("retriever", "max_length"), 64, {"encode"} | {f"train_{t}" for t in
                                                    ("nq", "triviaqa", "webquestions", "curatedtrec", "msmarco", "jeopardy", "fever3", "fever2")}),

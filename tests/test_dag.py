@@ -37,8 +37,9 @@ def test_default_dry_run_lists_every_job(tmp_path):
     res = smk(tmp_path, "-n", configfile=ROOT / "config.yaml")
     assert res.returncode == 0, res.stderr[-3000:]
     counts = job_counts(res.stdout + res.stderr)
-    # config.yaml: evaluate_in_train_job, so each train job also decodes dev/test
-    assert counts["train"] == 8 * 7 and "evaluate" not in counts
+    # config.yaml: evaluate_in_train_job, so each train job also decodes dev/test; NQ and TriviaQA run
+    # all 7 variants, the other 6 tasks the 3 of their tasks.<task>.variants
+    assert counts["train"] == 2 * 7 + 6 * 3 and "evaluate" not in counts
     assert counts["encode_shard"] == 4  # 2 shards x (snapshot a, snapshot b)
     assert counts["topk_sweep"] == 2 and counts["hotswap"] == 2 and counts["report"] == 1
     separate = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -47,7 +48,7 @@ def test_default_dry_run_lists_every_job(tmp_path):
     res = smk(tmp_path, "-n", configfile=tmp_path / "separate.yaml")
     assert res.returncode == 0, res.stderr[-3000:]
     split = job_counts(res.stdout + res.stderr)
-    assert split["train"] == 8 * 7 and split["evaluate"] == 8 * 7 and split["total"] == counts["total"] + 8 * 7
+    assert split["train"] == 32 and split["evaluate"] == 32 and split["total"] == counts["total"] + 32
 
 
 def test_config_error_stops_before_any_job(tmp_path):

@@ -387,3 +387,24 @@ def test_figure3_percent_axes_end_at_100(tmp_path, recall_top, em):
         # the highest point lies inside the plot (y of the frame's top edge is 34)
         ys = [float(y) for y in re.findall(r'<circle cx="[0-9.]+" cy="([0-9.]+)" r="3.5" fill="#[0-9a-f]+">', panel)]
         assert ys and min(ys) >= 34.0
+
+
+def test_a_variant_left_out_of_some_tasks_leaves_those_cells_blank_with_a_note(tmp_path, gold_calls):
+    """tasks.<task>.variants: a variant run on some tasks only; its cells elsewhere are blank and
+    a table note names the columns, while a task not run at all gets no note."""
+    inputs = make_inputs(tmp_path)
+    import shutil
+
+    shutil.rmtree(inputs["runs"] / "msmarco" / "rag_token_bm25")
+    out = tmp_path / "r.html"
+    build_report(listed(inputs), inputs["passages"], SCALE, out, table_files(tmp_path / "t"))
+    html = out.read_text(encoding="utf-8")
+    table6 = _compact(_table(html, "Table 6"))
+    note = re.search(r"RAG-Token-BM25: not run in this experiment for ([^(]*) \(config key tasks\.<task>\.variants\)",
+                     _text(html))
+    assert note, table6
+    # msmarco's two Table 6 columns; WebQuestions (no run at all here) is not named
+    assert note.group(1) == "MS-MARCO R-L, MS-MARCO B-1"
+    row = re.search(r"RAG-Token-BM25 (.*?) RAG-Sequence-BM25", table6).group(1).split()
+    assert row[12:16] == ["–", "(55.5)", "–", "(48.4)"]  # MS-MARCO R-L, B-1: blank beside the paper's
+    assert row[2:4] == ["36.9", "(41.5)"]  # TQA still measured

@@ -191,6 +191,13 @@ class Runs:
             pm=pm,
         )
 
+    def ran_without(self, task: str, variant: str, split: str) -> bool:
+        """True when other variants of ``task`` were measured on ``split`` but ``variant`` was not
+        (the experiment left it out there), as opposed to a task not run at all."""
+        if (task, variant, split) in self.metrics:
+            return False
+        return any(t == task and s == split for t, _, s in self.metrics)
+
     def predictions_path(self, task: str, variant: str, split: str) -> Path | None:
         """The run's predictions file, if the report was given it."""
         return self.inputs.predictions.get((task, variant, split))
@@ -251,6 +258,7 @@ def build_tables(runs: Runs, paper: dict) -> list[Table]:
         if qnote and "Jeopardy QB-1" in columns:
             table.notes.append(qnote)
         row_variants = ROW_VARIANTS[key]
+        not_run: dict[str, list[str]] = {}  # row label -> the columns of tasks run without that variant
         for label, paper_values in spec["rows"].items():
             variant = row_variants.get(label)
             cells = []
@@ -259,6 +267,8 @@ def build_tables(runs: Runs, paper: dict) -> list[Table]:
                     task, metric = TABLE5_SOURCES[col], "trigram_distinct"
                 else:
                     task, metric = COLUMN_SOURCES[col]
+                if variant is not None and runs.ran_without(task, variant, split):
+                    not_run.setdefault(label, []).append(col)
                 if label == "Gold" and key == "table5":
                     g = _gold_trigram(runs, task)
                     cells.append(Cell(measured=_fmt(g), paper=_fmt(pv), value=g))
@@ -268,6 +278,9 @@ def build_tables(runs: Runs, paper: dict) -> list[Table]:
                     cells.append(runs.cell(task, variant, split, metric, pv))
             kind = "paper-only" if variant is None and label != "Gold" else ""
             table.rows.append((label, cells, kind))
+        for label, cols in not_run.items():
+            table.notes.append(f"{label}: not run in this experiment for {', '.join(cols)} "
+                               "(config key tasks.<task>.variants), so those cells are blank.")
         for label, variant in EXTRA_ROWS.get(key, []):
             cells = []
             for col in columns:

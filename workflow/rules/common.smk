@@ -6,7 +6,7 @@
 # config's top-level `name`), so two experiments never share or overwrite an output.
 import sys
 
-from rag.config import config_hash, encoder_slug, load_config, sections
+from rag.config import config_hash, encoder_slug, load_config, sections, task_variants
 from rag.errors import ConfigError
 from rag.retrieval import FILE_ROLES
 from rag.tasks import RETRIEVERS, TASKS, VARIANTS, variant_spec
@@ -25,7 +25,8 @@ EXP = CFG["name"]  # the experiment: results/<EXP>/..., reports/<EXP>/..., MLflo
 R = f"results/{EXP}"
 NAME = CFG["corpus"]["name"]  # the corpus (wildcard {corpus}; the hot-swap's second snapshot is <NAME>_b)
 TASK_NAMES = sorted(CFG["tasks"])
-VARIANT_NAMES = list(CFG["variants"])
+# the variants each task runs: tasks.<task>.variants, else the top-level variants
+TASK_VARIANTS = {task: task_variants(CFG, task) for task in TASK_NAMES}
 ENCODER = encoder_slug(CFG["retriever"]["context_encoder"])
 INDEX = CFG["retriever"]["index"]
 SHARDS = range(CFG["retriever"]["shards"])
@@ -128,7 +129,13 @@ def init_from(wildcards):
 
 def run_files(kind):
     """Every run's dev and test <kind> file (metrics.json | predictions.jsonl), task by task."""
-    return expand(f"{R}/runs/{{task}}/{{variant}}/{{split}}/{kind}", task=TASK_NAMES, variant=VARIANT_NAMES, split=["dev", "test"])
+    return [f"{R}/runs/{task}/{variant}/{split}/{kind}"
+            for task in TASK_NAMES for variant in TASK_VARIANTS[task] for split in ("dev", "test")]
+
+
+def rag_variants(task):
+    """The retrieval-augmented main variants (Figure 3, hot-swap, oracle) ``task`` runs."""
+    return [v for v in ("rag_sequence", "rag_token") if v in TASK_VARIANTS.get(task, ())]
 
 
 def all_targets():
@@ -138,14 +145,12 @@ def all_targets():
 def report_inputs(wildcards):
     """Exactly the files the report reads: every run's metrics and predictions (in the same order),
     and the Figure 3, hot-swap and oracle results where configured."""
-    rag_variants = [v for v in ("rag_sequence", "rag_token") if v in VARIANT_NAMES]
-    topk = TOPK_TASK in TASK_NAMES
     return {
         "metrics": run_files("metrics.json"),
         "predictions": run_files("predictions.jsonl"),
-        "topk": expand(f"{R}/experiments/topk/{{task}}/{{variant}}.json", task=[TOPK_TASK], variant=rag_variants) if topk else [],
-        "hotswap": expand(f"{R}/experiments/hotswap/{{variant}}.json", variant=rag_variants) if HOTSWAP else [],
-        "oracle": expand(f"{R}/experiments/oracle/{{task}}/{{variant}}.json", task=[TOPK_TASK], variant=rag_variants) if ORACLE else [],
+        "topk": expand(f"{R}/experiments/topk/{{task}}/{{variant}}.json", task=[TOPK_TASK], variant=rag_variants(TOPK_TASK)),
+        "hotswap": expand(f"{R}/experiments/hotswap/{{variant}}.json", variant=rag_variants("nq")) if HOTSWAP else [],
+        "oracle": expand(f"{R}/experiments/oracle/{{task}}/{{variant}}.json", task=[TOPK_TASK], variant=rag_variants(TOPK_TASK)) if ORACLE else [],
         "train_data": [f"{R}/data/{task}/train.jsonl" for task in TASK_NAMES],
     }
 
