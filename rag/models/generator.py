@@ -433,7 +433,7 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
     this call after that many steps (tests use it to play an interruption)."""
     from rag import precision as P
     from rag.models.seq2seq import chunk_overhead_for, target_logprobs
-    from rag.train import Checkpoint, fused_ok, optimize
+    from rag.train import Checkpoint, optimize
 
     device = next(model.parameters()).device
     overhead = chunk_overhead_for(device.type, chunk_overhead)
@@ -441,8 +441,7 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
 
     rng = random.Random(seed)
     torch.manual_seed(seed)
-    params = list(model.parameters())
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01, fused=fused_ok(params))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100) * max(0.0, 1 - s / max(1, steps)))
     start, losses, ckpt = 0, [], None
     if ckpt_path is not None:

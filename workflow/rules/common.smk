@@ -127,6 +127,16 @@ def init_from(wildcards):
     return {"init": f"{R}/runs/{src}/{wildcards.variant}/model"} if src else {}
 
 
+def train_priority(wildcards):
+    """Fine-tunes other jobs wait for go first (init_from sources; the NQ models of Figure 3, the
+    hot-swap and the oracle), then the longer ones (retrieval before closed-book BART), so the
+    DAG does not end with one core idle behind a long job."""
+    task, variant = wildcards.task, wildcards.variant
+    feeds = (any(CFG["tasks"][t].get("init_from") == task and variant in TASK_VARIANTS[t] for t in TASK_NAMES)
+             or (task in (TOPK_TASK, "nq") and variant in ("rag_sequence", "rag_token")))
+    return (20 if feeds else 0) + (0 if variant_spec(variant).retriever is None else 5)
+
+
 def run_files(kind):
     """Every run's dev and test <kind> file (metrics.json | predictions.jsonl), task by task."""
     return [f"{R}/runs/{task}/{variant}/{split}/{kind}"

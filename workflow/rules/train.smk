@@ -51,6 +51,7 @@ rule train:
         # train.ddp_processes > 1: data-parallel training, one process per device, through torchrun
         launcher=(f"torchrun --standalone --nproc-per-node {CFG['train']['ddp_processes']} -m"
                   if CFG["train"]["ddp_processes"] > 1 else ""),
+    priority: train_priority
     threads: CFG["threads"]
     resources:
         runtime=res("train", "runtime", 60),
