@@ -278,8 +278,11 @@ def build_tables(runs: Runs, paper: dict) -> list[Table]:
                     cells.append(runs.cell(task, variant, split, metric, pv))
             kind = "paper-only" if variant is None and label != "Gold" else ""
             table.rows.append((label, cells, kind))
+        by_columns: dict[tuple[str, ...], list[str]] = {}  # rows left out of the same columns: one note
         for label, cols in not_run.items():
-            table.notes.append(f"{label}: not run in this experiment for {', '.join(cols)} "
+            by_columns.setdefault(tuple(cols), []).append(label)
+        for cols, labels in by_columns.items():
+            table.notes.append(f"{', '.join(labels)}: not run in this experiment for {', '.join(cols)} "
                                "(config key tasks.<task>.variants), so those cells are blank.")
         for label, variant in EXTRA_ROWS.get(key, []):
             cells = []
