@@ -5,6 +5,7 @@ from __future__ import annotations
 import html as htmlmod
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -393,8 +394,6 @@ def test_a_variant_left_out_of_some_tasks_leaves_those_cells_blank_with_a_note(t
     """tasks.<task>.variants: a variant run on some tasks only; its cells elsewhere are blank and
     a table note names the columns, while a task not run at all gets no note."""
     inputs = make_inputs(tmp_path)
-    import shutil
-
     shutil.rmtree(inputs["runs"] / "msmarco" / "rag_token_bm25")
     out = tmp_path / "r.html"
     build_report(listed(inputs), inputs["passages"], SCALE, out, table_files(tmp_path / "t"))

@@ -133,8 +133,13 @@ def train_priority(wildcards):
     DAG does not end with one core idle behind a long job."""
     task, variant = wildcards.task, wildcards.variant
     feeds = (any(CFG["tasks"][t].get("init_from") == task and variant in TASK_VARIANTS[t] for t in TASK_NAMES)
-             or (task in (TOPK_TASK, "nq") and variant in ("rag_sequence", "rag_token")))
+             or (task in (TOPK_TASK, "nq") and variant in rag_variants(task)))
     return (20 if feeds else 0) + (0 if variant_spec(variant).retriever is None else 5)
+
+
+# Figure 3's K sweep, the oracle and the hot-swap: long decodes at the end of the DAG, started as
+# soon as their model is there (above every fine-tune nothing waits for)
+EXPERIMENT_PRIORITY = 10
 
 
 def run_files(kind):

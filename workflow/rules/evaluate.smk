@@ -44,7 +44,7 @@ rule topk_sweep:
         f"{R}/experiments/topk/{{task}}/{{variant}}.json",
     params:
         retrieval=lambda w, input: retrieval_args(w, input),
-    priority: 10  # long decodes at the end of the DAG: start them as soon as their model is there
+    priority: EXPERIMENT_PRIORITY
     threads: CFG["threads"]
     log:
         f"{R}/logs/topk/{{task}}-{{variant}}.log",
@@ -66,7 +66,7 @@ rule oracle:
         test=f"{R}/data/{{task}}/test.jsonl",
     output:
         f"{R}/experiments/oracle/{{task}}/{{variant}}.json",
-    priority: 10  # long decodes at the end of the DAG: start them as soon as their model is there
+    priority: EXPERIMENT_PRIORITY
     threads: CFG["threads"]
     log:
         f"{R}/logs/oracle/{{task}}-{{variant}}.log",
@@ -92,7 +92,7 @@ rule hotswap:
         index_b=index_file(f"{NAME}_b"),
     output:
         f"{R}/experiments/hotswap/{{variant}}.json",
-    priority: 10  # long decodes at the end of the DAG: start them as soon as their model is there
+    priority: EXPERIMENT_PRIORITY
     threads: CFG["threads"]
     log:
         f"{R}/logs/hotswap/{{variant}}.log",
