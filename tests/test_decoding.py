@@ -237,6 +237,31 @@ def test_fast_decoding_never_scores_above_thorough(world):
         assert t.score >= float(exact) - 1e-5  # thorough maximises the exact marginal over the same pool
 
 
+@pytest.mark.parametrize("copy", [False, "exact_match"])
+def test_thorough_rescoring_equals_teacher_forcing(world, copy, monkeypatch):
+    """sequence_logprobs_batch (cached document states, the copy generator's target-only scores,
+    calls of a few rows) gives every (question, hypothesis, document) the log-probability one
+    full teacher-forced pass gives: hypotheses of 1-3 tokens, finished or not, a generated pad
+    token inside one, and a question without hypotheses."""
+    system = make_system(world, "sequence", generator=_generator(world, copy))
+    k = 3
+    hyps = [[(EOS,), (3, EOS), (4, PAD, EOS), (5, 3, 4)], [], [(3,), (4, 4, EOS)]]
+    questions = QUESTIONS + ["a a b"]
+    monkeypatch.setattr(type(system), "SCORE_ROWS", 5)  # calls of 1 pair x 3 documents: cut inside a question
+    with torch.inference_mode():
+        enc = system.encode(questions, k)
+        got = system.sequence_logprobs_batch(enc, hyps)
+    for i, hs in enumerate(hyps):
+        assert got[i].shape == (len(hs), k)
+        if not hs:
+            continue
+        (logits, _), = _teacher_forced(system, [questions[i]], k, hs)[0]
+        lp = torch.log_softmax(logits, -1)  # [H, K, T, V]
+        for h, toks in enumerate(hs):
+            want = [sum(float(lp[h, j, t, tok]) for t, tok in enumerate(toks)) for j in range(k)]
+            assert torch.allclose(got[i][h], torch.tensor(want), atol=1e-4), (i, toks, got[i][h], want)
+
+
 # ---------------------------------------------------------------- (d) test-time K
 def test_test_time_k_is_independent_of_training_k(world):
     torch.manual_seed(0)

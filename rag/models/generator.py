@@ -154,6 +154,31 @@ class CopyBart(BartForConditionalGeneration):
             torch.nn.init.normal_(conv.weight, std=0.5 * (d * (2 * config.local_context + 1)) ** -0.5)
             torch.nn.init.zeros_(conv.bias)
 
+    def _mixture(self, out, attention_mask):
+        """The parts of the output distribution at each decoder state: log p_vocab [N, T, V], the
+        copy attention over source positions [N, T, S] and the gate g_t [N, T, 1] (the share
+        generated from the vocabulary)."""
+        h = out.last_hidden_state  # [N, T, d]
+        enc = out.encoder_last_hidden_state  # [N, S, d]
+        vocab_lp = torch.log_softmax((self.lm_head(h) + self.final_logits_bias.to(h.dtype)).float(), dim=-1)
+        scores = (self.copy_query(h) @ enc.transpose(1, 2)).float() / h.shape[-1] ** 0.5  # [N, T, S]
+        scores = scores.masked_fill(attention_mask[:, None, :].eq(0), float("-inf"))
+        attn = torch.softmax(scores, dim=-1)
+        gate = torch.sigmoid(self.copy_gate(h).float())
+        return vocab_lp, attn, gate
+
+    def target_logprobs(self, targets, input_ids, attention_mask, decoder_input_ids, encoder_outputs,
+                        past_key_values=None):
+        """log p(targets[n, t]) [N, T] under the distribution ``forward``'s logits give at each
+        decoder position, without the [N, T, V] mixture: the copy share of a target is the
+        attention on the source positions that hold it (thorough decoding's rescoring)."""
+        out = self.model(attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                         encoder_outputs=encoder_outputs, past_key_values=past_key_values, use_cache=False)
+        vocab_lp, attn, gate = self._mixture(out, attention_mask)
+        copy = (attn * input_ids[:, None, :].eq(targets[:, :, None])).sum(-1)  # [N, T]
+        vocab = vocab_lp.gather(-1, targets[:, :, None]).squeeze(-1).exp()
+        return (gate[..., 0] * vocab + (1 - gate[..., 0]) * copy).clamp_min(1e-30).log()
+
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, encoder_outputs=None,
                 past_key_values=None, labels=None, use_cache=None, **kwargs):
         if input_ids is None:
@@ -167,15 +192,9 @@ class CopyBart(BartForConditionalGeneration):
         out = self.model(input_ids=input_ids if encoder_outputs is None else None, attention_mask=attention_mask,
                          decoder_input_ids=decoder_input_ids, encoder_outputs=encoder_outputs,
                          past_key_values=past_key_values, use_cache=use_cache, **kwargs)
-        h = out.last_hidden_state  # [N, T, d]
-        enc = out.encoder_last_hidden_state  # [N, S, d]
-        vocab_lp = torch.log_softmax((self.lm_head(h) + self.final_logits_bias.to(h.dtype)).float(), dim=-1)
-        scores = (self.copy_query(h) @ enc.transpose(1, 2)).float() / h.shape[-1] ** 0.5  # [N, T, S]
-        scores = scores.masked_fill(attention_mask[:, None, :].eq(0), float("-inf"))
-        attn = torch.softmax(scores, dim=-1)
+        vocab_lp, attn, gate = self._mixture(out, attention_mask)
         copy = vocab_lp.new_zeros(vocab_lp.shape).scatter_add_(
-            2, input_ids[:, None, :].expand(-1, h.shape[1], -1), attn)
-        gate = torch.sigmoid(self.copy_gate(h).float())  # [N, T, 1]: the share generated from the vocabulary
+            2, input_ids[:, None, :].expand(-1, vocab_lp.shape[1], -1), attn)
         logits = (gate * vocab_lp.exp() + (1 - gate) * copy).clamp_min(1e-30).log()
         loss = None
         if labels is not None:

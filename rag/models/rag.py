@@ -238,45 +238,89 @@ class RagSystem(torch.nn.Module):
         """The best hypothesis per question from its documents' beams (``per_doc[i * K + j]``),
         scored thorough (every hypothesis under every document) or fast (0 where not in a beam)."""
         b, kk = enc.doc_lp.shape
+        beam_scores: list[list[dict[tuple, float]]] = [
+            [{h.tokens: h.score for h in per_doc[i * kk + j]} for j in range(kk)] for i in range(b)]
+        hyps = [sorted({t for d in beam_scores[i] for t in d}) for i in range(b)]
+        if thorough:
+            seq_lps = self.sequence_logprobs_batch(enc, hyps)  # per question [H, K]
         best = []
         for i in range(b):
-            beam_scores: list[dict[tuple, float]] = [{h.tokens: h.score for h in per_doc[i * kk + j]} for j in range(kk)]
-            hyps = sorted({t for d in beam_scores for t in d})
             if thorough:
-                seq_lp = self.sequence_logprobs(enc, i, hyps)  # [H, K]
+                seq_lp = seq_lps[i]
             else:
-                seq_lp = torch.full((len(hyps), kk), float("-inf"))
-                for h, toks in enumerate(hyps):
+                seq_lp = torch.full((len(hyps[i]), kk), float("-inf"))
+                for h, toks in enumerate(hyps[i]):
                     for j in range(kk):
-                        if toks in beam_scores[j]:
-                            seq_lp[h, j] = beam_scores[j][toks]
+                        if toks in beam_scores[i][j]:
+                            seq_lp[h, j] = beam_scores[i][j][toks]
             marg = torch.logsumexp(seq_lp + enc.doc_lp[i].cpu()[None, :], dim=1)
             h = int(marg.argmax())
-            best.append(Hypothesis(hyps[h], float(marg[h])))
+            best.append(Hypothesis(hyps[i][h], float(marg[h])))
         return best
 
     def sequence_logprobs(self, enc: Encoded, i: int, hyps: list[tuple[int, ...]]) -> torch.Tensor:
         """log p(h | x_i, z_j) for every hypothesis h (tokens after BOS) and document j -> [H, K]."""
+        return self.sequence_logprobs_batch(enc, [[] if q != i else hyps for q in range(enc.doc_lp.shape[0])])[i]
+
+    # (hypothesis, document) rows per generator call of thorough decoding's rescoring
+    SCORE_ROWS = 256
+
+    def sequence_logprobs_batch(self, enc: Encoded, hyps: list[list[tuple[int, ...]]]) -> list[torch.Tensor]:
+        """:meth:`sequence_logprobs` of every question at once: ``hyps[i]`` the hypotheses of
+        question i -> per question [H_i, K].
+
+        The (question, hypothesis, document) rows of all questions go through the generator
+        ``SCORE_ROWS`` at a time. Each call first runs the decoder start token once per document
+        (the cross-attention keys and values over its encoder states are computed there, once),
+        then copies that cache to every hypothesis row and runs the hypotheses' tokens on it, as
+        beam search's :class:`CachedStep` does. A generator with ``target_logprobs`` (the copy
+        generator) scores only the hypothesis tokens instead of the whole vocabulary mixture."""
         from transformers.modeling_outputs import BaseModelOutput
 
         kk = enc.k
-        width = max(len(h) for h in hyps) + 1
-        tgt = torch.full((len(hyps), width), self.pad_id, dtype=torch.long)
-        for r, h in enumerate(hyps):
-            tgt[r, : len(h) + 1] = torch.tensor((self.bos_id,) + h)
-        tgt = tgt.to(self.device)
-        rows = torch.arange(i * kk, (i + 1) * kk, device=self.device).repeat(len(hyps))  # h-major, doc-minor
-        dec = tgt.repeat_interleave(kk, dim=0)
-        with self.autocast():
-            logits = self.generator(input_ids=enc.ids[rows], encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden[rows]),
-                                    attention_mask=enc.mask[rows], decoder_input_ids=dec).logits.float()
-        shifted = torch.cat([dec[:, 1:], dec.new_full((dec.shape[0], 1), self.pad_id)], 1)
-        ll, _ = _token_logprobs(logits, shifted, False)
-        # mask by each hypothesis' length, not by token value: a generated pad token is scored
-        lengths = torch.tensor([len(h) for h in hyps], device=self.device).repeat_interleave(kk)
-        beyond = torch.arange(width, device=self.device)[None, :] >= lengths[:, None]
-        ll = ll.masked_fill(beyond, 0.0).sum(1)
-        return ll.view(len(hyps), kk).cpu()
+        pairs = [(i, h) for i, hs in enumerate(hyps) for h in hs]  # question-major, hypothesis-minor
+        out = torch.empty(len(pairs) * kk)
+        per_call = max(1, self.SCORE_ROWS // kk)
+        gen = self.generator
+        for start in range(0, len(pairs), per_call):
+            part = pairs[start : start + per_call]
+            width = max(1, max(len(h) for _, h in part))  # an empty hypothesis (no new token) scores 0
+            tgt = torch.full((len(part), width), self.pad_id, dtype=torch.long)  # the hypothesis tokens
+            for r, (_, h) in enumerate(part):
+                tgt[r, : len(h)] = torch.tensor(h)
+            tgt = tgt.repeat_interleave(kk, dim=0).to(self.device)  # pair-major, doc-minor
+            questions = sorted({i for i, _ in part})
+            docs = (torch.tensor(questions, device=self.device)[:, None] * kk + torch.arange(kk, device=self.device)).reshape(-1)
+            slot = {q: n for n, q in enumerate(questions)}
+            expand = (torch.tensor([slot[i] for i, _ in part], device=self.device)[:, None] * kk
+                      + torch.arange(kk, device=self.device)).reshape(-1)  # row -> its document in ``docs``
+            rows = docs[expand]
+            with self.autocast():
+                first = gen(input_ids=enc.ids[docs], encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden[docs]),
+                            attention_mask=enc.mask[docs], decoder_input_ids=torch.full((len(docs), 1), self.bos_id, device=self.device),
+                            use_cache=width > 1)
+            ll = torch.zeros(len(rows), width)
+            ll[:, 0] = torch.log_softmax(first.logits[:, 0].float(), dim=-1)[expand].gather(-1, tgt[:, :1]).squeeze(-1).cpu()
+            if width > 1:
+                cache = first.past_key_values
+                cache.reorder_cache(expand)
+                kwargs = dict(attention_mask=enc.mask[rows], decoder_input_ids=tgt[:, :-1],
+                              encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden[rows]), past_key_values=cache)
+                with self.autocast():
+                    if hasattr(gen, "target_logprobs"):
+                        rest = gen.target_logprobs(tgt[:, 1:], enc.ids[rows], **kwargs).float()
+                    else:
+                        rest, _ = _token_logprobs(gen(input_ids=enc.ids[rows], **kwargs).logits.float(), tgt[:, 1:], False)
+                ll[:, 1:] = rest.cpu()
+            # mask by each hypothesis' length, not by token value: a generated pad token is scored
+            lengths = torch.tensor([len(h) for _, h in part]).repeat_interleave(kk)
+            ll = ll.masked_fill(torch.arange(width)[None, :] >= lengths[:, None], 0.0)
+            out[start * kk : (start + len(part)) * kk] = ll.sum(1)
+        res, pos = [], 0
+        for hs in hyps:
+            res.append(out[pos * kk : (pos + len(hs)) * kk].view(len(hs), kk))
+            pos += len(hs)
+        return res
 
     @torch.inference_mode()
     def score_labels(self, questions: list[str], label_token_ids: list[int], k: int) -> tuple[torch.Tensor, Encoded]:
