@@ -29,6 +29,7 @@ import re
 import string
 import unicodedata
 from collections import Counter
+from functools import lru_cache
 from typing import Callable, Sequence
 
 from rag.errors import ConfigError, DataError
@@ -316,6 +317,13 @@ def ptb_tokenize(text: str) -> list[str]:
     return [t.lower() for t in tokens if t and t.lower() not in COCO_PUNCTUATIONS]
 
 
+@lru_cache(maxsize=1 << 16)
+def _ptb_joined(text: str) -> str:
+    """``ptb_tokenize``'s tokens, space-joined; remembered, since the report's bootstrap scores
+    the same predictions and references hundreds of times (a pure function of ``text``)."""
+    return " ".join(ptb_tokenize(text))
+
+
 def _java_ptb(texts: list[str]) -> list[str]:
     import shutil
 
@@ -332,7 +340,7 @@ def _java_ptb(texts: list[str]) -> list[str]:
 def tokenize_batch(texts: Sequence[str], tokenizer: str = "python") -> list[str]:
     """Tokenize texts into coco-caption's space-joined, lower-cased, punctuation-free form."""
     if tokenizer == "python":
-        return [" ".join(ptb_tokenize(t)) for t in texts]
+        return [_ptb_joined(t) for t in texts]
     if tokenizer == "ptb":
         return _java_ptb(list(texts))
     raise ConfigError(f"unknown tokenizer {tokenizer!r}; valid: {', '.join(TOKENIZERS)}")
