@@ -50,6 +50,30 @@ def test_a_claim_without_examples_is_reported_not_raised(tmp_path):
     assert all(c.verdict == "missing" for c in claims)
 
 
+def test_the_nq_em_bar_also_asks_for_an_interval_above_zero():
+    """Issue 11: fine-tuned > frozen by >= 3 EM on NQ *and* the interval above 0; TQA only >= 3."""
+    from rag.report.claims import _diff_claim, build_claims
+    from rag.report.inputs import ReportInputs
+
+    rng = np.random.default_rng(0)
+    base = 100.0 * (rng.random(300) < 0.5)
+    gain = base.copy()  # +4 points from 36 questions gained and 24 lost: the interval holds 0
+    gain[rng.choice(np.flatnonzero(base == 0), 36, replace=False)] = 100.0
+    gain[rng.choice(np.flatnonzero(base == 100), 24, replace=False)] = 0.0
+    clean = base.copy()  # +4 points from 12 questions gained and none lost: the interval is above 0
+    clean[rng.choice(np.flatnonzero(base == 0), 12, replace=False)] = 100.0
+    args = ("claim", "paper", "EM", gain, base, "≥ +3 points", lambda d: d >= 3)
+    loose, strict = _diff_claim(*args), _diff_claim(*args, ci_above_zero=True)
+    assert loose.diff == strict.diff == pytest.approx(4.0) and strict.lo < 0
+    assert loose.bar_met is True and strict.bar_met is False
+    assert strict.bar == "≥ +3 points, CI above 0" and loose.bar == "≥ +3 points"
+    clear = _diff_claim("claim", "paper", "EM", clean, base, "≥ +3 points", lambda d: d >= 3, ci_above_zero=True)
+    assert clear.lo > 0 and clear.bar_met is True
+    bars = {c.claim: c.bar for c in build_claims(ReportInputs.from_files(), {})}
+    assert bars["… and the answers (RAG-Token, NQ)"] == bars["… and the answers (RAG-Sequence, NQ)"] == "≥ +3 points, CI above 0"
+    assert bars["… and the answers (RAG-Token, TQA)"] == "≥ +3 points"
+
+
 def test_verdicts():
     assert verdict(0.5, 3.0) == "reproduced"
     assert verdict(-3.0, -0.5) == "not reproduced"

@@ -137,7 +137,11 @@ class Evidence:
 
 
 def _diff_claim(claim: str, paper: str, what: str, a, b, bar_text: str, bar: Callable[[float], bool],
-                direction: int = 1) -> Claim:
+                direction: int = 1, ci_above_zero: bool = False) -> Claim:
+    """A claim on the paired difference mean(a) - mean(b); ``ci_above_zero``: the bar also asks
+    that the interval's lower end be above 0."""
+    if ci_above_zero:
+        bar_text += ", CI above 0"
     if a is None or b is None:
         return Claim(claim, paper, f"{what}: not run", bar=bar_text)
     if len(a) != len(b):
@@ -146,7 +150,7 @@ def _diff_claim(claim: str, paper: str, what: str, a, b, bar_text: str, bar: Cal
         return Claim(claim, paper, f"{what}: no examples", bar=bar_text)
     d, lo, hi = paired_bootstrap(a, b)
     return Claim(claim, paper, f"{what}: {np.mean(a):.1f} vs {np.mean(b):.1f} (n = {len(a)})", d, lo, hi,
-                 verdict(lo, hi, direction), bar_text, bar(d))
+                 verdict(lo, hi, direction), bar_text, bool(bar(d)) and (lo > 0 or not ci_above_zero))
 
 
 def _majority_baseline(ev: Evidence, task: str) -> list[float] | None:
@@ -215,7 +219,8 @@ def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: d
             out.append(_diff_claim(f"… and the answers ({name}, {task.upper() if task == 'nq' else 'TQA'})",
                                    t6,
                                    "exact match, fine-tuned vs frozen", ev.correct(task, model, "em"),
-                                   ev.correct(task, f"{model}_frozen", "em"), "≥ +3 points", lambda d: d >= 3))
+                                   ev.correct(task, f"{model}_frozen", "em"), "≥ +3 points", lambda d: d >= 3,
+                                   ci_above_zero=task == "nq"))  # issue 11: on NQ the interval must exclude 0
     # 3. dense > BM25 on paraphrased QA
     out.append(_diff_claim("Dense retrieval beats BM25 on QA",
                            f"Table 6 (dev, NQ): RAG-Token {pv('table6', 'RAG-Token', 'NQ')} vs RAG-Token-BM25 "
