@@ -172,12 +172,17 @@ class CopyBart(BartForConditionalGeneration):
         """log p(targets[n, t]) [N, T] under the distribution ``forward``'s logits give at each
         decoder position, without the [N, T, V] mixture: the copy share of a target is the
         attention on the source positions that hold it (thorough decoding's rescoring)."""
+        # past_key_values (the decoder start token's cache) is read; no cache is handed back
         out = self.model(attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
                          encoder_outputs=encoder_outputs, past_key_values=past_key_values, use_cache=False)
         vocab_lp, attn, gate = self._mixture(out, attention_mask)
         copy = (attn * input_ids[:, None, :].eq(targets[:, :, None])).sum(-1)  # [N, T]
-        vocab = vocab_lp.gather(-1, targets[:, :, None]).squeeze(-1).exp()
-        return (gate[..., 0] * vocab + (1 - gate[..., 0]) * copy).clamp_min(1e-30).log()
+        return self._log_mix(gate[..., 0], vocab_lp.gather(-1, targets[:, :, None]).squeeze(-1).exp(), copy)
+
+    @staticmethod
+    def _log_mix(gate, p_vocab, p_copy):
+        """log(g p_vocab + (1 - g) p_copy), floored at 1e-30: the output distribution's one formula."""
+        return (gate * p_vocab + (1 - gate) * p_copy).clamp_min(1e-30).log()
 
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, encoder_outputs=None,
                 past_key_values=None, labels=None, use_cache=None, **kwargs):
@@ -195,7 +200,7 @@ class CopyBart(BartForConditionalGeneration):
         vocab_lp, attn, gate = self._mixture(out, attention_mask)
         copy = vocab_lp.new_zeros(vocab_lp.shape).scatter_add_(
             2, input_ids[:, None, :].expand(-1, vocab_lp.shape[1], -1), attn)
-        logits = (gate * vocab_lp.exp() + (1 - gate) * copy).clamp_min(1e-30).log()
+        logits = self._log_mix(gate, vocab_lp.exp(), copy)
         loss = None
         if labels is not None:
             loss = torch.nn.functional.nll_loss(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
