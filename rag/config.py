@@ -282,7 +282,7 @@ def sections(cfg: dict) -> dict[str, dict]:
     ``report``        the report's scale summary, samples, tasks and variants
 
     The keys a consumer reads are the fields of its typed section (:mod:`rag.sections`), which a
-    command parses its file(s) into. Runtime knobs (``threads``, ``resources``) are in none: they
+    command parses its file(s) into. Runtime knobs (``threads``, ``resources``, ``warm_start``) are in none: they
     never invalidate an output (rules pass ``threads`` as ``RAG_THREADS``). ``tracking.ui_url`` is
     the report rule's param.
     Pieces are canonical (sorted keys), so the order of keys in a YAML file changes nothing.

@@ -10,6 +10,7 @@ from rag.config import config_hash, encoder_slug, load_config, sections, task_va
 from rag.errors import ConfigError
 from rag.retrieval import FILE_ROLES
 from rag.tasks import RETRIEVERS, TASKS, VARIANTS, variant_spec
+from rag.warm import WarmStart
 
 # load_config validates against workflow/schemas/config.schema.yaml (the same file) and stops
 # with one line naming the key; snakemake.utils.validate would print a whole jsonschema dump.
@@ -38,6 +39,24 @@ CONDA = "../../envs/rag.yaml"
 RES = CFG.get("resources", {})
 # evaluate_in_train_job: the train rule also writes the dev/test predictions and metrics (no evaluate rule)
 FUSED_EVAL = CFG["evaluate_in_train_job"]
+# warm start (rag.warm): the rag commands of a local run fork from one process that imported torch,
+# transformers and MLflow once; cluster jobs and conda/apptainer jobs run their own interpreter
+WARM = WarmStart(CFG["warm_start"], f"{R}/logs/warm_start.log", local=workflow.local_exec,
+                 deployment=[m.name.lower() for m in workflow.deployment_settings.deployment_method])
+
+
+onstart:
+    WARM.start()
+
+
+onsuccess:
+    WARM.stop()
+
+
+onerror:
+    WARM.stop()
+
+
 EVAL_OUTPUTS = {
     f"{split}_{kind}": f"{R}/runs/{{task}}/{{variant}}/{split}/{name}"
     for split in ("dev", "test")

@@ -1,0 +1,162 @@
+"""Warm start (rag.warm): a child of the server runs the command as a process of its own would,
+with the client's arguments, environment, working directory, umask and stdin/stdout/stderr;
+exit statuses and signals pass through; a dead client's child is ended; a server of another
+interpreter is refused; Snakemake's side switches it off for clusters and conda."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from rag import warm
+
+TESTS = str(Path(__file__).resolve().parent)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait(predicate, timeout=30.0) -> bool:
+    end = time.time() + timeout
+    while time.time() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _start(*args: str):
+    """A server on a fresh short socket path (AF_UNIX paths are limited to ~100 bytes)."""
+    folder = tempfile.mkdtemp(prefix="rw")
+    path = os.path.join(folder, "s")
+    log = open(os.path.join(folder, "log"), "w")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.Popen([sys.executable, "-m", "rag.warm", "serve", "--socket", path, *args],
+                            env=env, stdout=log, stderr=log)
+    assert _wait(lambda: "serving on" in Path(folder, "log").read_text()), Path(folder, "log").read_text()
+    return proc, path, Path(folder, "log")
+
+
+@pytest.fixture
+def server():
+    proc, path, log = _start("--preload", "--entry", "warm_entry:main")
+    yield path, log
+    proc.terminate()
+    proc.wait(timeout=20)
+    assert not os.path.exists(path), "the server removes its socket when it stops"
+
+
+def _client(path, args, tmp_path, **kw):
+    """``python -m rag ARGS`` as a rule runs it, with RAG_WARM_SOCKET set."""
+    env = {**os.environ, warm.ENV: path, "WARM_TEST_X": "from the client"}
+    env.pop("WORLD_SIZE", None)
+    return subprocess.Popen([sys.executable, "-m", "rag", *args], cwd=tmp_path, env=env, **kw)
+
+
+def test_child_sees_the_clients_arguments_environment_folder_umask_and_stdio(server, tmp_path):
+    path, log = server
+    out, err = tmp_path / "out", tmp_path / "err"
+    with open(out, "w") as o, open(err, "w") as e:
+        proc = _client(path, ["report", "3"], tmp_path, stdin=subprocess.PIPE, stdout=o, stderr=e,
+                       preexec_fn=lambda: os.umask(0o027))
+        proc.communicate(b"typed on stdin", timeout=60)
+    assert proc.returncode == 3  # the child's exit status is the client's
+    seen = json.loads(out.read_text())
+    assert seen["argv"] == ["report", "3"] and seen["sys_argv"][1:] == ["report", "3"]
+    assert seen["cwd"] == str(tmp_path) and seen["umask"] == 0o027 and seen["x"] == "from the client"
+    assert seen["stdin"] == "typed on stdin"
+    assert err.read_text() == "said on stderr\n"  # written to the client's own stderr file
+    assert seen["pid"] != proc.pid and f"pid {seen['pid']}:" in log.read_text()  # it ran in a child of the server
+
+
+def test_sys_exit_with_a_message_exits_1_and_prints_it(server, tmp_path):
+    path, _ = server
+    run = _client(path, ["bogus"], tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 1 and err.decode() == "unknown mode bogus\n" and out == b""
+
+
+def test_signals_reach_the_child_and_a_dead_clients_child_is_ended(server, tmp_path):
+    path, _ = server
+    for how in ("relayed", "client killed"):
+        proc = _client(path, ["sleep"], tmp_path, stdout=subprocess.PIPE)
+        pid = json.loads(proc.stdout.readline())["pid"]
+        assert _alive(pid)
+        if how == "relayed":  # snakemake stopping a job: SIGTERM to the client
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        else:  # SIGKILL cannot be relayed: the server sees the client's connection close
+            proc.kill()
+            proc.wait(timeout=30)
+        assert _wait(lambda: not _alive(pid)), f"{how}: the child still runs"
+        proc.stdout.close()
+
+
+def test_real_rag_command_through_the_server(tmp_path):
+    proc, path, _ = _start("--preload", "rag.metrics")
+    try:
+        (tmp_path / "p.jsonl").write_text('{"id": "1", "prediction": "Paris"}\n{"id": "2", "prediction": "x"}\n')
+        (tmp_path / "r.jsonl").write_text('{"id": "1", "targets": ["paris"]}\n{"id": "2", "targets": ["y"]}\n')
+        run = _client(path, ["score", "--metric", "em", "--predictions", "p.jsonl", "--references", "r.jsonl"], tmp_path,
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err
+        assert json.loads(out) == {"metric": "em", "score": 50.0, "n": 2}
+        run = _client(path, ["score", "--metric", "em", "--predictions", "missing.jsonl", "--references", "r.jsonl"],
+                      tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _, err = run.communicate(timeout=120)
+        assert run.returncode == 2 and b"error:" in err and b"missing.jsonl" in err
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_client_runs_the_command_itself_when_the_server_cannot_take_it(server, monkeypatch, capsys, tmp_path):
+    path, _ = server
+    assert warm.run_remote(["report", "0"], str(tmp_path / "no-such-socket")) is None
+    assert "not reachable" in capsys.readouterr().err
+    real = warm.identity()
+    monkeypatch.setattr(warm, "identity", lambda: {**real, "python": "/another/python"})
+    assert warm.run_remote(["report", "0"], path) is None
+    err = capsys.readouterr().err
+    assert "refused" in err and "/another/python" in err
+    monkeypatch.setenv("WORLD_SIZE", "2")  # under torchrun every rank runs in its own process
+    assert warm.run_remote(["report", "0"], "/unused") is None
+
+
+def test_server_exits_when_its_parent_is_gone():
+    proc, path, log = _start("--preload", "--parent", "1")  # pid 1 is not its parent: as if snakemake had died
+    assert proc.wait(timeout=30) == 0
+    assert "snakemake is gone" in log.read_text() and not os.path.exists(path)
+
+
+def test_snakemake_side_switches_off_for_clusters_and_deployed_environments(tmp_path, monkeypatch):
+    assert warm.WarmStart(False, "x").reason == "config key 'warm_start' is false"
+    assert warm.WarmStart(True, "x", local=False).reason == "jobs run on a cluster executor"
+    assert warm.WarmStart(True, "x", deployment=["conda"]).reason == "jobs run in conda environments"
+    off = warm.WarmStart(True, "x", local=False)
+    off.start()
+    assert off.proc is None and warm.ENV not in os.environ
+    monkeypatch.delenv(warm.ENV, raising=False)
+    on = warm.WarmStart(True, str(tmp_path / "logs" / "warm.log"), preload=())
+    on.start()
+    try:
+        path = os.environ[warm.ENV]
+        assert _wait(lambda: "serving on" in (tmp_path / "logs" / "warm.log").read_text(), timeout=60)
+        assert os.path.exists(path)
+    finally:
+        on.stop()
+    assert warm.ENV not in os.environ and not os.path.exists(path) and on.proc is None
