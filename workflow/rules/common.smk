@@ -146,14 +146,24 @@ def init_from(wildcards):
     return {"init": f"{R}/runs/{src}/{wildcards.variant}/model"} if src else {}
 
 
+# a fine-tuning step's relative cost by what it trains: the question encoder's backward pass,
+# its forward pass only (frozen), no dense encoder (BM25), no retrieval (closed-book BART)
+STEP_COST = {"trained": 8, "frozen": 5, "bm25": 4, "none": 1}
+
+
 def train_priority(wildcards):
     """Fine-tunes other jobs wait for go first (init_from sources; the NQ models of Figure 3, the
-    hot-swap and the oracle), then the longer ones (retrieval before closed-book BART), so the
-    DAG does not end with one core idle behind a long job."""
+    hot-swap and the oracle), then the others longest first (steps x STEP_COST, 0-9), so the DAG
+    does not end with one core idle behind a long job."""
     task, variant = wildcards.task, wildcards.variant
     feeds = (any(CFG["tasks"][t].get("init_from") == task and variant in TASK_VARIANTS[t] for t in TASK_NAMES)
              or (task in (TOPK_TASK, "nq") and variant in rag_variants(task)))
-    return (20 if feeds else 0) + (0 if variant_spec(variant).retriever is None else 5)
+    spec = variant_spec(variant)
+    kind = ("none" if spec.retriever is None else "bm25" if spec.retriever == "bm25" else
+            "trained" if spec.train_question_encoder else "frozen")
+    steps = CFG["tasks"][task].get("steps") or CFG["train"]["steps"]
+    longest = max(CFG["tasks"][t].get("steps") or CFG["train"]["steps"] for t in TASK_NAMES) * STEP_COST["trained"]
+    return (20 if feeds else 0) + min(9, round(9 * steps * STEP_COST[kind] / longest))
 
 
 # Figure 3's K sweep, the oracle and the hot-swap: long decodes at the end of the DAG, started as
