@@ -193,6 +193,21 @@ def _entry(spec: str):
     return getattr(importlib.import_module(module), name)
 
 
+def _die_with_parent(server: int) -> None:
+    """Linux: SIGTERM this process when the server (pid ``server``) dies (PR_SET_PDEATHSIG), so a
+    server killed outright leaves no job running whose client has already reported it failed."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != server:  # it died before the request above was in place
+        os._exit(128 + signal.SIGTERM)
+
+
 def _child(request: dict, fds: list[int], inherited: list, entry: str) -> None:
     """In the forked child: close the server's sockets (``inherited``), become the requested
     command, run ``entry`` (module:function, :func:`rag.cli.main`) on its arguments, exit as the
@@ -202,6 +217,7 @@ def _child(request: dict, fds: list[int], inherited: list, entry: str) -> None:
     try:
         for obj in inherited:
             obj.close()
+        _die_with_parent(request["server_pid"])
         for sig in RELAYED + (signal.SIGCHLD,):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -304,12 +320,14 @@ def serve(path: str, *, modules=PRELOAD, parent: int | None = None, idle_exit: f
 def _accept(conn: socket.socket, mine: dict, sel, children: dict, own: list, entry: str) -> None:
     import selectors
 
+    conn.settimeout(10)  # a client sends its request as soon as it connects: a silent one must not block the others
     try:
         request, fds = _recv(conn, with_fds=3)
     except (OSError, EOFError, ValueError) as exc:
         _log(f"bad request: {exc}")
         conn.close()
         return
+    conn.settimeout(None)
     try:
         theirs = {key: request.get(key) for key in mine}
         if theirs != mine or len(fds) != 3:
@@ -319,10 +337,14 @@ def _accept(conn: socket.socket, mine: dict, sel, children: dict, own: list, ent
             return
         sys.stdout.flush()
         sys.stderr.flush()
+        request["server_pid"] = os.getpid()
         pid = os.fork()
         if pid == 0:
             _child(request, fds, [conn, *own, *children.values()], entry)
-        _send(conn, {"pid": pid})
+        try:
+            _send(conn, {"pid": pid})
+        except OSError:  # the client is already gone: the selector sees its connection closed and ends the child
+            pass
         children[pid] = conn
         sel.register(conn, selectors.EVENT_READ, pid)
         _log(f"pid {pid}: rag {' '.join(request['argv'][:1])}")

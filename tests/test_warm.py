@@ -22,6 +22,13 @@ TESTS = str(Path(__file__).resolve().parent)
 
 
 def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for a reaper counts as ended)."""
+    stat = Path(f"/proc/{pid}/stat")
+    if Path("/proc/self/stat").exists():
+        try:
+            return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (FileNotFoundError, ProcessLookupError):
+            return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -103,6 +110,17 @@ def test_signals_reach_the_child_and_a_dead_clients_child_is_ended(server, tmp_p
             proc.wait(timeout=30)
         assert _wait(lambda: not _alive(pid)), f"{how}: the child still runs"
         proc.stdout.close()
+
+
+def test_a_server_killed_outright_takes_its_children_along(tmp_path):
+    proc, path, _ = _start("--preload", "--entry", "warm_entry:main")
+    client = _client(path, ["sleep"], tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    pid = json.loads(client.stdout.readline())["pid"]
+    proc.kill()
+    proc.wait(timeout=30)
+    out, err = client.communicate(timeout=30)
+    assert client.returncode == 1 and b"went away" in err  # the job fails, and says why
+    assert _wait(lambda: not _alive(pid)), "the child outlived its server"
 
 
 def test_real_rag_command_through_the_server(tmp_path):
