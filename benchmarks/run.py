@@ -6,11 +6,11 @@
     python -m benchmarks.run --device cuda --paper-size --out results/benchmarks/gpu   # on a GPU
     python -m benchmarks.run --paper-size --quick --out /tmp/bench_paper               # CPU smoke of that section
 
-Sections: encoding, index, train, decode, dag, scaling, and paper (bart-large-sized generator,
+Sections: encoding, index, train, decode, dag, scaling, startup, and paper (bart-large-sized generator,
 bert-base-sized DPR encoders, random weights; only with --paper-size or --only paper). Each writes
 its own JSON; summary.md is rebuilt from every <section>.json present in --out, so sections can be
-run one at a time. --device cuda runs encoding, train, decode and paper on the GPU; index, dag and
-scaling are CPU measurements and refuse it.
+run one at a time. --device cuda runs encoding, train, decode and paper on the GPU; index, dag,
+scaling and startup are CPU measurements and refuse it.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import traceback
 import warnings
 from pathlib import Path
 
-SECTIONS = ["encoding", "index", "train", "decode", "dag", "scaling", "paper"]
-DEFAULT_SECTIONS = ["encoding", "index", "train", "decode", "dag", "scaling"]  # paper: --paper-size
+SECTIONS = ["encoding", "index", "train", "decode", "dag", "scaling", "startup", "paper"]
+DEFAULT_SECTIONS = ["encoding", "index", "train", "decode", "dag", "scaling", "startup"]  # paper: --paper-size
 DEVICE_SECTIONS = {"encoding", "train", "decode", "paper"}  # the sections that honour --device
 
 

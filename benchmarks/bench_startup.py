@@ -1,0 +1,90 @@
+"""7. Start-up of a rule's ``rag`` command: in a process of its own vs forked from the warm start
+server (rag/warm.py, config key ``warm_start``), as Snakemake runs it (a shell running ``rag ...``).
+
+Two commands whose work is small beside their imports: ``rag init-store`` (MLflow and its SQL
+store: what every train job's MLflow run needs) and ``rag encode`` of 4 passages (torch,
+transformers' BERT and the MiniLM encoder's weights: what every model-loading job needs). Rounds
+alternate the two ways, so a change of the machine's speed hits both.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import ROOT
+
+
+def _commands(folder: Path) -> dict[str, list[str]]:
+    import yaml
+
+    from rag.config import load_config, sections
+    from rag.io import write_json
+
+    cfg = load_config(yaml.safe_load((ROOT / "config.yaml").read_text()))
+    write_json(folder / "encode.json", sections(cfg)["encode"])
+    rows = ["id\ttitle\ttext"] + [f"p{i}\tTitle {i}\tpassage number {i} about the river that flows past the town"
+                                  for i in range(4)]
+    (folder / "passages.tsv").write_text("\n".join(rows) + "\n")
+    return {
+        "rag init-store": ["rag", "init-store", "--uri", f"sqlite:///{folder}/m.db", "--marker", str(folder / "m.json")],
+        "rag encode (4 passages)": ["rag", "encode", "--config", str(folder / "encode.json"), "--passages",
+                                    str(folder / "passages.tsv"), "--shard", "0", "--num-shards", "1",
+                                    "--out", str(folder / "emb.npy")],
+    }
+
+
+def _time(cmd: list[str], env: dict) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    took = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr[-2000:]}")
+    if "warm start server" in done.stderr:  # it ran in its own process after all
+        raise RuntimeError(f"{' '.join(cmd)} did not run in the warm start server: {done.stderr[-500:]}")
+    return took
+
+
+def run(args) -> dict:
+    from rag import warm
+
+    rounds = 1 if args.quick else 5
+    folder = Path(tempfile.mkdtemp(prefix="bench-startup-"))
+    commands = _commands(folder)
+    env = {k: v for k, v in os.environ.items() if k != warm.ENV}
+    env["RAG_THREADS"] = "1"
+    server = warm.WarmStart(True, str(folder / "warm.log"))
+    start = time.perf_counter()
+    server.start()
+    try:
+        log = folder / "warm.log"
+        while "serving on" not in (log.read_text() if log.exists() else ""):
+            if server.proc.poll() is not None:
+                raise RuntimeError(f"the warm start server exited: {log.read_text()}")
+            time.sleep(0.05)
+        ready = time.perf_counter() - start
+        warm_env = {**env, warm.ENV: os.environ[warm.ENV]}
+        times: dict[str, dict[str, list[float]]] = {name: {"own": [], "warm": []} for name in commands}
+        for _ in range(rounds):
+            for name, cmd in commands.items():
+                times[name]["own"].append(_time(cmd, env))
+                times[name]["warm"].append(_time(cmd, warm_env))
+    finally:
+        server.stop()
+    rows, summary = [], []
+    for name, t in times.items():
+        own, fork = statistics.median(t["own"]), statistics.median(t["warm"])
+        rows.append([name, own, fork, own / fork, own - fork])
+        summary.append({"section": "startup", "metric": f"{name}: wall s in its own process vs forked from the warm server "
+                        f"(median of {rounds})", "value": fork, "baseline": own, "ratio": own / fork, "target": "-",
+                        "met": None})
+    notes = [f"the server was ready (its imports done) {ready:.1f} s after it started; each round ran both commands "
+             "both ways, one after the other", f"python {sys.version.split()[0]}, RAG_THREADS=1"]
+    return {"times": times, "server_ready_s": ready, "summary": summary, "notes": notes,
+            "tables": [{"title": "Start-up of a rag command (wall s, median)",
+                        "headers": ["command", "own process", "warm start", "ratio", "saved s"], "rows": rows}]}
