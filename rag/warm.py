@@ -332,7 +332,10 @@ def _accept(conn: socket.socket, mine: dict, sel, children: dict, own: list, ent
         theirs = {key: request.get(key) for key in mine}
         if theirs != mine or len(fds) != 3:
             why = "; ".join(f"{key}: server {mine[key]}, client {theirs[key]}" for key in mine if theirs[key] != mine[key])
-            _send(conn, {"refused": why or f"{len(fds)} file descriptors instead of 3"})
+            try:
+                _send(conn, {"refused": why or f"{len(fds)} file descriptors instead of 3"})
+            except OSError:  # the client is gone already
+                pass
             conn.close()
             return
         sys.stdout.flush()
