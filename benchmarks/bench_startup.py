@@ -62,11 +62,7 @@ def run(args) -> dict:
     start = time.perf_counter()
     server.start()
     try:
-        log = folder / "warm.log"
-        while "serving on" not in (log.read_text() if log.exists() else ""):
-            if server.proc.poll() is not None:
-                raise RuntimeError(f"the warm start server exited: {log.read_text()}")
-            time.sleep(0.05)
+        server.wait_ready()
         ready = time.perf_counter() - start
         warm_env = {**env, warm.ENV: os.environ[warm.ENV]}
         times: dict[str, dict[str, list[float]]] = {name: {"own": [], "warm": []} for name in commands}

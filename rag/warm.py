@@ -34,6 +34,7 @@ import sys
 import time
 
 ENV = "RAG_WARM_SOCKET"
+READY = "serving on"  # the server's log line once its imports are done and it takes requests
 ENTRY = "rag.cli:main"  # what a child runs on the client's arguments
 # what the rag commands import: the expensive part of every start-up
 PRELOAD = (
@@ -282,7 +283,7 @@ def serve(path: str, *, modules=PRELOAD, parent: int | None = None, idle_exit: f
     sel.register(server, selectors.EVENT_READ)
     children: dict[int, socket.socket] = {}  # pid -> the client's connection
     last = time.time()
-    _log(f"serving on {path}")
+    _log(f"{READY} {path}")
     try:
         while not stopping:
             for key, _ in sel.select(timeout=0.05):
@@ -403,6 +404,7 @@ class WarmStart:
                        f"jobs run in {'/'.join(deployment)} environments" if deployment else None)
         self.proc = None
         self.dir = None
+        self._log_start = 0  # where this server's lines begin in the (appended) log
 
     def start(self) -> None:
         if self.reason is not None or self.proc is not None:
@@ -414,11 +416,27 @@ class WarmStart:
         path = os.path.join(self.dir, "sock")
         os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
         with open(self.log_path, "a") as log:
+            self._log_start = log.tell()
             extra = [] if self.preload is None else ["--preload", *self.preload]
             self.proc = subprocess.Popen([sys.executable, "-m", "rag.warm", "serve", "--socket", path,
                                           "--parent", str(os.getpid()), *extra],
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         os.environ[ENV] = path  # the jobs snakemake starts inherit it
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Block until the started server takes requests (jobs need not: theirs wait in the
+        socket's backlog); RuntimeError when it exits first or ``timeout`` seconds pass."""
+        deadline = time.time() + timeout
+        while True:
+            with open(self.log_path) as log:
+                log.seek(self._log_start)
+                text = log.read()
+            if READY in text:
+                return
+            if self.proc.poll() is not None or time.time() > deadline:
+                state = "exited" if self.proc.poll() is not None else f"not ready after {timeout:.0f}s"
+                raise RuntimeError(f"the warm start server {state}: {text[-2000:]}")
+            time.sleep(0.05)
 
     def stop(self) -> None:
         os.environ.pop(ENV, None)

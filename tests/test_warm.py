@@ -53,7 +53,7 @@ def _start(*args: str):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.Popen([sys.executable, "-m", "rag.warm", "serve", "--socket", path, *args],
                             env=env, stdout=log, stderr=log)
-    assert _wait(lambda: "serving on" in Path(folder, "log").read_text()), Path(folder, "log").read_text()
+    assert _wait(lambda: warm.READY in Path(folder, "log").read_text()), Path(folder, "log").read_text()
     return proc, path, Path(folder, "log")
 
 
@@ -173,7 +173,7 @@ def test_snakemake_side_switches_off_for_clusters_and_deployed_environments(tmp_
     on.start()
     try:
         path = os.environ[warm.ENV]
-        assert _wait(lambda: "serving on" in (tmp_path / "logs" / "warm.log").read_text(), timeout=60)
+        on.wait_ready(timeout=60)
         assert os.path.exists(path)
     finally:
         on.stop()

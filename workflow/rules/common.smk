@@ -151,6 +151,14 @@ def init_from(wildcards):
 STEP_COST = {"trained": 8, "frozen": 5, "bm25": 4, "none": 1}
 
 
+def task_steps(task):
+    """A task's fine-tuning steps, as its train_<task> section resolves them (tasks.<task>.steps, else train.steps)."""
+    return SECTIONS[f"train_{task}"]["train"]["steps"]
+
+
+LONGEST_FINE_TUNE = max(task_steps(t) for t in TASK_NAMES) * STEP_COST["trained"]
+
+
 def train_priority(wildcards):
     """Fine-tunes other jobs wait for go first (init_from sources; the NQ models of Figure 3, the
     hot-swap and the oracle), then the others longest first (steps x STEP_COST, 0-9), so the DAG
@@ -161,9 +169,7 @@ def train_priority(wildcards):
     spec = variant_spec(variant)
     kind = ("none" if spec.retriever is None else "bm25" if spec.retriever == "bm25" else
             "trained" if spec.train_question_encoder else "frozen")
-    steps = CFG["tasks"][task].get("steps") or CFG["train"]["steps"]
-    longest = max(CFG["tasks"][t].get("steps") or CFG["train"]["steps"] for t in TASK_NAMES) * STEP_COST["trained"]
-    return (20 if feeds else 0) + min(9, round(9 * steps * STEP_COST[kind] / longest))
+    return (20 if feeds else 0) + min(9, round(9 * task_steps(task) * STEP_COST[kind] / LONGEST_FINE_TUNE))
 
 
 # Figure 3's K sweep, the oracle and the hot-swap: long decodes at the end of the DAG, started as
