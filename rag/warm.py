@@ -75,10 +75,9 @@ def identity() -> dict:
 def _send(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
     data = json.dumps(message).encode()
     payload = _HEADER.pack(len(data)) + data
-    if fds:
-        socket.send_fds(sock, [payload], fds)
-    else:
-        sock.sendall(payload)
+    sent = socket.send_fds(sock, [payload], fds) if fds else 0  # the descriptors ride on the first bytes
+    if sent < len(payload):  # nothing more to send: the server may have answered and closed already
+        sock.sendall(payload[sent:])
 
 
 def _recv_exact(sock: socket.socket, n: int, first: bytes = b"") -> bytes:
