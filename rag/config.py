@@ -339,6 +339,17 @@ def _sections(cfg: dict) -> dict[str, dict]:
     return out
 
 
+def _steps_by_task(cfg: dict) -> int | str:
+    """Fine-tuning steps: one number when every task trains train.steps, else each count with its
+    tasks (tasks.<task>.steps), the most steps first: "80 (nq, triviaqa); 30 (curatedtrec, ...)"."""
+    by: dict[int, list[str]] = {}
+    for name in sorted(cfg["tasks"]):
+        by.setdefault(cfg["tasks"][name].get("steps", cfg["train"]["steps"]), []).append(name)
+    if len(by) == 1:
+        return next(iter(by))
+    return "; ".join(f"{n} ({', '.join(names)})" for n, names in sorted(by.items(), reverse=True))
+
+
 def scale_summary(cfg: dict) -> dict:
     g = cfg["generator"]
     gen = g.get("name_or_path") if g["init"] == "pretrained" else f"BART from scratch (d_model {g['d_model']}, {g['layers']}+{g['layers']} layers)"
@@ -349,6 +360,6 @@ def scale_summary(cfg: dict) -> dict:
         "question_encoder": cfg["retriever"]["question_encoder"],
         "index": cfg["retriever"]["index"],
         "train_k": cfg["train"]["k"],
-        "train_steps": cfg["train"]["steps"],
+        "train_steps": _steps_by_task(cfg),
         "batch_size": cfg["train"]["batch_size"],
     }

@@ -371,14 +371,19 @@ def _tokenize_pairs(predictions, references, tokenizer):
     return hyps, refs_tok
 
 
-def _sentence_bleu_scorer(hyps: list[str], refs: list[list[str]], n: int):
+def _cooked_bleu(hyps: list[str], refs: list[list[str]], n: int):
+    """pycocoevalcap's BleuScorer holding each (hypothesis, references) pair's n-gram counts."""
     from pycocoevalcap.bleu.bleu_scorer import BleuScorer
 
     scorer = BleuScorer(n=n)
     for h, r in zip(hyps, refs):
         scorer += (h, r)
+    return scorer
+
+
+def _sentence_bleu_scorer(hyps: list[str], refs: list[list[str]], n: int):
     # pycocoevalcap's Bleu.compute_score always uses option='closest'.
-    return scorer.compute_score(option="closest", verbose=0)
+    return _cooked_bleu(hyps, refs, n).compute_score(option="closest", verbose=0)
 
 
 def bleu1(predictions: Sequence[str], references: Sequence[Sequence[str]], tokenizer: str = "python") -> float:
@@ -662,6 +667,55 @@ def compute(metric: str, predictions: Sequence[str], targets: Sequence[Sequence[
     if len(predictions) == 0:
         raise DataError(f"metric {metric}: no predictions to score (empty list)")
     return SCORERS[metric](predictions, targets, tokenizer, qbleu_weights)
+
+
+def subset_scorer(metric: str, predictions: Sequence[str], targets: Sequence[Sequence[str]],
+                  tokenizer: str = "python", qbleu_weights: dict | None = None) -> Callable[[Sequence[int]], float]:
+    """``fn(indices)``: :func:`compute` of the examples at ``indices`` (repeats allowed), equal to
+    it to the last bit, with what each example costs on its own done once, here: tokenizing,
+    BLEU's n-gram counts, the per-example scores that ROUGE-L, Q-BLEU-1 and EM average. A
+    bootstrap scores hundreds of resamples of the same predictions (the report's ± cells)."""
+    compute(metric, predictions, targets, tokenizer, qbleu_weights)  # the checks, once
+    if metric == "bleu1":
+        hyps, refs = _tokenize_pairs(predictions, targets, tokenizer)
+        cooked = _cooked_bleu(hyps, refs, 4)
+
+        def score(ix: Sequence[int]) -> float:
+            part = cooked.copy()  # a scorer of the resample's pairs, counted once above
+            part.ctest = [cooked.ctest[i] for i in ix]
+            part.crefs = [cooked.crefs[i] for i in ix]
+            return 100.0 * float(part.compute_score(option="closest", verbose=0)[0][0])
+    elif metric in ("rougeL", "qbleu1"):  # the mean of per-example scores, summed in order as they are
+        from pycocoevalcap.rouge.rouge import Rouge
+
+        if metric == "rougeL":
+            hyps, refs = _tokenize_pairs(predictions, targets, tokenizer)
+            rouge = Rouge()
+            each = [rouge.calc_score([h], r) for h, r in zip(hyps, refs)]
+        else:
+            each = qbleu1_scores(predictions, targets, tokenizer=tokenizer, **(qbleu_weights or {}))
+
+        def score(ix: Sequence[int]) -> float:
+            picked = [each[i] for i in ix]
+            if metric == "rougeL":
+                return 100.0 * float(sum(picked) / len(picked))
+            return 100.0 * sum(picked) / len(picked)
+    elif metric in ("em", "em_regex", "accuracy"):
+        each = [SCORERS[metric]([p], [t], tokenizer, qbleu_weights) / 100.0 for p, t in zip(predictions, targets)]
+
+        def score(ix: Sequence[int]) -> float:
+            return 100.0 * sum(bool(each[i]) for i in ix) / len(ix)
+    else:  # trigram_distinct: counted over the resample as a whole
+
+        def score(ix: Sequence[int]) -> float:
+            return compute(metric, [predictions[i] for i in ix], [targets[i] for i in ix], tokenizer, qbleu_weights)
+
+    def checked(ix: Sequence[int]) -> float:
+        if len(ix) == 0:
+            raise DataError(f"metric {metric}: no predictions to score (empty list)")
+        return score(ix)
+
+    return checked
 
 
 def _index_by_id(rows: list[dict], path, field: str) -> dict:

@@ -245,3 +245,16 @@ def test_missing_input_file_names_key_and_path(root, tmp_path, monkeypatch, miss
     want = f"config key 'tasks.nq.files.dev': input file {tmp_path}/nowhere/dev.jsonl not found"
     with pytest.raises(ConfigError, match=f"^{re.escape(want)}$"):
         check_input_files(load_config(absolute, check_files=False), base=root)
+
+
+def test_report_scale_names_each_tasks_fine_tuning_steps(base):
+    """The report's scale box gives each task's steps (tasks.<task>.steps over train.steps), one
+    number only when every task trains the same."""
+    cfg = copy.deepcopy(base)
+    for t in cfg["tasks"].values():
+        t.pop("steps", None)
+    cfg["train"]["steps"] = 7
+    assert sections(load_config(cfg))["report"]["scale"]["train_steps"] == 7
+    cfg["tasks"]["nq"]["steps"] = 9
+    others = ", ".join(sorted(t for t in cfg["tasks"] if t != "nq"))
+    assert sections(load_config(cfg))["report"]["scale"]["train_steps"] == f"9 (nq); 7 ({others})"

@@ -360,6 +360,27 @@ def test_compute_dispatch_and_errors():
         M.compute("em", ["a", "b"], [["a"]])
 
 
+@pytest.mark.parametrize("metric", M.METRICS)
+def test_subset_scorer_equals_compute_on_the_subset(metric):
+    """The bootstrap's scorer of resamples (each example counted once) gives compute()'s score of
+    the resample to the last bit, repeats, one reference or several, empty predictions included."""
+    import numpy as np
+
+    preds = ["the cat sat on the mat", "who wrote the raven", "", "A", "paris is the capital of france",
+             "the capital of ziglal is morvan", "what river flows through Velora ?", "x y z w"]
+    targets = [["the cat is on the mat", "a cat sat on a mat"], ["who is the author of the raven"], ["nothing"],
+               ["A"], ["Paris"], ["the capital of ziglal is morvan city"], ["which river crosses Velora ?"],
+               ["x y", "z w q", "x y z w"]]
+    if metric == "em_regex":
+        targets = [[re.escape(t[0]) + "|cat"] + t[1:] for t in targets]
+    scorer = M.subset_scorer(metric, preds, targets)
+    for ix in [list(range(len(preds))), *np.random.default_rng(1).integers(0, len(preds), size=(20, len(preds)))]:
+        expected = M.compute(metric, [preds[i] for i in ix], [targets[i] for i in ix])
+        assert scorer(ix) == expected  # exactly: the report's ± cells must not move
+    with pytest.raises(DataError):
+        scorer([])
+
+
 def test_compute_never_falls_back_to_accuracy(monkeypatch):
     """Scoring goes through the name -> scorer map: every listed metric has its own scorer, and a
     name added to METRICS alone (without a scorer) raises, naming the metric."""

@@ -323,6 +323,7 @@ def cell_halfwidth(metric: str, preds: list[dict], options: dict | None = None) 
     t = [x["targets"] for x in preds]
     if metric in ("em", "em_regex", "accuracy"):
         _, lo, hi = bootstrap_mean([score([a], [b]) for a, b in zip(p, t)])
-    else:  # corpus-level metrics: recomputed on 200 resamples
-        _, lo, hi = bootstrap_statistic(lambda ix: score([p[i] for i in ix], [t[i] for i in ix]), len(p))
+    else:  # corpus-level metrics: recomputed on 200 resamples, each example's own work done once
+        _, lo, hi = bootstrap_statistic(M.subset_scorer(metric, p, t, tokenizer=options.get("tokenizer", "python"),
+                                                        qbleu_weights=options.get("qbleu1")), len(p))
     return (hi - lo) / 2
