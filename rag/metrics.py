@@ -675,7 +675,12 @@ def subset_scorer(metric: str, predictions: Sequence[str], targets: Sequence[Seq
     it to the last bit, with what each example costs on its own done once, here: tokenizing,
     BLEU's n-gram counts, the per-example scores that ROUGE-L, Q-BLEU-1 and EM average. A
     bootstrap scores hundreds of resamples of the same predictions (the report's ± cells)."""
-    compute(metric, predictions, targets, tokenizer, qbleu_weights)  # the checks, once
+    if metric not in SCORERS:
+        raise ConfigError(f"unknown metric {metric!r}; valid metrics: {', '.join(METRICS)}")
+    if len(predictions) == 0:
+        raise DataError(f"metric {metric}: no predictions to score (empty list)")
+    if metric != "trigram_distinct":
+        _check_pairs(predictions, targets)
     if metric == "bleu1":
         hyps, refs = _tokenize_pairs(predictions, targets, tokenizer)
         cooked = _cooked_bleu(hyps, refs, 4)
@@ -686,9 +691,9 @@ def subset_scorer(metric: str, predictions: Sequence[str], targets: Sequence[Seq
             part.crefs = [cooked.crefs[i] for i in ix]
             return 100.0 * float(part.compute_score(option="closest", verbose=0)[0][0])
     elif metric in ("rougeL", "qbleu1"):  # the mean of per-example scores, summed in order as they are
-        from pycocoevalcap.rouge.rouge import Rouge
-
         if metric == "rougeL":
+            from pycocoevalcap.rouge.rouge import Rouge
+
             hyps, refs = _tokenize_pairs(predictions, targets, tokenizer)
             rouge = Rouge()
             each = [rouge.calc_score([h], r) for h, r in zip(hyps, refs)]

@@ -379,6 +379,16 @@ def test_subset_scorer_equals_compute_on_the_subset(metric):
         assert scorer(ix) == expected  # exactly: the report's ± cells must not move
     with pytest.raises(DataError):
         scorer([])
+    with pytest.raises(DataError):  # checked as compute() checks, before any resample
+        M.subset_scorer(metric, [], [])
+    if metric != "trigram_distinct":
+        with pytest.raises(DataError):
+            M.subset_scorer(metric, preds, targets[:-1])
+
+
+def test_subset_scorer_unknown_metric():
+    with pytest.raises(ConfigError, match="valid metrics"):
+        M.subset_scorer("f1", ["a"], [["a"]])
 
 
 def test_compute_never_falls_back_to_accuracy(monkeypatch):
