@@ -40,12 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """The ``rag`` command. Run as a program (``argv`` None) inside a Snakemake run with warm start
     (``RAG_WARM_SOCKET``, rag.warm), the command runs in a child of the warm server instead."""
-    if argv is None and os.environ.get("RAG_WARM_SOCKET"):
-        from rag import warm
+    if argv is None:
+        from rag import warm  # the standard library only: nothing to slow a start-up
 
-        code = warm.run_remote(sys.argv[1:], os.environ["RAG_WARM_SOCKET"])
-        if code is not None:
-            return code
+        if os.environ.get(warm.ENV):
+            code = warm.run_remote(sys.argv[1:], os.environ[warm.ENV])
+            if code is not None:
+                return code
     parser = build_parser()
     args = parser.parse_args(argv)
     # SIGTERM (a cluster's scancel, snakemake stopping a job) unwinds like an exception, so jobs

@@ -394,14 +394,19 @@ def bleu1(predictions: Sequence[str], references: Sequence[Sequence[str]], token
     return 100.0 * float(score[0])
 
 
-def rouge_l(predictions: Sequence[str], references: Sequence[Sequence[str]], tokenizer: str = "python") -> float:
-    """MS MARCO ROUGE-L: pycocoevalcap ``Rouge`` (beta=1.2; max P and R over references), mean."""
+def rouge_l_scores(predictions: Sequence[str], references: Sequence[Sequence[str]], tokenizer: str = "python") -> list:
+    """Per-example ROUGE-L in [0, 1]: pycocoevalcap ``Rouge`` (beta=1.2; max P and R over references)."""
     from pycocoevalcap.rouge.rouge import Rouge
 
     _check_pairs(predictions, references)
     hyps, refs = _tokenize_pairs(predictions, references, tokenizer)
     rouge = Rouge()
-    scores = [rouge.calc_score([h], r) for h, r in zip(hyps, refs)]
+    return [rouge.calc_score([h], r) for h, r in zip(hyps, refs)]
+
+
+def rouge_l(predictions: Sequence[str], references: Sequence[Sequence[str]], tokenizer: str = "python") -> float:
+    """MS MARCO ROUGE-L: the mean of :func:`rouge_l_scores`, in percent."""
+    scores = rouge_l_scores(predictions, references, tokenizer)
     return 100.0 * float(sum(scores) / len(scores))
 
 
@@ -690,26 +695,23 @@ def subset_scorer(metric: str, predictions: Sequence[str], targets: Sequence[Seq
             part.ctest = [cooked.ctest[i] for i in ix]
             part.crefs = [cooked.crefs[i] for i in ix]
             return 100.0 * float(part.compute_score(option="closest", verbose=0)[0][0])
-    elif metric in ("rougeL", "qbleu1"):  # the mean of per-example scores, summed in order as they are
-        if metric == "rougeL":
-            from pycocoevalcap.rouge.rouge import Rouge
-
-            hyps, refs = _tokenize_pairs(predictions, targets, tokenizer)
-            rouge = Rouge()
-            each = [rouge.calc_score([h], r) for h, r in zip(hyps, refs)]
-        else:
-            each = qbleu1_scores(predictions, targets, tokenizer=tokenizer, **(qbleu_weights or {}))
+    elif metric == "rougeL":  # means of per-example scores, summed in order as rouge_l and qbleu1 sum them
+        each = rouge_l_scores(predictions, targets, tokenizer)
 
         def score(ix: Sequence[int]) -> float:
             picked = [each[i] for i in ix]
-            if metric == "rougeL":
-                return 100.0 * float(sum(picked) / len(picked))
-            return 100.0 * sum(picked) / len(picked)
-    elif metric in ("em", "em_regex", "accuracy"):
-        each = [SCORERS[metric]([p], [t], tokenizer, qbleu_weights) / 100.0 for p, t in zip(predictions, targets)]
+            return 100.0 * float(sum(picked) / len(picked))
+    elif metric == "qbleu1":
+        each = qbleu1_scores(predictions, targets, tokenizer=tokenizer, **(qbleu_weights or {}))
 
         def score(ix: Sequence[int]) -> float:
-            return 100.0 * sum(bool(each[i]) for i in ix) / len(ix)
+            picked = [each[i] for i in ix]
+            return 100.0 * sum(picked) / len(picked)
+    elif metric in ("em", "em_regex", "accuracy"):
+        hit = [SCORERS[metric]([p], [t], tokenizer, qbleu_weights) > 0 for p, t in zip(predictions, targets)]
+
+        def score(ix: Sequence[int]) -> float:
+            return 100.0 * sum(hit[i] for i in ix) / len(ix)
     else:  # trigram_distinct: counted over the resample as a whole
 
         def score(ix: Sequence[int]) -> float:
