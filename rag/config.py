@@ -154,6 +154,13 @@ def _check_references(cfg: dict) -> None:
             if missing:
                 raise ConfigError(f"config key 'tasks.{name}.variants': {', '.join(missing)} would start from "
                                   f"{src}'s model (init_from), which tasks.{src}.variants does not train")
+        if src is not None:
+            for v in task_variants(cfg, name):
+                missing = [s for s in run_seeds(cfg, name, v) if s not in run_seeds(cfg, src, v)]
+                if missing:
+                    raise ConfigError(f"config key 'tasks.{name}.seeds': seed {missing[0]} of {v} would start from "
+                                      f"{src}'s {v} model of that seed (init_from), which {src} does not train "
+                                      f"(its seeds: {run_seeds(cfg, src, v)})")
         if task["source"] == "miniworld" and cfg["corpus"]["source"] != "miniworld":
             raise ConfigError(f"config key 'tasks.{name}.source': miniworld tasks need corpus.source: miniworld")
         if task["source"] == "miniworld":
@@ -297,11 +304,18 @@ def task_variants(cfg: dict, task: str) -> list[str]:
     return [v for v in cfg["variants"] if chosen is None or v in chosen]
 
 
+def run_seeds(cfg: dict, task: str, variant: str) -> list[int]:
+    """The fine-tune seeds of ``task`` x ``variant``: ``tasks.<task>.seeds``, else the top-level
+    ``seeds``; the first of them alone for a variant of ``one_seed_variants``."""
+    chosen = cfg["tasks"][task].get("seeds") or cfg["seeds"]
+    return list(chosen[:1] if variant in cfg["one_seed_variants"] else chosen)
+
+
 # the test-time keys of tasks.<task>: in eval_<task>, not in train_<task>
 DECODE_KEYS = ("decode_sequence", "decode_token")
-# which runs a task has (the Snakefile reads it): in no section, so adding a variant to a task
-# does not re-run the task's existing jobs
-RUN_KEYS = ("variants",)
+# which runs a task has (the Snakefile reads it): in no section, so adding a variant or a seed to a
+# task does not re-run the task's existing jobs
+RUN_KEYS = ("variants", "seeds")
 
 
 def _sections(cfg: dict) -> dict[str, dict]:
@@ -362,4 +376,19 @@ def scale_summary(cfg: dict) -> dict:
         "train_k": cfg["train"]["k"],
         "train_steps": _steps_by_task(cfg),
         "batch_size": cfg["train"]["batch_size"],
+        "seeds": _seeds_by_run(cfg),
     }
+
+
+def _seeds_by_run(cfg: dict) -> str:
+    """The fine-tune seeds, grouped: "1, 2, 3 (nq: rag_sequence, rag_token); 1 (the other runs)"."""
+    by: dict[tuple[int, ...], list[str]] = {}
+    for name in sorted(cfg["tasks"]):
+        for v in task_variants(cfg, name):
+            by.setdefault(tuple(run_seeds(cfg, name, v)), []).append(f"{name}/{v}")
+    if len(by) == 1:
+        return ", ".join(map(str, next(iter(by))))
+    most = max(by, key=lambda k: len(by[k]))
+    parts = [f"{', '.join(map(str, seeds))} ({', '.join(runs)})" for seeds, runs in sorted(by.items(), key=lambda x: -len(x[0]))
+             if seeds != most]
+    return "; ".join(parts + [f"{', '.join(map(str, most))} (the other runs)"])

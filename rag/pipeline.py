@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rag import runtime
 from rag.errors import ConfigError
 from rag.retrieval import RetrievalFiles, add_file_args
@@ -12,8 +14,14 @@ from rag.tasks import VARIANTS
 
 
 def _task_setup(args) -> tuple[TrainSection, str]:
-    """The task's train_<task> section (with eval_<task> when given) and the device, set up."""
+    """The task's train_<task> section (with eval_<task> when given) and the device, set up.
+
+    ``--seed`` (the run's fine-tune seed, wildcard ``{seed}`` of the rules) replaces the section's
+    ``seed`` (the top-level one, which made the world, the data and the pretrained generator): the
+    fine-tune's initial RNG state and its batch order, and what the run's files and MLflow record."""
     cfg = read_task_sections(args.config)
+    if args.seed is not None:
+        cfg = replace(cfg, seed=args.seed)
     return cfg, runtime.setup(cfg.device, seed=cfg.seed, precision=cfg.precision)
 
 
@@ -79,6 +87,7 @@ def register(sub) -> None:
     def add(name, func, help_):
         p = sub.add_parser(name, help=help_)
         p.set_defaults(func=func)
+        p.add_argument("--seed", type=int, help="the fine-tune seed (config key seeds; default: the section's seed)")
         return p
 
     def retrieval_args(p):

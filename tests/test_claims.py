@@ -3,36 +3,7 @@
 import numpy as np
 import pytest
 
-from rag.report.claims import bootstrap_mean, bootstrap_statistic, paired_bootstrap, verdict
-
-
-def test_paired_bootstrap_covers_the_true_difference():
-    # two correlated 0/100 outcomes per example; true P(a) - P(b) = 0.06 (6 points)
-    rng = np.random.default_rng(1)
-    covered = 0
-    trials = 100
-    for t in range(trials):
-        u = rng.random(300)
-        a = 100.0 * (u < 0.56)
-        b = 100.0 * (u < 0.50)
-        flip = rng.random(300) < 0.1  # some discordance in both directions
-        b[flip] = 100.0 - b[flip]
-        true = 100.0 * (0.56 - (0.50 * 0.9 + 0.5 * 0.1))
-        _, lo, hi = paired_bootstrap(a, b, resamples=400, seed=t)
-        covered += lo <= true <= hi
-    assert covered >= 88, covered  # nominal 95 %
-
-
-def test_pairing_narrows_the_interval():
-    rng = np.random.default_rng(0)
-    base = 100.0 * (rng.random(300) < 0.5)
-    better = base.copy()
-    better[rng.choice(np.flatnonzero(base == 0), 15, replace=False)] = 100.0  # +5 points, same questions
-    d, lo, hi = paired_bootstrap(better, base)
-    assert d == pytest.approx(5.0)
-    assert lo > 0  # paired: a 5-point gain on 300 shared questions is told from noise
-    _, lo_a, hi_a = bootstrap_mean(better)
-    assert (hi - lo) < (hi_a - lo_a)
+from rag.report.claims import verdict
 
 
 def test_a_claim_without_examples_is_reported_not_raised(tmp_path):
@@ -51,7 +22,7 @@ def test_a_claim_without_examples_is_reported_not_raised(tmp_path):
 
 
 def test_the_nq_em_bar_also_asks_for_an_interval_above_zero():
-    """Issue 11: fine-tuned > frozen by >= 3 EM on NQ *and* the interval above 0; TQA only >= 3."""
+    """Fine-tuned > frozen by >= 3 EM on NQ *and* the interval above 0; TQA only >= 3."""
     from rag.report.claims import _diff_claim, build_claims
     from rag.report.inputs import ReportInputs
 
@@ -79,25 +50,6 @@ def test_verdicts():
     assert verdict(-3.0, -0.5) == "not reproduced"
     assert verdict(-1.0, 2.0) == "inconclusive"
     assert verdict(-3.0, -0.5, direction=-1) == "reproduced"
-
-
-def test_bootstrap_statistic_of_a_corpus_metric():
-    values = np.arange(100, dtype=float)
-    full, lo, hi = bootstrap_statistic(lambda ix: float(values[ix].mean()), 100, resamples=300)
-    assert full == pytest.approx(49.5) and lo < 49.5 < hi
-
-
-def test_bootstrap_interval_of_distinct_ngrams_holds_the_measured_value():
-    """Resamples repeat generations, which lowers the distinct tri-gram share of every resample;
-    the interval is still about the measured value."""
-    from rag.metrics import trigram_distinct
-
-    gens = [f"clue number {i} about the city of place{i} and river{i}" for i in range(60)]
-    full, lo, hi = bootstrap_statistic(lambda ix: trigram_distinct([gens[i] for i in ix]), len(gens))
-    assert full == pytest.approx(trigram_distinct(gens)) and lo <= full <= hi and hi - lo > 1
-    rng = np.random.default_rng(0)  # the plain percentile interval lies wholly below the measured value
-    plain = [trigram_distinct([gens[i] for i in rng.integers(0, len(gens), len(gens))]) for _ in range(200)]
-    assert np.quantile(plain, 0.975) < full
 
 
 def test_default_world_makes_retrieval_a_real_problem():

@@ -37,18 +37,21 @@ def test_default_dry_run_lists_every_job(tmp_path):
     res = smk(tmp_path, "-n", configfile=ROOT / "config.yaml")
     assert res.returncode == 0, res.stderr[-3000:]
     counts = job_counts(res.stdout + res.stderr)
-    # config.yaml: evaluate_in_train_job, so each train job also decodes dev/test; NQ and TriviaQA run
-    # all 7 variants, the other 6 tasks the 3 of their tasks.<task>.variants
-    assert counts["train"] == 2 * 7 + 6 * 3 and "evaluate" not in counts
+    # config.yaml: evaluate_in_train_job, so each train job also decodes dev/test; NQ runs
+    # 7 variants and TriviaQA 5 (no BM25), 4 of them with three fine-tune seeds (seeds), the others one
+    # (one_seed_variants);
+    # the other 6 tasks the 3 of their tasks.<task>.variants, one seed each (tasks.<task>.seeds)
+    assert counts["train"] == (4 * 3 + 3) + (4 * 3 + 1) + 6 * 3 and "evaluate" not in counts
     assert counts["encode_shard"] == 4  # 2 shards x (snapshot a, snapshot b)
-    assert counts["topk_sweep"] == 2 and counts["hotswap"] == 2 and counts["report"] == 1
+    # NQ's RAG-Sequence and RAG-Token: one K sweep, hot-swap and oracle per seed
+    assert counts["topk_sweep"] == 6 and counts["hotswap"] == 6 and counts["oracle"] == 6 and counts["report"] == 1
     separate = yaml.safe_load((ROOT / "config.yaml").read_text())
     separate["evaluate_in_train_job"] = False
     (tmp_path / "separate.yaml").write_text(yaml.safe_dump(separate))
     res = smk(tmp_path, "-n", configfile=tmp_path / "separate.yaml")
     assert res.returncode == 0, res.stderr[-3000:]
     split = job_counts(res.stdout + res.stderr)
-    assert split["train"] == 32 and split["evaluate"] == 32 and split["total"] == counts["total"] + 32
+    assert split["train"] == 46 and split["evaluate"] == 46 and split["total"] == counts["total"] + 46
 
 
 def test_config_error_stops_before_any_job(tmp_path):
@@ -79,16 +82,24 @@ def test_e2e_outputs(e2e):
     assert "Table 1" in html and "Table 2" in html
     for task in ("nq", "webquestions", "fever3"):
         for variant in ("rag_sequence", "rag_token", "bart", "rag_token_bm25"):
-            for split in ("dev", "test"):
-                m = json.loads((work / f"results/e2e/runs/{task}/{variant}/{split}/metrics.json").read_text())
-                assert m["n"] > 0 and m["metrics"], (task, variant, split)
-                preds = (work / f"results/e2e/runs/{task}/{variant}/{split}/predictions.jsonl").read_text().splitlines()
-                row = json.loads(preds[0])
-                assert ("doc_ids" in row) and (bool(row["doc_ids"]) == (variant != "bart"))
-    topk = json.loads((work / "results/e2e/experiments/topk/nq/rag_sequence.json").read_text())
-    assert topk["k"] == [1, 2, 3] and len(topk["em"]) == 3
-    hot = json.loads((work / "results/e2e/experiments/hotswap/rag_token.json").read_text())
-    assert set(hot["cells"]) == {"a|a", "a|b", "b|a", "b|b"}
+            # tests/data/e2e.yaml: NQ's RAG-Sequence and RAG-Token fine-tune with seeds 1 and 2
+            seeds = (1, 2) if task == "nq" and variant in ("rag_sequence", "rag_token") else (1,)
+            for seed in seeds:
+                for split in ("dev", "test"):
+                    m = json.loads((work / f"results/e2e/runs/{task}/{variant}/seed{seed}/{split}/metrics.json").read_text())
+                    assert m["n"] > 0 and m["metrics"] and m["seed"] == seed, (task, variant, seed, split)
+                    preds = (work / f"results/e2e/runs/{task}/{variant}/seed{seed}/{split}/predictions.jsonl").read_text()
+                    row = json.loads(preds.splitlines()[0])
+                    assert ("doc_ids" in row) and (bool(row["doc_ids"]) == (variant != "bart"))
+    assert not (work / "results/e2e/runs/nq/bart/seed2").exists()  # one_seed_variants: the first seed only
+    for seed in (1, 2):
+        topk = json.loads((work / f"results/e2e/experiments/topk/nq/rag_sequence/seed{seed}.json").read_text())
+        assert topk["k"] == [1, 2, 3] and len(topk["em"]) == 3 and topk["seed"] == seed
+        hot = json.loads((work / f"results/e2e/experiments/hotswap/rag_token/seed{seed}.json").read_text())
+        assert set(hot["cells"]) == {"a|a", "a|b", "b|a", "b|b"} and hot["seed"] == seed
+    # the report: each NQ RAG cell the mean of two seeds, and says so above the checklist
+    html = (work / "reports" / "e2e" / "report.html").read_text()
+    assert "Fine-tune seeds: 2 per run for 2 runs" in html
 
 
 @pytest.mark.slow
@@ -112,8 +123,14 @@ def test_e2e_one_mlflow_run_per_task_and_variant(e2e):
     for exp in client.search_experiments():
         runs += client.search_runs([exp.experiment_id])
     keys = sorted((r.data.tags["task"], r.info.run_name) for r in runs)
-    assert len(keys) == 12 and len(set(keys)) == 12
-    nq = next(r for r in runs if r.data.tags["task"] == "nq" and r.info.run_name == "rag_token")
+    assert len(keys) == 14 and len(set(keys)) == 14  # 12 runs, and NQ's RAG-Sequence and RAG-Token's second seed
+    # each run records its seed; tag cell groups a task x variant's seeds in the UI
+    cells = {}
+    for r in runs:
+        cells.setdefault(r.data.tags["cell"], set()).add(r.data.tags["seed"])
+        assert r.data.params["seed"] == r.data.tags["seed"]
+    assert cells["nq/rag_token"] == {"1", "2"} and cells["nq/bart"] == {"1"} and len(cells) == 12
+    nq = next(r for r in runs if r.data.tags["task"] == "nq" and r.info.run_name == "rag_token seed 1")
     assert "test_em" in nq.data.metrics and "train.k" in nq.data.params
     assert len(client.get_metric_history(nq.info.run_id, "train_loss")) == 3
     arts = [a.path for a in client.list_artifacts(nq.info.run_id, "eval/test")]
@@ -155,18 +172,23 @@ def test_e2e_config_edits_rerun_only_what_they_change(e2e):
     the fine-tunes and what follows them, a search-time key neither encodes nor indexes nor
     regenerates data, the report's MLflow link re-runs the report alone."""
     work, cfg = e2e
-    after_training = {"topk_sweep": 2, "hotswap": 2, "oracle": 2, "report": 1, "all": 1}
-    # train-time (the logit scale of p(z|x)): the three tasks' train sections, all 12 fine-tunes
+    after_training = {"topk_sweep": 4, "hotswap": 4, "oracle": 4, "report": 1, "all": 1}  # NQ: two seeds
+    # train-time (the logit scale of p(z|x)): the three tasks' train sections, all 14 fine-tunes
     # (each decoding dev/test: evaluate_in_train_job) and what reads their models
     got = _planned(work, cfg, lambda c: c["retriever"].update(score_scale=21.0))
-    assert got == {"config_section": 3, "train": 12, **after_training, "total": 23}, got
+    assert got == {"config_section": 3, "train": 14, **after_training, "total": 31}, got
     # search-time: Figure 3's test-time K sweep re-runs the sweep and the report only
     got = _planned(work, cfg, lambda c: c["experiments"].update(topk_sweep=[1, 2]))
-    assert got == {"config_section": 1, "topk_sweep": 2, "report": 1, "all": 1, "total": 5}, got
+    assert got == {"config_section": 1, "topk_sweep": 4, "report": 1, "all": 1, "total": 7}, got
     # search-time: NQ's test-time K re-decodes NQ (in its train jobs, which resume from their final
     # checkpoint; WebQuestions starts from NQ), nothing upstream
     got = _planned(work, cfg, lambda c: c["tasks"]["nq"].update(decode_sequence={"k": 3}))
-    assert got == {"config_section": 1, "train": 8, **after_training, "total": 17}, got
+    assert got == {"config_section": 1, "train": 10, **after_training, "total": 25}, got
+    # a third seed on NQ: its new fine-tunes and experiments, and the report (its scale box lists the
+    # seeds); no fine-tune that exists re-runs
+    got = _planned(work, cfg, lambda c: c["tasks"]["nq"].update(seeds=[1, 2, 3]))
+    assert got == {"config_section": 1, "train": 2, "topk_sweep": 2, "hotswap": 2, "oracle": 2, "report": 1, "all": 1,
+                   "total": 11}, got
     # the report's link to the MLflow UI: the report alone
     got = _planned(work, cfg, lambda c: c.setdefault("tracking", {}).update(ui_url="http://mlflow.example:5000"))
     assert got == {"report": 1, "all": 1, "total": 2}, got
@@ -175,8 +197,11 @@ def test_e2e_config_edits_rerun_only_what_they_change(e2e):
     assert got == {}, got
 
 
-def _run_ids(results: Path) -> set[str]:
-    return {json.loads(p.read_text())["mlflow_run_id"] for p in results.glob("runs/*/*/*/metrics.json")}
+def _run_ids(results: Path, one_seed_only: bool = False) -> set[str]:
+    """The MLflow run ids of an experiment's runs (``one_seed_only``: of its cells with one seed, which
+    the report links run by run; a several-seed cell links to its runs by tag)."""
+    cells = [d for d in results.glob("runs/*/*") if not one_seed_only or len(list(d.glob("seed*"))) == 1]
+    return {json.loads(p.read_text())["mlflow_run_id"] for d in cells for p in d.glob("seed*/*/metrics.json")}
 
 
 @pytest.mark.slow
@@ -208,11 +233,13 @@ def test_two_experiments_side_by_side(e2e, tmp_path):
     ids_a, ids_b = _run_ids(work / "results" / "e2e"), _run_ids(work / "results" / "byo")
     assert ids_a and ids_b and not ids_a & ids_b
     html_b = (work / "reports" / "byo" / "report.html").read_text()
-    assert all(i in html_a for i in ids_a) and not any(i in html_a for i in ids_b)
+    linked_a = _run_ids(work / "results" / "e2e", one_seed_only=True)
+    assert linked_a and all(i in html_a for i in linked_a) and not any(i in html_a for i in ids_b)
+    assert "searchFilter=tags.cell%20%3D%20%27nq%2Frag_token%27" in html_a  # NQ RAG-Token: two seeds
     assert all(i in html_b for i in ids_b) and not any(i in html_b for i in ids_a)
     # the BYO experiment: its one task and two variants
     assert sorted(p.relative_to(work / "results" / "byo" / "runs").parts[:2]
-                  for p in (work / "results" / "byo" / "runs").glob("*/*/test/metrics.json")) == [("nq", "bart"), ("nq", "rag_token")]
+                  for p in (work / "results" / "byo" / "runs").glob("*/*/seed*/test/metrics.json")) == [("nq", "bart"), ("nq", "rag_token")]
 
 
 def test_train_jobs_tag_their_config_hash(tmp_path):
@@ -220,7 +247,7 @@ def test_train_jobs_tag_their_config_hash(tmp_path):
     res = smk(tmp_path, "-n", "-p", configfile=ROOT / "tests" / "data" / "e2e.yaml")
     assert res.returncode == 0, res.stderr[-3000:]
     hashes = re.findall(r"rag train .*?--config-hash ([0-9a-f]+) ", res.stdout + res.stderr)
-    assert len(hashes) == 3 * 4 and all(len(h) == 12 for h in hashes)
+    assert len(hashes) == 3 * 4 + 2 and all(len(h) == 12 for h in hashes)  # NQ's RAG models: two seeds
     assert len(set(hashes)) == 3  # one per task section
 
 
@@ -251,6 +278,6 @@ def test_e2e_coverage_runs_every_other_task_and_variant(tmp_path):
     for task in spec["tasks"]:
         for variant in spec["variants"]:
             for split in ("dev", "test"):
-                m = json.loads((runs / task / variant / split / "metrics.json").read_text())
+                m = json.loads((runs / task / variant / "seed1" / split / "metrics.json").read_text())
                 assert set(m["metrics"]) == set(TASKS[task].metrics) and m["n"] == spec["tasks"][task][split]
     assert (tmp_path / "reports" / spec["name"] / "report.html").is_file()

@@ -446,7 +446,7 @@ PATH_OR_INT_PARAMS = {
     "retrieval",  # retrieval_args(): --passages/--bm25/--embeddings/--index + input paths
     "init",  # "--init-from <input.init>" (a path) or ""
     "restatements",  # "--restatements <input.restatements>" (a path) or ""
-    "ckpt",  # results/<name>/runs/{task}/{variant}/checkpoint (the schema's name pattern, constrained wildcards)
+    "ckpt",  # results/<name>/runs/{task}/{variant}/seed{seed}/checkpoint (the schema's name pattern, constrained wildcards)
     "evaluate",  # fused_eval_args(): "--dev <input> --test <input> --dev-predictions <output> ..." or ""
     "train_data",  # train_data_args(): "<task enum>=<input path> ..."
     "snapshot",  # the literal "a" or "b"

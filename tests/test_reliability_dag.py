@@ -66,7 +66,7 @@ UPSTREAM = [f"{OUT}/config/{s}_nq.json" for s in ("data", "train", "eval")] + [
 
 
 def _targets(variants) -> list[str]:
-    return [f"{OUT}/runs/nq/{v}/test/metrics.json" for v in variants]
+    return [f"{OUT}/runs/nq/{v}/seed1/test/metrics.json" for v in variants]
 
 
 def _cmd(workdir: Path, *extra: str) -> list[str]:
@@ -92,7 +92,7 @@ def _ok(proc: subprocess.CompletedProcess) -> None:
 def _results(workdir: Path, variants) -> dict:
     out = {}
     for v in variants:
-        run = workdir / OUT / "runs" / "nq" / v
+        run = workdir / OUT / "runs" / "nq" / v / "seed1"
         m = json.loads((run / "test" / "metrics.json").read_text())
         preds = [json.loads(line) for line in (run / "test" / "predictions.jsonl").read_text().splitlines()]
         preds = [{k: p[k] for k in ("id", "prediction", "doc_ids", "doc_scores")} for p in preds]
@@ -140,7 +140,7 @@ def test_determinism_two_runs_from_scratch(baseline, tmp_path):
 def _kill_once_checkpointed(workdir: Path, sig: int, timeout: float = 600) -> int:
     """Start snakemake, send ``sig`` to its process group once the train job has written a
     checkpoint but not its model; return the checkpoint's step seen at that moment."""
-    run = workdir / OUT / "runs" / "nq" / KILL_VARIANT
+    run = workdir / OUT / "runs" / "nq" / KILL_VARIANT / "seed1"
     ckpt, model = run / "checkpoint" / "checkpoint.pt", run / "model"
     proc = subprocess.Popen(_cmd(workdir, *_targets([KILL_VARIANT])), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=_env(), start_new_session=True)
@@ -201,7 +201,7 @@ def test_kill_and_resume(upstream, baseline, tmp_path, sig):
         assert FLAGS_NEEDED["SIGTERM"] == [], "after SIGTERM a plain re-run should complete"
     else:
         assert set(FLAGS_NEEDED["SIGKILL"]) <= {"--unlock"}, FLAGS_NEEDED
-    log = (wd / OUT / "logs" / "train" / f"nq-{KILL_VARIANT}.log").read_text()
+    log = (wd / OUT / "logs" / "train" / f"nq-{KILL_VARIANT}-seed1.log").read_text()
     m = re.search(r"resumed from \S+checkpoint\.pt at step (\d+)", log)
     assert m, "the re-run trained from scratch instead of resuming from the checkpoint"
     assert 0 < int(m.group(1)) < STEPS

@@ -409,3 +409,50 @@ def test_a_variant_left_out_of_some_tasks_leaves_those_cells_blank_with_a_note(t
     row = re.search(r"RAG-Token-BM25 (.*?) RAG-Sequence-BM25", table6).group(1).split()
     assert row[12:16] == ["–", "(55.5)", "–", "(48.4)"]  # MS-MARCO R-L, B-1: blank beside the paper's
     assert row[2:4] == ["36.9", "(41.5)"]  # TQA still measured
+
+
+def test_cells_and_claims_are_means_over_seeds(tmp_path):
+    """Three fine-tune seeds of NQ RAG-Token and its frozen twin: each table cell is the mean over
+    seeds with the seeds' spread beside it, the checklist row says how many seeds its interval
+    carries, and the line above the checklist says what the intervals mean."""
+    from rag.report.claims import build_claims
+
+    n = 40
+    files_m, files_p = [], []
+    for variant, per_seed_correct in (("rag_token", (30, 32, 34)), ("rag_token_frozen", (20, 20, 20))):
+        for seed, correct in enumerate(per_seed_correct, start=1):
+            d = tmp_path / "runs" / "nq" / variant / f"seed{seed}" / "test"
+            d.mkdir(parents=True)
+            (d / "metrics.json").write_text(json.dumps({
+                "task": "nq", "variant": variant, "split": "test", "seed": seed, "n": n,
+                "metrics": {"em": 100.0 * correct / n}, "retrieval": {}, "mlflow_run_id": f"r{variant}{seed}",
+                "mlflow_experiment_id": "3"}))
+            with open(d / "predictions.jsonl", "w") as fh:
+                for j in range(n):
+                    fh.write(json.dumps({"id": f"q{j:02d}", "input": "q", "targets": ["yes"],
+                                         "prediction": "yes" if j < correct else "no", "doc_ids": []}) + "\n")
+            files_m.append(d / "metrics.json")
+            files_p.append(d / "predictions.jsonl")
+    inputs = ReportInputs.from_files(metrics=files_m, predictions=files_p)
+    assert inputs.seeds(("nq", "rag_token", "test")) == [1, 2, 3]
+    out = tmp_path / "report.html"
+    build_report(inputs, None, {}, out, {"table1": tmp_path / "t1.csv"}, tracking_url=TRACKING)
+    html = htmlmod.unescape(out.read_text())
+    assert "80.0" in html and "sd 5.0" in html  # RAG-Token NQ: 75, 80, 85 -> mean 80.0, sd 5.0
+    assert "Fine-tune seeds: 3 per run for 2 runs" in html
+    # a several-seed cell links to the MLflow runs of its cell (tag cell), not to one run
+    assert f"{TRACKING}/#/experiments/3?searchFilter=tags.cell%20%3D%20%27nq%2Frag_token%27" in out.read_text()
+    claim = next(c for c in build_claims(inputs, {}) if c.claim == "… and the answers (RAG-Token, NQ)")
+    assert claim.diff == pytest.approx(30.0) and claim.seeds == 3 and claim.spread.startswith("3 seeds, sd ")
+    one = ReportInputs.from_files(metrics=files_m[:1] + files_m[3:4], predictions=files_p[:1] + files_p[3:4])
+    build_report(one, None, {}, out, {}, tracking_url=TRACKING)
+    assert "every interval covers the test sample only and ignores training variance" in out.read_text()
+
+
+def test_a_second_file_for_the_same_run_and_seed_is_refused(tmp_path):
+    for i in range(2):
+        d = tmp_path / f"copy{i}"
+        d.mkdir()
+        (d / "metrics.json").write_text(json.dumps({"task": "nq", "variant": "bart", "split": "test", "seed": 4}))
+    with pytest.raises(DataError, match="a second metrics file for nq/bart/test seed 4"):
+        ReportInputs.from_files(metrics=[tmp_path / "copy0" / "metrics.json", tmp_path / "copy1" / "metrics.json"])

@@ -103,3 +103,57 @@ def register(sub) -> None:
     p.add_argument("--tasks", nargs="+", default=None, help="restrict to these tasks (default: all given)")
     p.add_argument("--variants", nargs="+", default=None, help="restrict to these variants (default: all given)")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("check", help="check a finished experiment's scores against a band file: OK / FAIL per cell")
+    p.add_argument("--bands", required=True, help="band file (config/bands/*.yaml)")
+    p.add_argument("--metrics", nargs="+", required=True, help="the experiment's metrics.json files (one per run, split and seed)")
+    p.add_argument("--out", default=None, help="also write the table here (written only when every cell is in band)")
+    p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("bands", help="write a band file from finished experiments of one config under several top-level seeds")
+    p.add_argument("--center", required=True, help="results/<name> of the experiment the bands are centred on")
+    p.add_argument("--others", nargs="*", default=[], help="results/<name> of the same config under other top-level seeds")
+    p.add_argument("--name", required=True, help="what the bands are for (shown by rag check)")
+    p.add_argument("--out", required=True, help="band file to write")
+    p.set_defaults(func=_cmd_bands)
+
+
+def _cmd_check(args) -> int:
+    import sys
+
+    from rag.io import atomic_open
+    from rag.report.bands import check, format_results, load_bands, run_values
+
+    header, bands = load_bands(args.bands)
+    results = check(bands, run_values(args.metrics))
+    text = format_results(header, results)
+    print(text)
+    failed = [r for r in results if r.status == "FAIL"]
+    if failed:
+        print(f"error: {len(failed)} cell(s) out of band: " + ", ".join("/".join(r.band.cell) for r in failed), file=sys.stderr)
+        return 1
+    if not any(r.status == "OK" for r in results):
+        print(f"error: none of the {len(results)} bands of {args.bands} matched a run given", file=sys.stderr)
+        return 1
+    if args.out:
+        with atomic_open(Path(args.out)) as fh:
+            fh.write(text + "\n")
+    return 0
+
+
+def _cmd_bands(args) -> int:
+    from rag.report.bands import experiment_values, make_bands, write_bands
+
+    center, n_of = experiment_values(args.center)
+    others = [experiment_values(o)[0] for o in args.others]
+    bands = make_bands(center, others, n_of)
+    method = (f"Centred on {args.center} (mean over its seeds); spread from it and {len(others)} more experiments of the "
+              "same config under other top-level seeds: " + ", ".join(args.others) + ". A several-seed cell's tolerance is "
+              "4 SD of the difference between two means over that many seeds, the SD of one fine-tune pooled within "
+              "experiments (the test set fixed, only training varying: what another machine's floats do); a one-seed "
+              "cell's, 4 SD of a difference of two runs, its SD taken across the experiments (world and training "
+              "varying: wider). Each at least two test examples' worth. 4 SD: about 80 cells are checked at once, so "
+              "a band must rarely miss by chance (a normal variable leaves 4 SD once in 16,000).")
+    write_bands(args.out, bands, {"version": 1, "name": args.name, "method": method})
+    print(f"wrote {len(bands)} bands to {args.out}")
+    return 0

@@ -95,7 +95,8 @@ class Cell:
     href: str | None = None
     paper: str | None = DASH
     value: float | None = None
-    pm: str | None = None  # ± half-width of the bootstrap 95 % interval (test examples resampled)
+    pm: str | None = None  # ± half-width of the 95 % interval (seeds and test examples: rag.report.stats)
+    spread: str | None = None  # the seeds' spread (sample SD of the per-seed values); None for one seed
 
 
 @dataclass
@@ -134,61 +135,88 @@ def load_paper() -> dict:
 
 
 class Runs:
-    """The metrics.json (and predictions) files a report was given, by (task, variant, split)."""
+    """The metrics.json (and predictions) files a report was given, by (task, variant, split), each
+    with one file per fine-tune seed; a cell is the mean over its seeds."""
 
     def __init__(self, inputs: ReportInputs, tracking_url: str, tasks: list[str] | None, variants: list[str] | None):
         self.inputs = inputs
         self.tracking_url = tracking_url.rstrip("/")
-        self.metrics: dict[tuple[str, str, str], dict] = {}
-        self.paths: dict[tuple[str, str, str], Path] = {}
-        for key, path in sorted(inputs.metrics.items()):
+        self.by_seed: dict[tuple[str, str, str], dict[int, dict]] = {}
+        self.paths: dict[tuple[str, str, str], dict[int, Path]] = {}
+        for key, files in sorted(inputs.metrics.items()):
             task, variant, split = key
             if tasks is not None and task not in tasks:
                 continue
             if variants is not None and variant not in variants:
                 continue
-            data = read_json(path)
-            if not isinstance(data, dict) or not isinstance(data.get("metrics", {}), dict):
-                raise DataError(f"{path}: expected an object with a 'metrics' object")
-            if not isinstance(data.get("retrieval") or {}, dict):
-                raise DataError(f"{path}: 'retrieval' must be an object")
-            self.metrics[key] = data
-            self.paths[key] = path
+            for seed, path in sorted(files.items()):
+                data = read_json(path)
+                if not isinstance(data, dict) or not isinstance(data.get("metrics", {}), dict):
+                    raise DataError(f"{path}: expected an object with a 'metrics' object")
+                if not isinstance(data.get("retrieval") or {}, dict):
+                    raise DataError(f"{path}: 'retrieval' must be an object")
+                self.by_seed.setdefault(key, {})[seed] = data
+                self.paths.setdefault(key, {})[seed] = path
+        # the first seed's file stands for the run's settings (n, metric options, MLflow experiment)
+        self.metrics = {key: runs[min(runs)] for key, runs in self.by_seed.items()}
         if not inputs.metrics:
             log.warning("no metrics files given; every measured cell is empty")
         self.tasks = list(tasks) if tasks is not None else _ordered({k[0] for k in self.metrics}, TASKS)
         self.variants = list(variants) if variants is not None else _ordered({k[1] for k in self.metrics}, VARIANTS)
 
+    def seeds(self, key: tuple[str, str, str]) -> list[int]:
+        return sorted(self.by_seed.get(key, {}))
+
     def link(self, key: tuple[str, str, str]) -> str | None:
+        """The MLflow run of a one-seed cell; for several seeds, the experiment's runs of this cell
+        (tag ``cell``), which the UI lists side by side."""
         data = self.metrics.get(key)
         if not data:
             return None
         run_id, exp_id = data.get("mlflow_run_id"), data.get("mlflow_experiment_id")
         if not run_id or exp_id is None or exp_id == "":
             return None
-        return f"{self.tracking_url}/#/experiments/{quote(str(exp_id), safe='')}/runs/{quote(str(run_id), safe='')}"
+        base = f"{self.tracking_url}/#/experiments/{quote(str(exp_id), safe='')}"
+        if len(self.by_seed[key]) == 1:
+            return f"{base}/runs/{quote(str(run_id), safe='')}"
+        search = quote(f"tags.cell = '{key[0]}/{key[1]}'", safe="")
+        return f"{base}?searchFilter={search}"
+
+    def values(self, task: str, variant: str, split: str, metric: str, section: str = "metrics") -> list[float] | None:
+        """The metric of each seed (None when a seed's file lacks it, or the run was not given)."""
+        runs = self.by_seed.get((task, variant, split))
+        if not runs:
+            return None
+        out = [_number((data.get(section) or {}).get(metric), f"{self.paths[(task, variant, split)][seed]}: {section}.{metric}")
+               for seed, data in sorted(runs.items())]
+        return None if any(v is None for v in out) else out
 
     def value(self, task: str, variant: str, split: str, metric: str, section: str = "metrics") -> float | None:
-        data = self.metrics.get((task, variant, split))
-        if not data:
-            return None
-        return _number((data.get(section) or {}).get(metric), f"{self.paths[(task, variant, split)]}: {section}.{metric}")
+        """The mean over seeds."""
+        vals = self.values(task, variant, split, metric, section)
+        return None if vals is None else float(sum(vals) / len(vals))
 
     def cell(self, task: str, variant: str, split: str, metric: str, paper: Any = None, section: str = "metrics") -> Cell:
-        v = self.value(task, variant, split, metric, section)
-        pm = None
-        path = self.predictions_path(task, variant, split)
-        if v is not None and section == "metrics" and path is not None and path.is_file():
-            from rag.report.claims import cell_halfwidth
+        key = (task, variant, split)
+        vals = self.values(task, variant, split, metric, section)
+        v = None if vals is None else float(sum(vals) / len(vals))
+        pm = spread = None
+        if v is not None and len(vals) > 1:
+            spread = f"sd {_sd(vals):.1f}"
+        paths = self.predictions_paths(task, variant, split)
+        if v is not None and section == "metrics" and paths and all(p.is_file() for p in paths):
+            from rag.report.claims import cell_interval
 
-            hw = cell_halfwidth(metric, read_jsonl(path), self.metrics[(task, variant, split)].get("metric_options"))
-            pm = None if hw is None else f"±{hw:.1f}"
+            per_seed = [sorted(read_jsonl(p), key=lambda r: r["id"]) for p in paths]
+            iv = cell_interval(metric, per_seed, self.metrics[key].get("metric_options"))
+            pm = None if iv is None else f"±{iv.half_width:.1f}"
         return Cell(
             measured=_fmt(v),
-            href=self.link((task, variant, split)) if v is not None else None,
+            href=self.link(key) if v is not None else None,
             paper=_fmt(paper),
             value=v,
             pm=pm,
+            spread=spread,
         )
 
     def ran_without(self, task: str, variant: str, split: str) -> bool:
@@ -198,9 +226,20 @@ class Runs:
             return False
         return any(t == task and s == split for t, _, s in self.metrics)
 
+    def predictions_paths(self, task: str, variant: str, split: str) -> list[Path]:
+        """The run's predictions files, one per seed (in seed order), as the report was given them."""
+        return [p for _, p in sorted((self.inputs.predictions.get((task, variant, split)) or {}).items())]
+
     def predictions_path(self, task: str, variant: str, split: str) -> Path | None:
-        """The run's predictions file, if the report was given it."""
-        return self.inputs.predictions.get((task, variant, split))
+        """The first seed's predictions file (the samples section shows one fine-tune's answers)."""
+        paths = self.predictions_paths(task, variant, split)
+        return paths[0] if paths else None
+
+
+def _sd(values: list[float]) -> float:
+    import statistics
+
+    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def _ordered(present: set[str], canonical: tuple[str, ...]) -> list[str]:
@@ -294,6 +333,25 @@ def build_tables(runs: Runs, paper: dict) -> list[Table]:
     return tables
 
 
+def seeds_line(runs: Runs) -> str:
+    """One line on how many fine-tune seeds the report's cells have and what the intervals mean."""
+    counts: dict[int, set[str]] = {}
+    for (task, variant, _), seeds in runs.by_seed.items():
+        counts.setdefault(len(seeds), set()).add(f"{TASK_NAMES.get(task, task)} {VARIANT_NAMES.get(variant, variant)}")
+    if not counts:
+        return "No runs."
+    if set(counts) == {1}:
+        return ("One fine-tune seed per run: every interval covers the test sample only and ignores training "
+                "variance (the seed, and CPU float differences, which act like one); config key seeds runs more.")
+    most = max(counts)
+    several = sorted(counts[most])
+    rest = sum(len(v) for k, v in counts.items() if k != most)
+    return (f"Fine-tune seeds: {most} per run for {len(several)} runs ({', '.join(several)})"
+            + (f", {', '.join(str(k) for k in sorted(counts, reverse=True) if k != most)} for the other {rest}" if rest else "")
+            + ". Each number is the mean over its seeds; its interval carries the seed variance and the test sample, "
+            "except where a run has one seed (the test sample only).")
+
+
 def _measured_rows(table: Table) -> list[tuple[str, list[Cell]]]:
     """Rows that can hold a measured number (paper-only rows are left out of the CSVs)."""
     return [(label, cells) for label, cells, kind in table.rows if kind != "paper-only"]
@@ -353,31 +411,47 @@ def _at_k(key: str) -> int:
 # ---------------------------------------------------------------- experiments
 
 
+def _seed_mean(rows: list[list[float | None]]) -> list[float | None]:
+    """Element-wise mean over seeds (None where any seed has none)."""
+    return [None if any(v is None for v in col) else float(sum(col) / len(col)) for col in zip(*rows)]
+
+
 def figure3(inputs: ReportInputs) -> list[dict]:
-    """One figure (two panels) per task that has top-K sweep files."""
+    """One figure (two panels) per task that has top-K sweep files; each curve the mean over seeds."""
     from rag.report.svg import line_chart
 
-    tasks = _ordered({key[0] for key in inputs.experiments.get("topk", {})}, TASKS)
+    tasks = _ordered({key[0] for key in inputs.experiment_keys("topk")}, TASKS)
     figures = []
     for task in tasks:
         series_em, series_recall = [], []
         for variant in ("rag_token", "rag_sequence"):
-            path = inputs.experiment("topk", task, variant)
-            if path is None or not path.is_file():
+            files = inputs.experiment("topk", task, variant)
+            if not files or any(not p.is_file() for p in files.values()):
                 continue
-            data = read_json(path)
-            ks = data.get("k") if isinstance(data, dict) else None
-            if not isinstance(ks, list) or not ks:
-                raise DataError(f"{path}: expected a non-empty list 'k'")
-            ks = [_number(k, f"{path}: k") for k in ks]
-            name = VARIANT_NAMES[variant]
+            ks = None
+            curves: dict[str, list] = {"em": [], "answer_recall": []}
+            for path in files.values():
+                data = read_json(path)
+                k = data.get("k") if isinstance(data, dict) else None
+                if not isinstance(k, list) or not k:
+                    raise DataError(f"{path}: expected a non-empty list 'k'")
+                k = [_number(x, f"{path}: k") for x in k]
+                if ks is not None and k != ks:
+                    raise DataError(f"{path}: K values {k} differ from another seed's {ks}")
+                ks = k
+                for metric in curves:
+                    ys = data.get(metric)
+                    if ys is None:
+                        curves[metric] = None
+                        continue
+                    if not isinstance(ys, list) or len(ys) != len(ks):
+                        raise DataError(f"{path}: '{metric}' must be a list as long as 'k'")
+                    if curves[metric] is not None:
+                        curves[metric].append([_number(y, f"{path}: {metric}") for y in ys])
+            name = VARIANT_NAMES[variant] + (f" (mean of {len(files)} seeds)" if len(files) > 1 else "")
             for metric, target in (("em", series_em), ("answer_recall", series_recall)):
-                ys = data.get(metric)
-                if ys is None:
-                    continue
-                if not isinstance(ys, list) or len(ys) != len(ks):
-                    raise DataError(f"{path}: '{metric}' must be a list as long as 'k'")
-                target.append((name, ks, [_number(y, f"{path}: {metric}") for y in ys]))
+                if curves[metric]:
+                    target.append((name, ks, _seed_mean(curves[metric])))
         if not series_em and not series_recall:
             continue
         tname = TASK_NAMES.get(task, task)
@@ -398,37 +472,47 @@ def figure3(inputs: ReportInputs) -> list[dict]:
 
 
 def oracle_tables(inputs: ReportInputs) -> list[dict]:
-    """Reader quality apart from retrieval: EM with the gold passage alone, per attribute."""
+    """Reader quality apart from retrieval: EM with the gold passage alone, per attribute (mean over seeds)."""
     out = []
-    for path in inputs.experiment_files("oracle"):
-        data = read_json(path)
-        if not isinstance(data, dict) or not isinstance(data.get("by_attribute"), dict):
-            raise DataError(f"{path}: expected an object with 'by_attribute'")
-        out.append({"task": TASK_NAMES.get(data.get("task"), data.get("task")),
-                    "variant": VARIANT_NAMES.get(data.get("variant"), data.get("variant")),
-                    "n": data.get("n"), "em": _fmt(data.get("em")),
-                    "rows": [(a, v["n"], _fmt(v["em"])) for a, v in sorted(data["by_attribute"].items())]})
+    for key in inputs.experiment_keys("oracle"):
+        runs = []
+        for path in inputs.experiment("oracle", *key).values():
+            data = read_json(path)
+            if not isinstance(data, dict) or not isinstance(data.get("by_attribute"), dict):
+                raise DataError(f"{path}: expected an object with 'by_attribute'")
+            runs.append(data)
+        first = runs[0]
+        attrs = sorted({a for d in runs for a in d["by_attribute"]})
+        mean = lambda vals: float(sum(vals) / len(vals)) if vals else None  # noqa: E731
+        out.append({"task": TASK_NAMES.get(first.get("task"), first.get("task")),
+                    "variant": VARIANT_NAMES.get(first.get("variant"), first.get("variant")),
+                    "n": first.get("n"), "seeds": len(runs), "em": _fmt(mean([d.get("em") for d in runs])),
+                    "rows": [(a, first["by_attribute"].get(a, {}).get("n"),
+                              _fmt(mean([d["by_attribute"][a]["em"] for d in runs if a in d["by_attribute"]]))) for a in attrs]})
     return out
 
 
 def hotswap(inputs: ReportInputs, paper: dict) -> dict | None:
+    """The 2 x 2 table of the index hot-swap per variant: answers (mean over seeds) out of n."""
     from rag.report.svg import bar_chart
 
-    files = inputs.experiment_files("hotswap")
-    if not files:
+    keys = inputs.experiment_keys("hotswap")
+    if not keys:
         return None
     ppaper = paper.get("index_hot_swap", {})
     paper_cells = {k: ppaper.get(v) for k, v in HOTSWAP_PAPER_KEYS.items()}
     variants = []
-    by_variant = {path: key[0] for key, path in inputs.experiments.get("hotswap", {}).items()}
-    for path in sorted(files, key=lambda p: (VARIANTS.index(by_variant[p]) if by_variant[p] in VARIANTS else 99, by_variant[p])):
-        data = read_json(path)
-        if not isinstance(data, dict) or not isinstance(data.get("cells"), dict):
-            raise DataError(f"{path}: expected an object with 'cells'")
-        n = data.get("n")
-        n = int(_number(n, f"{path}: n") or 0) if n is not None else None
-        cells = {k: _number(data["cells"].get(k), f"{path}: cells.{k}") for k in HOTSWAP_PAPER_KEYS}
-        variant = by_variant[path]
+    for (variant,) in sorted(keys, key=lambda k: (VARIANTS.index(k[0]) if k[0] in VARIANTS else 99, k[0])):
+        n, per_seed = None, []
+        for path in inputs.experiment("hotswap", variant).values():
+            data = read_json(path)
+            if not isinstance(data, dict) or not isinstance(data.get("cells"), dict):
+                raise DataError(f"{path}: expected an object with 'cells'")
+            n = data.get("n")
+            n = int(_number(n, f"{path}: n") or 0) if n is not None else None
+            per_seed.append([_number(data["cells"].get(k), f"{path}: cells.{k}") for k in HOTSWAP_PAPER_KEYS])
+        cells = dict(zip(HOTSWAP_PAPER_KEYS, _seed_mean(per_seed)))
+        one = len(per_seed) == 1
         rows = []
         for q in ("a", "b"):
             row = []
@@ -437,13 +521,13 @@ def hotswap(inputs: ReportInputs, paper: dict) -> dict | None:
                 m = cells[k]
                 row.append(
                     {
-                        "measured": DASH if m is None else f"{int(m)}/{n if n is not None else DASH}",
+                        "measured": DASH if m is None else f"{int(m) if one else round(m, 1)}/{n if n is not None else DASH}",
                         "paper": DASH if paper_cells[k] is None else f"{paper_cells[k]}/{HOTSWAP_PAPER_N}",
                     }
                 )
             rows.append((f"questions {q}", row))
         pct = [None if cells[k] is None or not n else 100.0 * cells[k] / n for k in HOTSWAP_PAPER_KEYS]
-        variants.append({"variant": VARIANT_NAMES.get(variant, variant), "n": n, "rows": rows, "pct": pct})
+        variants.append({"variant": VARIANT_NAMES.get(variant, variant), "n": n, "seeds": len(per_seed), "rows": rows, "pct": pct})
     categories = ["Q a / index a", "Q a / index b", "Q b / index a", "Q b / index b"]
     series = [(f"{v['variant']} (measured)", v["pct"]) for v in variants]
     series.append(
@@ -588,6 +672,7 @@ def build_report(
         p = read_all_passages(passages)
         texts = dict(zip(p.ids, p.texts))
     context = {
+        "seeds_line": seeds_line(runs),
         "claims": build_claims(inputs, texts, paper),
         "oracle": oracle_tables(inputs),
         "scale": scale,

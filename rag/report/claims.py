@@ -1,67 +1,26 @@
 """The report's claims checklist: each qualitative claim of the paper, the paper's evidence, the
-measured evidence with a paired bootstrap 95 % interval, and a verdict.
+measured evidence with a 95 % interval, and a verdict.
 
 Every figure comes from per-example files the DAG wrote (predictions.jsonl, the top-K sweep,
-the hot-swap and the oracle results); nothing is taken from the paper but its own evidence.
-A verdict says whether the interval of the measured difference excludes 0 in the paper's
-direction (``reproduced``), in the other direction (``not reproduced``), or neither
-(``inconclusive``). The ``bar`` beside it is this harness' own acceptance threshold for the
-embedded benchmark (miniworld), so that a regression that keeps the sign but loses the size of
-an effect shows too.
+the hot-swap and the oracle results), one per fine-tune seed; nothing is taken from the paper but
+its own evidence. The measured difference is the mean over seeds; its interval carries both the
+seed variance and the test sample (:mod:`rag.report.stats`). A verdict says whether that interval
+excludes 0 in the paper's direction (``reproduced``), in the other direction (``not reproduced``),
+or neither (``inconclusive``). The ``bar`` beside it is this harness' own acceptance threshold for
+the embedded benchmark (miniworld), read on the mean over seeds, so that a regression that keeps
+the sign but loses the size of an effect shows too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
 from rag.io import read_json, read_jsonl
 from rag.report.inputs import ReportInputs
-
-RESAMPLES = 1000
-ALPHA = 0.05
-
-
-# ------------------------------------------------------------------------------- statistics
-def _indices(n: int, resamples: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-
-
-def bootstrap_mean(values: Sequence[float], resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
-    """(mean, lower, upper): percentile bootstrap 95 % interval of the mean, resampling examples."""
-    v = np.asarray(values, dtype=float)
-    if v.size == 0:
-        raise ValueError("bootstrap of no values")
-    means = v[_indices(v.size, resamples, seed)].mean(1)
-    lo, hi = np.quantile(means, [ALPHA / 2, 1 - ALPHA / 2])
-    return float(v.mean()), float(lo), float(hi)
-
-
-def paired_bootstrap(a: Sequence[float], b: Sequence[float], resamples: int = RESAMPLES,
-                     seed: int = 0) -> tuple[float, float, float]:
-    """(mean(a) - mean(b), lower, upper) over paired examples: one resample of example indices
-    serves both sides, so the interval is that of the paired difference."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a.shape != b.shape:
-        raise ValueError(f"paired bootstrap needs equal lengths, got {a.size} and {b.size}")
-    return bootstrap_mean(a - b, resamples, seed)
-
-
-def bootstrap_statistic(fn: Callable[[np.ndarray], float], n: int, resamples: int = 200,
-                        seed: int = 0) -> tuple[float, float, float]:
-    """(fn(all), lower, upper) for a corpus-level statistic ``fn(indices)`` (BLEU, distinct n-grams).
-
-    The percentile interval is re-centred on ``fn(all)`` (its spread kept, its location moved by
-    ``fn(all) - median``): a resample repeats examples, and a repeated generation adds tri-grams
-    but no distinct ones, so the resampled distinct-n-gram share sits well below the measured one
-    (Jeopardy, RAG vs BART: all resamples below the estimate, the plain interval excluding it).
-    For BLEU and ROUGE the median is within noise of the estimate and the shift is small."""
-    full = float(fn(np.arange(n)))
-    vals = np.array([fn(ix) for ix in _indices(n, resamples, seed)])
-    lo, med, hi = np.quantile(vals, [ALPHA / 2, 0.5, 1 - ALPHA / 2])
-    return full, float(lo + full - med), float(hi + full - med)
+from rag.report.stats import Interval, mean_interval, statistic_interval
 
 
 def verdict(lo: float, hi: float, direction: int = 1) -> str:
@@ -89,6 +48,8 @@ class Claim:
     bar: str = ""
     bar_met: bool | None = None
     details: list[str] = field(default_factory=list)
+    seeds: int | None = None  # the fewest fine-tune seeds of either side (1: the interval ignores training variance)
+    seed_sd: float | None = None  # the spread of the per-seed differences (sample SD)
 
     @property
     def interval(self) -> str:
@@ -96,64 +57,109 @@ class Claim:
             return "—"
         return f"{self.diff:+.1f} [{self.lo:+.1f}, {self.hi:+.1f}]"
 
+    @property
+    def spread(self) -> str:
+        """The number of seeds and their spread: "3 seeds, sd 1.2" | "1 seed"."""
+        if self.seeds is None:
+            return "—"
+        if self.seeds == 1:
+            return "1 seed"
+        return f"{self.seeds} seeds" + (f", sd {self.seed_sd:.1f}" if self.seed_sd is not None else "")
+
+    def set_interval(self, iv: Interval, direction: int = 1) -> None:
+        self.diff, self.lo, self.hi = iv.estimate, iv.lo, iv.hi
+        self.verdict = verdict(iv.lo, iv.hi, direction)
+        self.seeds, self.seed_sd = iv.seeds, iv.seed_sd
+
 
 class Evidence:
-    """Per-example results of the files one report reads (its rule's inputs)."""
+    """Per-example results of the files one report reads (its rule's inputs), seed by seed.
+
+    Per-example scores come as a matrix (seeds x test examples, examples in id order)."""
 
     def __init__(self, inputs: ReportInputs, passages: dict[str, str] | None):
         self.inputs = inputs
         self.passages = passages or {}
         self._cache: dict = {}
 
-    def predictions(self, task: str, variant: str, split: str = "test") -> list[dict] | None:
+    def predictions(self, task: str, variant: str, split: str = "test") -> dict[int, list[dict]] | None:
+        """seed -> that fine-tune's predictions in id order; None when the run was not given (or a file is missing)."""
         key = (task, variant, split)
         if key not in self._cache:
-            path = self.inputs.predictions.get(key)
-            self._cache[key] = sorted(read_jsonl(path), key=lambda r: r["id"]) if path is not None and path.is_file() else None
+            files = self.inputs.predictions.get(key) or {}
+            out = {}
+            for seed, path in sorted(files.items()):
+                if not path.is_file():
+                    out = None
+                    break
+                out[seed] = sorted(read_jsonl(path), key=lambda r: r["id"])
+            self._cache[key] = out or None
         return self._cache[key]
 
-    def correct(self, task: str, variant: str, metric: str) -> list[float] | None:
+    @staticmethod
+    def _matrix(per_seed: dict[int, list], score) -> np.ndarray | None:
+        rows = [[score(p) for p in preds] for preds in per_seed.values()]
+        if len({len(r) for r in rows}) != 1:
+            return None
+        return np.array(rows, dtype=float)
+
+    def correct(self, task: str, variant: str, metric: str) -> np.ndarray | None:
         from rag import metrics as M
 
         preds = self.predictions(task, variant)
         if preds is None:
             return None
-        return [M.compute(metric, [p["prediction"]], [p["targets"]]) for p in preds]
+        return self._matrix(preds, lambda p: M.compute(metric, [p["prediction"]], [p["targets"]]))
 
-    def hits(self, task: str, variant: str, k: int, regex: bool = False) -> list[float] | None:
+    def hits(self, task: str, variant: str, k: int, regex: bool = False) -> np.ndarray | None:
         """100 per example whose first ``k`` retrieved passages contain an answer, else 0."""
         from rag import metrics as M
 
         preds = self.predictions(task, variant)
-        if preds is None or not preds or len(preds[0].get("doc_ids") or []) < k or not self.passages:
+        if preds is None or not self.passages:
             return None
-        return [100.0 * any(M.answer_in_text(self.passages.get(d, ""), p["targets"], regex=regex) for d in p["doc_ids"][:k])
-                for p in preds]
+        first = next(iter(preds.values()))
+        if not first or len(first[0].get("doc_ids") or []) < k:
+            return None
+        return self._matrix(preds, lambda p: 100.0 * any(M.answer_in_text(self.passages.get(d, ""), p["targets"], regex=regex)
+                                                          for d in p["doc_ids"][:k]))
 
-    def json(self, kind: str, *key: str) -> dict | None:
-        """An experiment's result: ("topk" | "oracle", task, variant) or ("hotswap", variant)."""
-        path = self.inputs.experiment(kind, *key)
-        return read_json(path) if path is not None and path.is_file() else None
+    def json(self, kind: str, *key: str) -> dict[int, dict] | None:
+        """seed -> an experiment's result: ("topk" | "oracle", task, variant) or ("hotswap", variant)."""
+        files = self.inputs.experiment(kind, *key)
+        if not files or any(not p.is_file() for p in files.values()):
+            return None
+        return {seed: read_json(p) for seed, p in files.items()}
 
 
 def _diff_claim(claim: str, paper: str, what: str, a, b, bar_text: str, bar: Callable[[float], bool],
-                direction: int = 1, ci_above_zero: bool = False) -> Claim:
-    """A claim on the paired difference mean(a) - mean(b); ``ci_above_zero``: the bar also asks
-    that the interval's lower end be above 0."""
+                direction: int = 1, ci_above_zero: bool = False, paired_seeds: bool = False) -> Claim:
+    """A claim on the difference mean(a) - mean(b) of per-example scores (seeds x examples, or one
+    row for one seed), the mean over seeds and examples; its interval carries the seed variance and
+    the test sample (:func:`rag.report.stats.mean_interval`). ``paired_seeds``: a and b come from the
+    same fine-tunes (K = 8 vs K = 1 of one model), so the seeds' spread is that of their per-seed
+    differences. ``ci_above_zero``: the bar also asks that the interval's lower end be above 0."""
     if ci_above_zero:
         bar_text += ", CI above 0"
     if a is None or b is None:
         return Claim(claim, paper, f"{what}: not run", bar=bar_text)
-    if len(a) != len(b):
-        return Claim(claim, paper, f"{what}: different test sets ({len(a)} vs {len(b)})", bar=bar_text)
-    if not len(a):
+    a, b = np.atleast_2d(np.asarray(a, dtype=float)), np.atleast_2d(np.asarray(b, dtype=float))
+    if a.shape[1] != b.shape[1]:
+        return Claim(claim, paper, f"{what}: different test sets ({a.shape[1]} vs {b.shape[1]})", bar=bar_text)
+    if not a.shape[1]:
         return Claim(claim, paper, f"{what}: no examples", bar=bar_text)
-    d, lo, hi = paired_bootstrap(a, b)
-    return Claim(claim, paper, f"{what}: {np.mean(a):.1f} vs {np.mean(b):.1f} (n = {len(a)})", d, lo, hi,
-                 verdict(lo, hi, direction), bar_text, bool(bar(d)) and (lo > 0 or not ci_above_zero))
+    if paired_seeds:
+        iv = mean_interval([(1, a - b)])
+    else:
+        iv = mean_interval([(1, a), (-1, b)])
+    c = Claim(claim, paper, f"{what}: {a.mean():.1f} vs {b.mean():.1f} (n = {a.shape[1]})", bar=bar_text)
+    c.set_interval(iv, direction)
+    c.bar_met = bool(bar(iv.estimate)) and (iv.lo > 0 or not ci_above_zero)
+    return c
 
 
-def _majority_baseline(ev: Evidence, task: str) -> list[float] | None:
+def _majority_baseline(ev: Evidence, task: str) -> np.ndarray | None:
+    """The training split's majority label as the prediction for every test example (one row)."""
     import collections
 
     train = ev.inputs.train_data.get(task)
@@ -161,25 +167,35 @@ def _majority_baseline(ev: Evidence, task: str) -> list[float] | None:
     if preds is None or train is None or not train.is_file():
         return None
     major = collections.Counter(r["targets"][0] for r in read_jsonl(train)).most_common(1)[0][0]
-    return [100.0 * (p["targets"][0] == major) for p in preds]
+    return np.array([[100.0 * (p["targets"][0] == major) for p in next(iter(preds.values()))]])
 
 
-def _hotswap(ev: Evidence, variant: str) -> tuple[list[float], list[float]] | None:
-    data = ev.json("hotswap", variant)
-    if not data or not data.get("detail") or "correct_a" not in data["detail"][0]:
+def _hotswap(ev: Evidence, variant: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(matched, mismatched): per seed, per changed leader question, the share (0-100) of the two
+    indexes whose answer matches the questions' own snapshot (matched) or the other one."""
+    per_seed = ev.json("hotswap", variant)
+    if not per_seed:
         return None
-    by = {}
-    for d in data["detail"]:
-        if d.get("changed"):
-            by.setdefault(d["id"], {})[d["index"]] = d
     matched, mismatched = [], []
-    for q in sorted(by):
-        if set(by[q]) != {"a", "b"}:
-            continue
-        a, b = by[q]["a"], by[q]["b"]  # predictions with index a and index b
-        matched.append(50.0 * (a["correct_a"] + b["correct_b"]))
-        mismatched.append(50.0 * (a["correct_b"] + b["correct_a"]))
-    return matched, mismatched
+    for data in per_seed.values():
+        if not data or not data.get("detail") or "correct_a" not in data["detail"][0]:
+            return None
+        by = {}
+        for d in data["detail"]:
+            if d.get("changed"):
+                by.setdefault(d["id"], {})[d["index"]] = d
+        m, mm = [], []
+        for q in sorted(by):
+            if set(by[q]) != {"a", "b"}:
+                continue
+            a, b = by[q]["a"], by[q]["b"]  # predictions with index a and index b
+            m.append(50.0 * (a["correct_a"] + b["correct_b"]))
+            mm.append(50.0 * (a["correct_b"] + b["correct_a"]))
+        matched.append(m)
+        mismatched.append(mm)
+    if len({len(m) for m in matched}) != 1:
+        return None
+    return np.array(matched, dtype=float), np.array(mismatched, dtype=float)
 
 
 def _paper_value(paper: dict, table: str, row: str, column: str) -> str:
@@ -229,31 +245,37 @@ def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: d
                            ev.hits("nq", "rag_token_bm25", 1), "≥ +5 points", lambda d: d >= 5))
     # 4. the reader reads: gold passage alone (oracle)
     oracle = ev.json("oracle", "nq", "rag_token")
-    if oracle and oracle.get("correct"):
-        em = [100.0 * x for x in oracle["correct"]]
-        worst = min(oracle["by_attribute"].values(), key=lambda v: v["em"]) if oracle["by_attribute"] else None
-        m, lo, hi = bootstrap_mean(em)
+    title, bar_text = "The reader reads: given the gold passage, it answers", "EM ≥ 85, every attribute ≥ 60"
+    if oracle and all(o.get("correct") for o in oracle.values()) and len({len(o["correct"]) for o in oracle.values()}) == 1:
+        em = np.array([[100.0 * x for x in o["correct"]] for o in oracle.values()])
+        attrs = sorted({a for o in oracle.values() for a in o["by_attribute"]})
+        by_attr = {a: float(np.mean([o["by_attribute"][a]["em"] for o in oracle.values() if a in o["by_attribute"]]))
+                   for a in attrs}
+        worst = min(by_attr, key=by_attr.get) if by_attr else None
+        iv = mean_interval([(1, em)])
         # the difference shown is EM - 85, the bar, so that column and verdict say the same thing
-        out.append(Claim("The reader reads: given the gold passage, it answers", "(harness check: reader and retriever apart; vs 85 % EM)",
-                         f"NQ oracle (gold passage, K = 1) RAG-Token EM {m:.1f} (n = {len(em)}); worst attribute "
-                         f"{worst['name']} {worst['em']:.0f}" if worst else f"NQ oracle EM {m:.1f}",
-                         m - 85, lo - 85, hi - 85, verdict(lo - 85, hi - 85), "EM ≥ 85, every attribute ≥ 60",
-                         m >= 85 and all(v["em"] >= 60 for v in oracle["by_attribute"].values())))
+        c = Claim(title, "(harness check: reader and retriever apart; vs 85 % EM)",
+                  f"NQ oracle (gold passage, K = 1) RAG-Token EM {iv.estimate:.1f} (n = {em.shape[1]}); worst attribute "
+                  f"{worst} {by_attr[worst]:.0f}" if worst else f"NQ oracle EM {iv.estimate:.1f}", bar=bar_text)
+        c.set_interval(Interval(iv.estimate - 85, iv.lo - 85, iv.hi - 85, iv.seed_sd, iv.seeds, iv.n))
+        c.bar_met = iv.estimate >= 85 and all(v >= 60 for v in by_attr.values())
+        out.append(c)
     else:
-        out.append(Claim("The reader reads: given the gold passage, it answers", "(harness check)", "oracle: not run",
-                         bar="EM ≥ 85, every attribute ≥ 60"))
-    # 5. more documents help (Figure 3)
+        out.append(Claim(title, "(harness check)", "oracle: not run", bar=bar_text))
+    # 5. more documents help (Figure 3); K = kmax and K = 1 decode the same fine-tunes: paired by seed
     sweep = ev.json("topk", "nq", "rag_sequence")
-    if sweep and "per_example" in sweep and 1 in sweep["k"] and max(sweep["k"]) > 1:
-        kmax = max(sweep["k"])
-        pe = sweep["per_example"]
+    ks = [set(d.get("k") or ()) for d in sweep.values()] if sweep else []
+    if sweep and all("per_example" in d for d in sweep.values()) and all(1 in k and max(k) > 1 for k in ks) \
+            and len({max(k) for k in ks}) == 1:
+        kmax = max(ks[0])
+        pe = lambda key, field: np.array([d["per_example"][key][field] for d in sweep.values()], dtype=float)  # noqa: E731
         out.append(_diff_claim("More retrieved documents find more answers", "Figure 3 (right): NQ recall@K rises to K = 50",
-                               f"NQ answer recall@{kmax} vs @1 (RAG-Sequence)", pe[str(kmax)]["hit"], pe["1"]["hit"],
-                               "≥ +10 points", lambda d: d >= 10))
+                               f"NQ answer recall@{kmax} vs @1 (RAG-Sequence)", pe(str(kmax), "hit"), pe("1", "hit"),
+                               "≥ +10 points", lambda d: d >= 10, paired_seeds=True))
         out.append(_diff_claim("… and RAG-Sequence answers better with more documents",
                                "Figure 3 (left): RAG-Sequence NQ EM rises with K",
-                               f"NQ EM at K = {kmax} vs K = 1 (RAG-Sequence)", pe[str(kmax)]["correct"], pe["1"]["correct"],
-                               "≥ +5 points", lambda d: d >= 5))
+                               f"NQ EM at K = {kmax} vs K = 1 (RAG-Sequence)", pe(str(kmax), "correct"), pe("1", "correct"),
+                               "≥ +5 points", lambda d: d >= 5, paired_seeds=True))
     else:
         out.append(Claim("More retrieved documents help", "Figure 3", "top-K sweep: not run", bar="≥ +10 recall, ≥ +5 EM"))
     # 6. index hot-swap
@@ -271,7 +293,8 @@ def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: d
         c = _diff_claim(f"Swapping the index updates the answers ({name})", hs_paper,
                         "leader questions of changed countries, matched vs mismatched index", matched, mismatched,
                         "over ≥ 20 changed: matched ≥ 60 %, mismatched ≤ 20 %",
-                        lambda d: len(matched) >= 20 and np.mean(matched) >= 60 and np.mean(mismatched) <= 20)
+                        lambda d: matched.shape[1] >= 20 and matched.mean() >= 60 and mismatched.mean() <= 20,
+                        paired_seeds=True)
         out.append(c)
     # 7. RAG on FEVER
     for task, col in (("fever3", "FEVER-3 acc"), ("fever2", "FEVER-2 acc")):
@@ -298,32 +321,39 @@ def _diversity_claim(ev: Evidence, paper: str) -> Claim:
 
     rag, bart = ev.predictions("jeopardy", "rag_token"), ev.predictions("jeopardy", "bart")
     title, bar = "RAG generations are more diverse than BART's", "> 0"
-    if rag is None or bart is None or len(rag) != len(bart):
+    if rag is None or bart is None or len({len(p) for p in [*rag.values(), *bart.values()]}) != 1:
         return Claim(title, paper, "Jeopardy: not run", bar=bar)
-    a = [p["prediction"] for p in rag]
-    b = [p["prediction"] for p in bart]
-    d, lo, hi = bootstrap_statistic(lambda ix: M.trigram_distinct([a[i] for i in ix]) - M.trigram_distinct([b[i] for i in ix]),
-                                    len(a), RESAMPLES)
-    return Claim(title, paper, f"Jeopardy distinct tri-grams, RAG-Token vs BART: {M.trigram_distinct(a):.1f} vs "
-                 f"{M.trigram_distinct(b):.1f} (n = {len(a)})", d, lo, hi, verdict(lo, hi), bar, d > 0)
+
+    def distinct(preds: list[dict]):
+        gens = [p["prediction"] for p in preds]
+        return lambda ix: M.trigram_distinct([gens[i] for i in ix])
+
+    n = len(next(iter(rag.values())))
+    iv = statistic_interval([(1, [distinct(p) for p in rag.values()]), (-1, [distinct(p) for p in bart.values()])], n)
+    mean = lambda runs: float(np.mean([M.trigram_distinct([p["prediction"] for p in preds]) for preds in runs.values()]))  # noqa: E731
+    c = Claim(title, paper, f"Jeopardy distinct tri-grams, RAG-Token vs BART: {mean(rag):.1f} vs {mean(bart):.1f} (n = {n})",
+              bar=bar)
+    c.set_interval(iv)
+    c.bar_met = iv.estimate > 0
+    return c
 
 
-def cell_halfwidth(metric: str, preds: list[dict], options: dict | None = None) -> float | None:
-    """± half-width of the bootstrap 95 % interval of a table cell's metric (resampling test examples),
-    scored with the run's own metric options (metrics.json ``metric_options``: tokenizer, Q-BLEU weights)."""
+def cell_interval(metric: str, per_seed: list[list[dict]], options: dict | None = None) -> Interval | None:
+    """The interval of a table cell's metric, the mean over its seeds' predictions (each list one
+    seed's, in the same example order), carrying the seed variance and the test sample; scored with
+    the run's own metric options (metrics.json ``metric_options``: tokenizer, Q-BLEU weights)."""
     from functools import partial
 
     from rag import metrics as M
 
-    if not preds:
+    if not per_seed or not per_seed[0] or len({len(p) for p in per_seed}) != 1:
         return None
     options = options or {}
-    score = partial(M.compute, metric, tokenizer=options.get("tokenizer", "python"), qbleu_weights=options.get("qbleu1"))
-    p = [x["prediction"] for x in preds]
-    t = [x["targets"] for x in preds]
+    tok, weights = options.get("tokenizer", "python"), options.get("qbleu1")
     if metric in ("em", "em_regex", "accuracy"):
-        _, lo, hi = bootstrap_mean([score([a], [b]) for a, b in zip(p, t)])
-    else:  # corpus-level metrics: recomputed on 200 resamples, each example's own work done once
-        _, lo, hi = bootstrap_statistic(M.subset_scorer(metric, p, t, tokenizer=options.get("tokenizer", "python"),
-                                                        qbleu_weights=options.get("qbleu1")), len(p))
-    return (hi - lo) / 2
+        score = partial(M.compute, metric, tokenizer=tok, qbleu_weights=weights)
+        return mean_interval([(1, np.array([[score([x["prediction"]], [x["targets"]]) for x in preds] for preds in per_seed]))])
+    # corpus-level metrics: recomputed on resamples, each example's own work done once per seed
+    fns = [M.subset_scorer(metric, [x["prediction"] for x in preds], [x["targets"] for x in preds], tokenizer=tok,
+                           qbleu_weights=weights) for preds in per_seed]
+    return statistic_interval([(1, fns)], len(per_seed[0]))

@@ -2,10 +2,11 @@
 the runs and experiment results its Snakemake rule lists as inputs, so runs of another
 experiment, or of a task since removed from the config, never appear in it.
 
-Each file says what it is: a ``metrics.json`` records its task, variant and split; a top-K sweep
-or oracle file its task and variant; a hot-swap file its variant. Predictions come in the order
-of the metrics files they belong to (the two outputs of one evaluation); a task's training file,
-read for the majority-label baseline, is given as ``task=path``.
+Each file says what it is: a ``metrics.json`` records its task, variant, split and fine-tune seed; a
+top-K sweep or oracle file its task, variant and seed; a hot-swap file its variant and seed (a file
+written before seeds were a dimension counts as seed 0). Predictions come in the order of the
+metrics files they belong to (the two outputs of one evaluation); a task's training file, read for
+the majority-label baseline, is given as ``task=path``. Every key maps to its files by seed.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ RunKey = tuple[str, str, str]  # task, variant, split
 
 @dataclass
 class ReportInputs:
-    metrics: dict[RunKey, Path] = field(default_factory=dict)
-    predictions: dict[RunKey, Path] = field(default_factory=dict)
-    # kind (topk | oracle | hotswap) -> key ((task, variant) or (variant,)) -> file
-    experiments: dict[str, dict[tuple[str, ...], Path]] = field(default_factory=dict)
+    # (task, variant, split) -> seed -> file
+    metrics: dict[RunKey, dict[int, Path]] = field(default_factory=dict)
+    predictions: dict[RunKey, dict[int, Path]] = field(default_factory=dict)
+    # kind (topk | oracle | hotswap) -> key ((task, variant) or (variant,)) -> seed -> file
+    experiments: dict[str, dict[tuple[str, ...], dict[int, Path]]] = field(default_factory=dict)
     train_data: dict[str, Path] = field(default_factory=dict)
 
     @classmethod
@@ -36,12 +38,14 @@ class ReportInputs:
                             "(give one per metrics file, in the same order)")
         out = cls()
         for i, path in enumerate(metrics):
-            key = _run_key(path)
-            if key in out.metrics:
-                raise DataError(f"{path}: a second metrics file for {'/'.join(key)} (first: {out.metrics[key]})")
-            out.metrics[key] = path
+            data = _object(path)
+            key, seed = _run_key(path, data), _seed(path, data)
+            seeds = out.metrics.setdefault(key, {})
+            if seed in seeds:
+                raise DataError(f"{path}: a second metrics file for {'/'.join(key)} seed {seed} (first: {seeds[seed]})")
+            seeds[seed] = path
             if predictions:
-                out.predictions[key] = predictions[i]
+                out.predictions.setdefault(key, {})[seed] = predictions[i]
         for kind, files, fields in (("topk", topk, ("task", "variant")), ("oracle", oracle, ("task", "variant")),
                                     ("hotswap", hotswap, ("variant",))):
             table = out.experiments.setdefault(kind, {})
@@ -49,7 +53,12 @@ class ReportInputs:
                 data = _object(path)
                 if any(not isinstance(data.get(f), str) for f in fields):
                     raise DataError(f"{path}: a {kind} result must name its {' and '.join(fields)}")
-                table[tuple(data[f] for f in fields)] = path
+                seeds = table.setdefault(tuple(data[f] for f in fields), {})
+                seed = _seed(path, data)
+                if seed in seeds:
+                    raise DataError(f"{path}: a second {kind} result for {'/'.join(data[f] for f in fields)} seed {seed} "
+                                    f"(first: {seeds[seed]})")
+                seeds[seed] = path
         for item in train_data:
             task, sep, path = str(item).partition("=")
             if not sep or not task or not path:
@@ -57,11 +66,20 @@ class ReportInputs:
             out.train_data[task] = Path(path)
         return out
 
-    def experiment(self, kind: str, *key: str) -> Path | None:
-        return self.experiments.get(kind, {}).get(tuple(key))
+    def experiment(self, kind: str, *key: str) -> dict[int, Path]:
+        """seed -> file of one experiment result (empty when not given)."""
+        return dict(sorted(self.experiments.get(kind, {}).get(tuple(key), {}).items()))
 
     def experiment_files(self, kind: str) -> list[Path]:
-        return [self.experiments.get(kind, {})[k] for k in sorted(self.experiments.get(kind, {}))]
+        """Every file of one kind of experiment, by key and seed."""
+        table = self.experiments.get(kind, {})
+        return [table[k][s] for k in sorted(table) for s in sorted(table[k])]
+
+    def experiment_keys(self, kind: str) -> list[tuple[str, ...]]:
+        return sorted(self.experiments.get(kind, {}))
+
+    def seeds(self, key: RunKey) -> list[int]:
+        return sorted(self.metrics.get(key, {}))
 
 
 def _object(path: Path) -> dict:
@@ -71,9 +89,15 @@ def _object(path: Path) -> dict:
     return data
 
 
-def _run_key(path: Path) -> RunKey:
-    data = _object(path)
+def _run_key(path: Path, data: dict) -> RunKey:
     key = tuple(data.get(f) for f in ("task", "variant", "split"))
     if not all(isinstance(x, str) and x for x in key):
         raise DataError(f"{path}: a metrics file must name its task, variant and split")
     return key  # type: ignore[return-value]
+
+
+def _seed(path: Path, data: dict) -> int:
+    seed = data.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise DataError(f"{path}: 'seed' must be an integer, got {seed!r}")
+    return seed

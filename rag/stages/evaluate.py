@@ -31,8 +31,9 @@ def evaluate_model(cfg: TrainSection, variant: str, io: dict[str, tuple[str, str
     if meta.get("mlflow_run_id"):
         run = Run(cfg.tracking.uri, "", run_id=meta["mlflow_run_id"], tags={"evaluated": "yes"})
     else:  # a model imported without a run (rag import-hf-rag): evaluation opens one
-        run = Run(cfg.tracking.uri, f"{cfg.name}/{name}", run_name=variant,
-                  tags={"task": name, "variant": variant, "rule": "evaluate", "imported": "yes"})
+        run = Run(cfg.tracking.uri, f"{cfg.name}/{name}", run_name=f"{variant} seed {cfg.seed}",
+                  tags={"task": name, "variant": variant, "seed": cfg.seed, "cell": f"{name}/{variant}",
+                        "rule": "evaluate", "imported": "yes"})
     dec = ev.decode.of(variant_spec(variant).model).to_dict()
     for split, (data_path, pred_path, metrics_path) in io.items():
         rows = read_jsonl(data_path, required=("id", "input", "targets"))
@@ -41,7 +42,7 @@ def evaluate_model(cfg: TrainSection, variant: str, io: dict[str, tuple[str, str
         seconds = time.time() - t
         scores, rec = score_predictions(ev, preds, system.passages)
         write_jsonl(pred_path, preds)
-        result = {"task": name, "variant": variant, "split": split, "n": len(preds), "metrics": scores, "retrieval": rec,
+        result = {"task": name, "variant": variant, "split": split, "seed": cfg.seed, "n": len(preds), "metrics": scores, "retrieval": rec,
                   "metric_options": metric_options(ev),
                   "decode": dec, "decode_seconds": seconds, "mlflow_run_id": run.run_id,
                   "mlflow_experiment_id": run.experiment_id}

@@ -28,7 +28,7 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
     rows = read_jsonl(test, required=("id", "input", "targets"))
     primary = TASKS[cfg.task_name].primary
     ks = sorted(k for k in exp.experiments.topk_sweep if k <= len(passages))
-    res = {"task": cfg.task_name, "variant": variant, "k": ks, "em": [], "answer_recall": [], "metric": primary}
+    res = {"task": cfg.task_name, "variant": variant, "seed": cfg.seed, "k": ks, "em": [], "answer_recall": [], "metric": primary}
     run = Run(cfg.tracking.uri, "", run_id=meta["mlflow_run_id"])
     res["per_example"] = {}
     regex = TASKS[cfg.task_name].kind == "regex"
@@ -70,7 +70,7 @@ def hotswap(cfg: TrainSection, device: str, variant: str, *, model_dir: str | Pa
                     "answer_b": r["targets"]["b"][0], "changed": bool(r["meta"]["changed"]),
                     "correct_a": M.exact_match(p["prediction"], r["targets"]["a"]),
                     "correct_b": M.exact_match(p["prediction"], r["targets"]["b"])} for p, r in zip(preds, rows)]
-    write_json(out, {"variant": variant, "n": len(rows), "cells": cells,
+    write_json(out, {"variant": variant, "seed": cfg.seed, "n": len(rows), "cells": cells,
                      "changed": sum(r["meta"]["changed"] for r in rows), "detail": detail})
 
 
@@ -90,7 +90,7 @@ def oracle_eval(cfg: TrainSection, variant: str, model_dir: str, passages_path: 
     attrs: dict[str, list[bool]] = collections.defaultdict(list)
     for p, c in zip(preds, correct):
         attrs[(by_id[p["id"]].get("meta") or {}).get("attribute", "all")].append(c)
-    return {"task": cfg.task_name, "variant": variant, "k": 1, "metric": primary, "n": len(preds),
+    return {"task": cfg.task_name, "variant": variant, "seed": cfg.seed, "k": 1, "metric": primary, "n": len(preds),
             "em": 100.0 * sum(correct) / max(1, len(correct)), "id": [p["id"] for p in preds], "correct": correct,
             "by_attribute": {a: {"name": a, "n": len(v), "em": 100.0 * sum(v) / len(v)} for a, v in sorted(attrs.items())},
             "predictions": preds}

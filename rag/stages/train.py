@@ -105,9 +105,10 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
         inputs, targets = _targets_for_training(cfg, system, rows, t.k)
     run = None
     if rank == 0:
-        run = Run(cfg.tracking.uri, f"{cfg.name}/{name}", run_name=variant,
-                  tags={"task": name, "variant": variant, "rule": "train", "config_hash": config_hash,
-                        "ddp_processes": world})
+        # one run per seed; tag ``cell`` groups a (task, variant)'s seeds in the MLflow UI (group by tag)
+        run = Run(cfg.tracking.uri, f"{cfg.name}/{name}", run_name=f"{variant} seed {cfg.seed}",
+                  tags={"task": name, "variant": variant, "seed": cfg.seed, "cell": f"{name}/{variant}",
+                        "rule": "train", "config_hash": config_hash, "ddp_processes": world})
         run.params({"task": cfg.task.to_dict(), "train": t.to_dict(), "retriever": cfg.retriever.to_dict(),
                     "generator": cfg.generator.to_dict(), "variant": variant, "init_from": init, "n_train": len(inputs),
                     "seed": cfg.seed})
@@ -149,7 +150,7 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
             import shutil
 
             shutil.copytree(q_dir, tmp / "question_encoder")
-        write_json(tmp / "meta.json", {"task": name, "variant": variant, "mlflow_run_id": run.run_id,
+        write_json(tmp / "meta.json", {"task": name, "variant": variant, "seed": cfg.seed, "mlflow_run_id": run.run_id,
                                         "mlflow_experiment_id": run.experiment_id, "steps": t.steps, "k": t.k,
                                         "train_seconds": seconds, "n_train": len(inputs), "init": init,
                                         "losses": losses})

@@ -6,7 +6,7 @@
 # config's top-level `name`), so two experiments never share or overwrite an output.
 import sys
 
-from rag.config import config_hash, encoder_slug, load_config, sections, task_variants
+from rag.config import config_hash, encoder_slug, load_config, run_seeds, sections, task_variants
 from rag.errors import ConfigError
 from rag.retrieval import FILE_ROLES
 from rag.tasks import RETRIEVERS, TASKS, VARIANTS, variant_spec
@@ -28,6 +28,10 @@ NAME = CFG["corpus"]["name"]  # the corpus (wildcard {corpus}; the hot-swap's se
 TASK_NAMES = sorted(CFG["tasks"])
 # the variants each task runs: tasks.<task>.variants, else the top-level variants
 TASK_VARIANTS = {task: task_variants(CFG, task) for task in TASK_NAMES}
+# the fine-tune seeds of each task x variant (seeds, one_seed_variants, tasks.<task>.seeds): wildcard {seed}
+SEEDS = {(task, v): run_seeds(CFG, task, v) for task in TASK_NAMES for v in TASK_VARIANTS[task]}
+# one fine-tune's folder: its model, checkpoint and dev/test outputs
+RUN = f"{R}/runs/{{task}}/{{variant}}/seed{{seed}}"
 ENCODER = encoder_slug(CFG["retriever"]["context_encoder"])
 INDEX = CFG["retriever"]["index"]
 SHARDS = range(CFG["retriever"]["shards"])
@@ -58,7 +62,7 @@ onerror:
 
 
 EVAL_OUTPUTS = {
-    f"{split}_{kind}": f"{R}/runs/{{task}}/{{variant}}/{split}/{name}"
+    f"{split}_{kind}": f"{RUN}/{split}/{name}"
     for split in ("dev", "test")
     for kind, name in (("metrics", "metrics.json"), ("predictions", "predictions.jsonl"))
 }
@@ -71,6 +75,7 @@ wildcard_constraints:
     corpus="[a-z0-9_]+",
     shard="[0-9]+",
     split="dev|test",
+    seed="[0-9]+",
 
 
 def res(rule_name, key, default):
@@ -142,8 +147,9 @@ def fused_eval_args(wildcards, input, output):
 
 
 def init_from(wildcards):
+    """The source task's model of the same variant and seed (config key tasks.<task>.init_from)."""
     src = CFG["tasks"][wildcards.task].get("init_from")
-    return {"init": f"{R}/runs/{src}/{wildcards.variant}/model"} if src else {}
+    return {"init": f"{R}/runs/{src}/{wildcards.variant}/seed{wildcards.seed}/model"} if src else {}
 
 
 # a fine-tuning step's relative cost by what it trains: the question encoder's backward pass,
@@ -178,9 +184,16 @@ EXPERIMENT_PRIORITY = 10
 
 
 def run_files(kind):
-    """Every run's dev and test <kind> file (metrics.json | predictions.jsonl), task by task."""
-    return [f"{R}/runs/{task}/{variant}/{split}/{kind}"
-            for task in TASK_NAMES for variant in TASK_VARIANTS[task] for split in ("dev", "test")]
+    """Every run's dev and test <kind> file (metrics.json | predictions.jsonl), task by task, seed by seed."""
+    return [f"{R}/runs/{task}/{variant}/seed{seed}/{split}/{kind}"
+            for task in TASK_NAMES for variant in TASK_VARIANTS[task] for seed in SEEDS[(task, variant)]
+            for split in ("dev", "test")]
+
+
+def experiment_files(kind, task, variants):
+    """An experiment's result file per variant and seed: experiments/<kind>[/<task>]/<variant>/seed<seed>.json."""
+    where = f"{R}/experiments/{kind}" + (f"/{task}" if kind != "hotswap" else "")
+    return [f"{where}/{v}/seed{s}.json" for v in variants for s in SEEDS[(task, v)]]
 
 
 def rag_variants(task):
@@ -198,9 +211,9 @@ def report_inputs(wildcards):
     return {
         "metrics": run_files("metrics.json"),
         "predictions": run_files("predictions.jsonl"),
-        "topk": expand(f"{R}/experiments/topk/{{task}}/{{variant}}.json", task=[TOPK_TASK], variant=rag_variants(TOPK_TASK)),
-        "hotswap": expand(f"{R}/experiments/hotswap/{{variant}}.json", variant=rag_variants("nq")) if HOTSWAP else [],
-        "oracle": expand(f"{R}/experiments/oracle/{{task}}/{{variant}}.json", task=[TOPK_TASK], variant=rag_variants(TOPK_TASK)) if ORACLE else [],
+        "topk": experiment_files("topk", TOPK_TASK, rag_variants(TOPK_TASK)),
+        "hotswap": experiment_files("hotswap", "nq", rag_variants("nq")) if HOTSWAP else [],
+        "oracle": experiment_files("oracle", TOPK_TASK, rag_variants(TOPK_TASK)) if ORACLE else [],
         "train_data": [f"{R}/data/{task}/train.jsonl" for task in TASK_NAMES],
     }
 

@@ -8,7 +8,7 @@ if not FUSED_EVAL:  # otherwise the train rule decodes dev/test itself (config k
         input:
             unpack(retrieval_inputs),
             cfg=task_sections,
-            model=f"{R}/runs/{{task}}/{{variant}}/model",
+            model=f"{RUN}/model",
             dev=f"{R}/data/{{task}}/dev.jsonl",
             test=f"{R}/data/{{task}}/test.jsonl",
         output:
@@ -21,13 +21,13 @@ if not FUSED_EVAL:  # otherwise the train rule decodes dev/test itself (config k
             mem_mb=res("evaluate", "mem_mb", 4000),
             gpu=res("evaluate", "gpu", 0),
         log:
-            f"{R}/logs/evaluate/{{task}}-{{variant}}.log",
+            f"{R}/logs/evaluate/{{task}}-{{variant}}-seed{{seed}}.log",
         benchmark:
-            f"{R}/benchmarks/evaluate/{{task}}-{{variant}}.tsv"
+            f"{R}/benchmarks/evaluate/{{task}}-{{variant}}-seed{{seed}}.tsv"
         conda:
             CONDA
         shell:
-            "RAG_THREADS={threads} rag evaluate --config {input.cfg} --variant {wildcards.variant} "
+            "RAG_THREADS={threads} rag evaluate --seed {wildcards.seed} --config {input.cfg} --variant {wildcards.variant} "
             "--model-dir {input.model} {params.retrieval} --dev {input.dev} --test {input.test} "
             "--dev-predictions {output.dev_predictions} --dev-metrics {output.dev_metrics} "
             "--test-predictions {output.test_predictions} --test-metrics {output.test_metrics} 2> {log}"
@@ -38,22 +38,22 @@ rule topk_sweep:
         unpack(retrieval_inputs),
         cfg=task_sections,
         exp=section("experiments"),
-        model=f"{R}/runs/{{task}}/{{variant}}/model",
+        model=f"{RUN}/model",
         test=f"{R}/data/{{task}}/test.jsonl",
     output:
-        f"{R}/experiments/topk/{{task}}/{{variant}}.json",
+        f"{R}/experiments/topk/{{task}}/{{variant}}/seed{{seed}}.json",
     params:
         retrieval=lambda w, input: retrieval_args(w, input),
     priority: EXPERIMENT_PRIORITY
     threads: CFG["threads"]
     log:
-        f"{R}/logs/topk/{{task}}-{{variant}}.log",
+        f"{R}/logs/topk/{{task}}-{{variant}}-seed{{seed}}.log",
     benchmark:
-        f"{R}/benchmarks/topk/{{task}}-{{variant}}.tsv"
+        f"{R}/benchmarks/topk/{{task}}-{{variant}}-seed{{seed}}.tsv"
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} rag topk-sweep --config {input.cfg} --experiments-config {input.exp} "
+        "RAG_THREADS={threads} rag topk-sweep --seed {wildcards.seed} --config {input.cfg} --experiments-config {input.exp} "
         "--variant {wildcards.variant} --test {input.test} --model-dir {input.model} "
         "{params.retrieval} --out {output} 2> {log}"
 
@@ -61,28 +61,28 @@ rule topk_sweep:
 rule oracle:
     input:
         cfg=task_sections,
-        model=f"{R}/runs/{{task}}/{{variant}}/model",
+        model=f"{RUN}/model",
         passages=corpus_passages(NAME),
         test=f"{R}/data/{{task}}/test.jsonl",
     output:
-        f"{R}/experiments/oracle/{{task}}/{{variant}}.json",
+        f"{R}/experiments/oracle/{{task}}/{{variant}}/seed{{seed}}.json",
     priority: EXPERIMENT_PRIORITY
     threads: CFG["threads"]
     log:
-        f"{R}/logs/oracle/{{task}}-{{variant}}.log",
+        f"{R}/logs/oracle/{{task}}-{{variant}}-seed{{seed}}.log",
     benchmark:
-        f"{R}/benchmarks/oracle/{{task}}-{{variant}}.tsv"
+        f"{R}/benchmarks/oracle/{{task}}-{{variant}}-seed{{seed}}.tsv"
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} rag oracle --config {input.cfg} --variant {wildcards.variant} --model-dir {input.model} "
+        "RAG_THREADS={threads} rag oracle --seed {wildcards.seed} --config {input.cfg} --variant {wildcards.variant} --model-dir {input.model} "
         "--passages {input.passages} --test {input.test} --out {output} 2> {log}"
 
 
 rule hotswap:
     input:
         cfg=[section("train_nq"), section("eval_nq")],
-        model=f"{R}/runs/nq/{{variant}}/model",
+        model=f"{R}/runs/nq/{{variant}}/seed{{seed}}/model",
         questions=f"{R}/data/hotswap/questions.jsonl",
         passages_a=corpus_passages(NAME),
         emb_a=shard_files(NAME),
@@ -91,17 +91,17 @@ rule hotswap:
         emb_b=shard_files(f"{NAME}_b"),
         index_b=index_file(f"{NAME}_b"),
     output:
-        f"{R}/experiments/hotswap/{{variant}}.json",
+        f"{R}/experiments/hotswap/{{variant}}/seed{{seed}}.json",
     priority: EXPERIMENT_PRIORITY
     threads: CFG["threads"]
     log:
-        f"{R}/logs/hotswap/{{variant}}.log",
+        f"{R}/logs/hotswap/{{variant}}-seed{{seed}}.log",
     benchmark:
-        f"{R}/benchmarks/hotswap/{{variant}}.tsv"
+        f"{R}/benchmarks/hotswap/{{variant}}-seed{{seed}}.tsv"
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} rag hotswap --config {input.cfg} --variant {wildcards.variant} "
+        "RAG_THREADS={threads} rag hotswap --seed {wildcards.seed} --config {input.cfg} --variant {wildcards.variant} "
         "--model-dir {input.model} --questions {input.questions} "
         "--passages-a {input.passages_a} --embeddings-a {input.emb_a} --index-a {input.index_a} "
         "--passages-b {input.passages_b} --embeddings-b {input.emb_b} --index-b {input.index_b} --out {output} 2> {log}"

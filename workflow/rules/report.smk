@@ -28,3 +28,20 @@ rule report:
         "--hotswap {input.hotswap} --oracle {input.oracle} --train-data {params.train_data} --passages {input.passages} --scale-json {input.cfg} "
         "--out {output.html} --table1 {output.table1} --table2 {output.table2} --table5 {output.table5} "
         "--table6 {output.table6} --tracking-url {params.url:q} --samples-per-task {params.samples} 2> {log}"
+
+
+if CFG["bands"]:  # config key bands: null leaves the experiment without a check target
+
+    rule check:
+        """`snakemake --cores all check`: the experiment's scores against its score bands (config key
+        bands), OK / FAIL per cell; fails (and writes nothing) when a cell is out of band."""
+        input:
+            bands=CFG["bands"],
+            metrics=run_files("metrics.json"),
+        output:
+            f"{R}/check.txt",
+        localrule: True
+        conda:
+            CONDA
+        shell:
+            "rag check --bands {input.bands} --metrics {input.metrics} --out {output}"

@@ -40,12 +40,12 @@ rule train:
         store=f"{R}/mlflow.ready",
         **({"dev": f"{R}/data/{{task}}/dev.jsonl", "test": f"{R}/data/{{task}}/test.jsonl"} if FUSED_EVAL else {}),
     output:
-        model=directory(f"{R}/runs/{{task}}/{{variant}}/model"),
+        model=directory(f"{RUN}/model"),
         **(EVAL_OUTPUTS if FUSED_EVAL else {}),
     params:
         retrieval=lambda w, input: retrieval_args(w, input),
         init=lambda w, input: f"--init-from {input.init}" if "init" in input.keys() else "",
-        ckpt=f"{R}/runs/{{task}}/{{variant}}/checkpoint",
+        ckpt=f"{RUN}/checkpoint",
         config_hash=train_config_hash,
         evaluate=fused_eval_args,
         # train.ddp_processes > 1: data-parallel training, one process per device, through torchrun
@@ -58,12 +58,12 @@ rule train:
         mem_mb=res("train", "mem_mb", 4000),
         gpu=res("train", "gpu", 0),
     log:
-        f"{R}/logs/train/{{task}}-{{variant}}.log",
+        f"{R}/logs/train/{{task}}-{{variant}}-seed{{seed}}.log",
     benchmark:
-        f"{R}/benchmarks/train/{{task}}-{{variant}}.tsv"
+        f"{R}/benchmarks/train/{{task}}-{{variant}}-seed{{seed}}.tsv"
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} {params.launcher} rag train --config {input.cfg} --variant {wildcards.variant} "
+        "RAG_THREADS={threads} {params.launcher} rag train --config {input.cfg} --variant {wildcards.variant} --seed {wildcards.seed} "
         "--train-data {input.data} --generator {input.generator} {params.retrieval} {params.init} "
         "--checkpoint-dir {params.ckpt} --config-hash {params.config_hash:q} --out {output.model} {params.evaluate} 2> {log}"

@@ -1,0 +1,200 @@
+"""Score bands: the expected score of each (task, variant, split, metric) with a tolerance, and the
+check of a finished experiment against them (``rag check``), in the manner of Anserini's
+reproduction matrix: every cell prints OK (in band) or FAIL (out of band) beside its expected value.
+
+A band file (YAML) is data, versioned with the code::
+
+    version: 1
+    method: how the bands were obtained (free text, shown by rag check)
+    cells:
+      - {task: nq, variant: rag_token, split: test, metric: em, expected: 74.9, tolerance: 6.2, seeds: 3,
+         source: "..."}
+
+``metric`` names a key of a metrics.json's ``metrics`` or ``retrieval`` object. A run's value is the
+mean over its seeds (its metrics.json files, one per seed). ``rag bands`` writes a band file from
+finished experiments of one configuration under several top-level seeds (:func:`make_bands`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from rag.errors import DataError
+from rag.io import read_json
+
+Cell = tuple[str, str, str, str]  # task, variant, split, metric
+SPLITS = ("dev", "test")
+
+
+@dataclass(frozen=True)
+class Band:
+    task: str
+    variant: str
+    split: str
+    metric: str
+    expected: float
+    tolerance: float
+    seeds: int | None = None
+    source: str = ""
+
+    @property
+    def cell(self) -> Cell:
+        return (self.task, self.variant, self.split, self.metric)
+
+
+def load_bands(path: str | Path) -> tuple[dict, list[Band]]:
+    """(the file's header, its bands); one-line errors naming the file and the entry."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: band file not found")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise DataError(f"{path}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        raise DataError(f"{path}: expected a mapping with a 'cells' list")
+    bands, seen = [], set()
+    for i, entry in enumerate(data["cells"]):
+        where = f"{path}: cells[{i}]"
+        if not isinstance(entry, dict):
+            raise DataError(f"{where}: expected a mapping")
+        missing = [k for k in ("task", "variant", "split", "metric", "expected", "tolerance") if k not in entry]
+        if missing:
+            raise DataError(f"{where}: missing {', '.join(missing)}")
+        for k in ("expected", "tolerance"):
+            v = entry[k]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (k == "tolerance" and v < 0):
+                raise DataError(f"{where}: '{k}' must be a finite number{' >= 0' if k == 'tolerance' else ''}, got {v!r}")
+        band = Band(str(entry["task"]), str(entry["variant"]), str(entry["split"]), str(entry["metric"]),
+                    float(entry["expected"]), float(entry["tolerance"]), entry.get("seeds"), str(entry.get("source", "")))
+        if band.cell in seen:
+            raise DataError(f"{where}: a second band for {'/'.join(band.cell)}")
+        seen.add(band.cell)
+        bands.append(band)
+    return {k: v for k, v in data.items() if k != "cells"}, bands
+
+
+def run_values(metrics_files: list[str | Path]) -> dict[Cell, list[float]]:
+    """(task, variant, split, metric) -> the value of each seed, from metrics.json files (the
+    ``metrics`` and ``retrieval`` objects)."""
+    from rag.report.inputs import ReportInputs
+
+    inputs = ReportInputs.from_files(metrics=metrics_files)
+    out: dict[Cell, list[float]] = {}
+    for (task, variant, split), files in sorted(inputs.metrics.items()):
+        for seed, path in sorted(files.items()):
+            data = read_json(path)
+            for section in ("metrics", "retrieval"):
+                for metric, value in sorted((data.get(section) or {}).items()):
+                    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                        out.setdefault((task, variant, split, metric), []).append(float(value))
+    return out
+
+
+@dataclass(frozen=True)
+class Result:
+    band: Band
+    measured: float | None
+    seeds: int
+
+    @property
+    def status(self) -> str:
+        if self.measured is None:
+            return "not run"
+        return "OK" if abs(self.measured - self.band.expected) <= self.band.tolerance + 1e-9 else "FAIL"
+
+
+def check(bands: list[Band], values: dict[Cell, list[float]]) -> list[Result]:
+    out = []
+    for band in bands:
+        vals = values.get(band.cell)
+        out.append(Result(band, None if not vals else statistics.fmean(vals), len(vals or ())))
+    return out
+
+
+def format_results(header: dict, results: list[Result]) -> str:
+    rows = [("cell", "expected", "measured", "seeds", "status")]
+    for r in results:
+        b = r.band
+        rows.append(("/".join(b.cell), f"{b.expected:.1f} ± {b.tolerance:.1f}",
+                     "–" if r.measured is None else f"{r.measured:.1f}", str(r.seeds or "–"),
+                     "in band (OK)" if r.status == "OK" else "OUT OF BAND (FAIL)" if r.status == "FAIL" else "not run"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    counts = {s: sum(r.status == s for r in results) for s in ("OK", "FAIL", "not run")}
+    lines.append(f"{counts['OK']} in band, {counts['FAIL']} out of band, {counts['not run']} not run "
+                 f"(of {len(results)} bands{'; ' + str(header['name']) if header.get('name') else ''})")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- making bands
+Z_BAND = 4.0  # tolerance = Z_BAND standard deviations of the difference between two runs' means
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
+
+
+def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[float]]], n_of: dict[tuple[str, str, str], int],
+               cells: list[Cell] | None = None) -> list[Band]:
+    """Bands centred on the ``center`` experiment's mean over seeds.
+
+    Several-seed cells: σ, the SD of one fine-tune, pooled from the seeds of every experiment
+    given (the within-experiment spread: the test set is fixed, only training varies); the
+    tolerance covers another run's mean over the same number of seeds, S, on another machine:
+    ``Z_BAND · σ · sqrt(2 / S)``. One-seed cells: σ is the SD across the experiments (top-level
+    seeds: the world and the training vary, so it is wider than training alone), and the tolerance
+    ``Z_BAND · σ · sqrt(2)``. Every tolerance is at least two test examples' worth (200 / n points)."""
+    bands = []
+    for cell in cells or sorted(center):
+        vals = center.get(cell)
+        if not vals:
+            continue
+        task, variant, split, metric = cell
+        n = n_of.get((task, variant, split)) or 1
+        floor = 200.0 / n
+        if len(vals) > 1:
+            groups = [v for v in [vals, *[o.get(cell) or [] for o in others]] if len(v) > 1]
+            df = sum(len(g) - 1 for g in groups)
+            pooled = math.sqrt(sum((len(g) - 1) * statistics.variance(g) for g in groups) / df)
+            tol = Z_BAND * pooled * math.sqrt(2 / len(vals))
+            how = (f"{len(vals)} seeds; one fine-tune's SD {pooled:.2f} pooled over {len(groups)} experiments "
+                   f"({df} df); tolerance {Z_BAND:g} SD of a difference of two {len(vals)}-seed means")
+        else:
+            means = [statistics.fmean(vals)] + [statistics.fmean(o[cell]) for o in others if o.get(cell)]
+            sd = statistics.stdev(means) if len(means) > 1 else 0.0
+            tol = Z_BAND * sd * math.sqrt(2)
+            how = (f"1 seed; SD {sd:.2f} across {len(means)} top-level seeds (world and training); "
+                   f"tolerance {Z_BAND:g} SD of a difference of two runs")
+        if tol < floor:
+            how += f"; raised to two test examples ({floor:.2f})"
+            tol = floor
+        bands.append(Band(task, variant, split, metric, round(statistics.fmean(vals), 2), round(tol, 2), len(vals), how))
+    return bands
+
+
+def experiment_values(root: str | Path) -> tuple[dict[Cell, list[float]], dict[tuple[str, str, str], int]]:
+    """Every run's values (and test sizes) of one finished experiment folder ``results/<name>``."""
+    root = Path(root)
+    files = sorted(root.glob("runs/*/*/seed*/*/metrics.json"))
+    if not files:
+        raise DataError(f"{root}: no runs/<task>/<variant>/seed<seed>/<split>/metrics.json files")
+    n_of = {}
+    for f in files:
+        d = read_json(f)
+        n_of[(d["task"], d["variant"], d["split"])] = int(d.get("n") or 0)
+    return run_values(files), n_of
+
+
+def write_bands(path: str | Path, bands: list[Band], header: dict) -> None:
+    import yaml
+
+    from rag.io import atomic_open
+
+    cells = [{"task": b.task, "variant": b.variant, "split": b.split, "metric": b.metric, "expected": b.expected,
+              "tolerance": b.tolerance, "seeds": b.seeds, "source": b.source} for b in bands]
+    text = yaml.safe_dump({**header, "cells": cells}, sort_keys=False, allow_unicode=True, width=120)
+    with atomic_open(Path(path)) as fh:
+        fh.write(text)

@@ -1,0 +1,133 @@
+"""Intervals that carry both sources of noise in a measured number: the fine-tune seed and the test sample.
+
+A cell of the report (a task x variant's metric) or a claim (a difference of two cells) is measured
+on S fine-tunes (seeds) of each side, every one decoded on the same n test examples. Its estimate is
+the mean over seeds. Its variance has two parts, estimated apart and added:
+
+- **the test sample**: the variance of the seed-averaged statistic over resamples of the test
+  examples (one resample of example indices serves every seed and both sides, so a difference is
+  paired over examples). For a mean of per-example scores (EM, accuracy, answer recall) this is
+  computed exactly, ``var(x̄_i) / n`` with ``x̄_i`` the seed-averaged score of example ``i``; for a
+  corpus-level statistic (BLEU, ROUGE-L, distinct tri-grams) by bootstrap resamples.
+- **the seeds**: ``σ²_seed / S`` per side. For per-example scores ``σ²_seed`` is the two-way
+  (seeds x examples) method-of-moments estimate: the variance of the per-seed means less the part
+  of it that the seed x example interaction (a fine-tune answering this question and not that one)
+  already puts into the test-sample term, ``max(0, var_s(x̄_s) - σ̂²_interaction / n)``; for a
+  corpus-level statistic, the plain sample variance of the per-seed statistics (slightly wide).
+  Two sides trained apart add theirs; a difference within the same models (K = 8 vs K = 1 of one
+  fine-tune) is one side whose per-seed statistic is the difference.
+
+The 95 % interval is ``estimate ± t · sqrt(V)``, ``t`` Student's quantile at the Welch-Satterthwaite
+degrees of freedom of the summed variance: with three seeds and a seed variance that dominates,
+``t`` approaches 4.3 (2 degrees of freedom), as an honest interval from three draws must; with a
+seed variance that is small against the test sample's it approaches 1.96. With one seed per side
+the seed part is unknown and left out: the interval is the test sample's alone, and says so
+(``seeds == 1``). ``tests/test_stats.py`` checks the coverage on synthetic seeds and examples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+ALPHA = 0.05
+RESAMPLES = 200  # bootstrap resamples of a corpus-level statistic (its variance, not its quantiles)
+
+Statistic = Callable[[np.ndarray], float]  # example indices -> the statistic on those examples
+
+
+@dataclass(frozen=True)
+class Interval:
+    estimate: float
+    lo: float
+    hi: float
+    seed_sd: float | None  # the spread of the per-seed statistics (sample SD; the larger side's for a difference)
+    seeds: int  # the fewest seeds of any side (1: the interval ignores training variance)
+    n: int  # test examples
+
+    @property
+    def half_width(self) -> float:
+        return (self.hi - self.lo) / 2
+
+
+def _t_quantile(df: float) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(1 - ALPHA / 2, df)) if np.isfinite(df) else float(t.ppf(1 - ALPHA / 2, 1e9))
+
+
+def _combine(estimate: float, v_examples: float, seed_terms: list[tuple[float, int]], n: int,
+             seed_sd: float | None, seeds: int) -> Interval:
+    """``seed_terms``: (s² / S, S) of each side with S > 1."""
+    v_seed = sum(v for v, _ in seed_terms)
+    total = v_examples + v_seed
+    if total <= 0:
+        return Interval(estimate, estimate, estimate, seed_sd, seeds, n)
+    denom = sum(v * v / (s - 1) for v, s in seed_terms) + (v_examples * v_examples / (n - 1) if n > 1 else 0.0)
+    df = total * total / denom if denom > 0 else float("inf")
+    half = _t_quantile(df) * float(np.sqrt(total))
+    return Interval(estimate, estimate - half, estimate + half, seed_sd, seeds, n)
+
+
+def _seed_part(per_seed: list[np.ndarray | float]) -> tuple[list[tuple[float, int]], float | None]:
+    terms, sds = [], []
+    for values in per_seed:
+        v = np.asarray(values, dtype=float)
+        if v.size > 1:
+            var = float(v.var(ddof=1))
+            terms.append((var / v.size, v.size))
+            sds.append(float(np.sqrt(var)))
+    return terms, (max(sds) if sds else None)
+
+
+def mean_interval(sides: Sequence[tuple[int, np.ndarray]]) -> Interval:
+    """The interval of ``Σ sign · mean over seeds and examples`` of per-example scores.
+
+    ``sides``: (sign, scores of shape (S, n)): +1 for what is measured, -1 for what it is compared
+    with; every side on the same n examples in the same order."""
+    mats = [(sign, np.atleast_2d(np.asarray(m, dtype=float))) for sign, m in sides]
+    n = mats[0][1].shape[1]
+    if any(m.shape[1] != n for _, m in mats):
+        raise ValueError(f"sides of different test sets: {[m.shape[1] for _, m in mats]} examples")
+    if n == 0:
+        raise ValueError("an interval of no examples")
+    per_example = sum(sign * m.mean(0) for sign, m in mats)
+    estimate = float(per_example.mean())
+    v_examples = float(per_example.var(ddof=1)) / n if n > 1 else 0.0
+    terms, sd = _seed_part([m.mean(1) for _, m in mats])
+    terms = [(_seed_variance(m) / m.shape[0], m.shape[0]) for _, m in mats if m.shape[0] > 1]
+    return _combine(estimate, v_examples, terms, n, sd, min(m.shape[0] for _, m in mats))
+
+
+def _seed_variance(m: np.ndarray) -> float:
+    """σ²_seed of a (seeds x examples) matrix: the variance of its seed means less the interaction's
+    share of it, which the test-sample term carries (two-way random effects, method of moments)."""
+    seeds, n = m.shape
+    if n < 2:
+        return float(m.mean(1).var(ddof=1))
+    resid = m - m.mean(1, keepdims=True) - m.mean(0, keepdims=True) + m.mean()
+    interaction = float((resid ** 2).sum()) / ((seeds - 1) * (n - 1))
+    return max(0.0, float(m.mean(1).var(ddof=1)) - interaction / n)
+
+
+def statistic_interval(sides: Sequence[tuple[int, Sequence[Statistic]]], n: int, resamples: int = RESAMPLES,
+                       seed: int = 0) -> Interval:
+    """The interval of ``Σ sign · mean over seeds`` of a corpus-level statistic.
+
+    ``sides``: (sign, one statistic per seed), each a function of example indices (``np.arange(n)``:
+    the whole test set). The test-sample variance is that of the seed-averaged sum over
+    ``resamples`` bootstrap resamples of the examples, each resample shared by every seed and side."""
+    if n == 0:
+        raise ValueError("an interval of no examples")
+    full = np.arange(n)
+    per_seed = [np.array([f(full) for f in fns]) for _, fns in sides]
+    estimate = float(sum(sign * v.mean() for (sign, _), v in zip(sides, per_seed)))
+    rng = np.random.default_rng(seed)
+    boot = np.empty(resamples)
+    for r in range(resamples):
+        ix = rng.integers(0, n, size=n)
+        boot[r] = sum(sign * np.mean([f(ix) for f in fns]) for sign, fns in sides)
+    terms, sd = _seed_part(per_seed)
+    return _combine(estimate, float(boot.var(ddof=1)), terms, n, sd, min(len(fns) for _, fns in sides))

@@ -1,0 +1,112 @@
+"""Score bands and `rag check` on fabricated finished experiments (no training)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rag.cli import main
+from rag.report.bands import experiment_values, load_bands, make_bands, write_bands
+
+# (task, variant, split) -> metric -> value per seed
+RUNS = {
+    ("nq", "rag_token", "test"): {"em": [74.0, 76.0, 75.0], "answer_recall@1": [70.0, 71.0, 72.0]},
+    ("nq", "rag_token", "dev"): {"em": [70.0, 72.0, 74.0]},
+    ("nq", "bart", "test"): {"em": [1.3]},
+    ("msmarco", "rag_sequence", "test"): {"rougeL": [60.2], "bleu1": [55.0]},
+}
+
+
+def fabricate(root: Path, runs=RUNS, shift: dict | None = None) -> list[Path]:
+    """results/<name>/runs/<task>/<variant>/seed<s>/<split>/metrics.json as the DAG writes them;
+    ``shift``: (task, variant, split, metric) -> points added to every seed's value."""
+    files = []
+    for (task, variant, split), metrics in runs.items():
+        seeds = len(next(iter(metrics.values())))
+        for i in range(seeds):
+            vals = {m: v[i] + (shift or {}).get((task, variant, split, m), 0.0) for m, v in metrics.items()}
+            path = root / "runs" / task / variant / f"seed{i + 1}" / split / "metrics.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({
+                "task": task, "variant": variant, "split": split, "seed": i + 1, "n": 300,
+                "metrics": {k: v for k, v in vals.items() if "@" not in k},
+                "retrieval": {k: v for k, v in vals.items() if "@" in k}}))
+            files.append(path)
+    return files
+
+
+def bands_file(tmp_path: Path) -> Path:
+    centre = tmp_path / "centre"
+    fabricate(centre)
+    other = tmp_path / "other"  # the same config under another top-level seed: other values
+    fabricate(other, shift={c: 2.0 for c in [("nq", "bart", "test", "em"), ("msmarco", "rag_sequence", "test", "rougeL"),
+                                              ("msmarco", "rag_sequence", "test", "bleu1")]})
+    path = tmp_path / "bands.yaml"
+    rc = main(["bands", "--center", str(centre), "--others", str(other), "--name", "fabricated", "--out", str(path)])
+    assert rc == 0
+    return path
+
+
+def test_bands_come_from_the_spread_across_seeds(tmp_path):
+    header, bands = load_bands(bands_file(tmp_path))
+    by = {b.cell: b for b in bands}
+    em = by[("nq", "rag_token", "test", "em")]
+    # three seeds (74, 76, 75): one fine-tune's SD pooled over both experiments (the same spread: SD 1,
+    # 4 df), tolerance 4 SD of a difference of two 3-seed means = 4 * 1 * sqrt(2/3)
+    assert em.expected == 75.0 and em.tolerance == pytest.approx(4 * (2 / 3) ** 0.5, abs=0.01) and em.seeds == 3
+    # one seed: the SD across the two experiments (1.3 and 3.3: 1.41), 4 SD of a difference of two runs
+    bart = by[("nq", "bart", "test", "em")]
+    assert bart.tolerance == pytest.approx(4 * 2 ** 0.5 * 2 ** 0.5, abs=0.01) and bart.seeds == 1
+    assert "SD" in bart.source and header["name"] == "fabricated" and "4 SD" in header["method"]
+    # never tighter than two test examples (200 / 300 points)
+    assert min(b.tolerance for b in bands) >= 200 / 300 - 1e-9
+
+
+def test_check_passes_in_band_and_fails_naming_exactly_the_cells_pushed_out(tmp_path, capsys):
+    bands = bands_file(tmp_path)
+    run = tmp_path / "run"
+    files = fabricate(run, shift={("nq", "rag_token", "test", "em"): 0.5})  # inside its band
+    assert main(["check", "--bands", str(bands), "--metrics", *map(str, files), "--out", str(tmp_path / "ok.txt")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("in band (OK)") == 6 and "OUT OF BAND" not in out and (tmp_path / "ok.txt").is_file()
+
+    bad = tmp_path / "bad"
+    files = fabricate(bad, shift={("nq", "rag_token", "test", "em"): -9.0, ("msmarco", "rag_sequence", "test", "bleu1"): 30.0})
+    rc = main(["check", "--bands", str(bands), "--metrics", *map(str, files), "--out", str(tmp_path / "bad.txt")])
+    captured = capsys.readouterr()
+    assert rc == 1 and not (tmp_path / "bad.txt").exists()
+    failed = [line.split()[0] for line in captured.out.splitlines() if "OUT OF BAND" in line]
+    assert sorted(failed) == ["msmarco/rag_sequence/test/bleu1", "nq/rag_token/test/em"]
+    assert "2 cell(s) out of band: msmarco/rag_sequence/test/bleu1, nq/rag_token/test/em" in captured.err
+    em_line = next(line for line in captured.out.splitlines() if line.startswith("nq/rag_token/test/em"))
+    assert em_line.split()[1:5] == ["75.0", "±", "3.3", "66.0"]  # the expected value beside the measured mean
+
+
+def test_a_check_that_matches_no_run_fails(tmp_path, capsys):
+    bands = bands_file(tmp_path)
+    files = fabricate(tmp_path / "other_task", runs={("fever3", "bart", "test"): {"accuracy": [40.0]}})
+    assert main(["check", "--bands", str(bands), "--metrics", *map(str, files)]) == 1
+    assert "none of the" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("entry,message", [
+    ({"task": "nq"}, "missing variant"),
+    ({"task": "nq", "variant": "bart", "split": "test", "metric": "em", "expected": 1, "tolerance": -1}, "'tolerance' must be"),
+    ({"task": "nq", "variant": "bart", "split": "test", "metric": "em", "expected": "x", "tolerance": 1}, "'expected' must be"),
+])
+def test_a_bad_band_file_is_one_line_naming_the_entry(tmp_path, entry, message):
+    from rag.errors import DataError
+
+    path = tmp_path / "b.yaml"
+    path.write_text(yaml.safe_dump({"cells": [entry]}))
+    with pytest.raises(DataError, match=rf"b.yaml: cells\[0\]: .*{message}"):
+        load_bands(path)
+
+
+def test_the_committed_band_files_load():
+    root = Path(__file__).resolve().parents[1]
+    for name in ("miniworld", "paper"):
+        header, bands = load_bands(root / "config" / "bands" / f"{name}.yaml")
+        assert bands and header.get("method")
+        assert all(b.source for b in bands), name  # every band says where it comes from
