@@ -110,3 +110,30 @@ def test_the_committed_band_files_load():
         header, bands = load_bands(root / "config" / "bands" / f"{name}.yaml")
         assert bands and header.get("method")
         assert all(b.source for b in bands), name  # every band says where it comes from
+
+
+def test_check_scores_the_predictions_themselves(tmp_path, capsys):
+    """Given the predictions, rag check scores them again: altering one predictions file drops that
+    cell out of band, whatever its metrics.json says."""
+    metrics, preds = [], []
+    for seed in (1, 2, 3):
+        d = tmp_path / "runs" / "nq" / "rag_token" / f"seed{seed}" / "test"
+        d.mkdir(parents=True)
+        rows = [{"id": f"q{j}", "prediction": "yes" if j < 15 + seed else "no", "targets": ["yes"]} for j in range(20)]
+        (d / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (d / "metrics.json").write_text(json.dumps({"task": "nq", "variant": "rag_token", "split": "test", "seed": seed,
+                                                    "n": 20, "metrics": {"em": 5.0 * (15 + seed)}}))
+        metrics.append(d / "metrics.json")
+        preds.append(d / "predictions.jsonl")
+    bands = tmp_path / "bands.yaml"
+    bands.write_text(yaml.safe_dump({"cells": [{"task": "nq", "variant": "rag_token", "split": "test", "metric": "em",
+                                                "expected": 85.0, "tolerance": 6.0, "source": "test"}]}))
+    args = ["check", "--bands", str(bands), "--metrics", *map(str, metrics), "--predictions", *map(str, preds)]
+    assert main(args) == 0
+    rows = [json.loads(line) for line in preds[0].read_text().splitlines()]
+    for r in rows[:12]:
+        r["prediction"] = "no"  # seed 1 now answers 4 of 20: the mean over seeds drops to 71.7
+    preds[0].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    capsys.readouterr()
+    assert main(args) == 1
+    assert "1 cell(s) out of band: nq/rag_token/test/em" in capsys.readouterr().err

@@ -107,6 +107,8 @@ def register(sub) -> None:
     p = sub.add_parser("check", help="check a finished experiment's scores against a band file: OK / FAIL per cell")
     p.add_argument("--bands", required=True, help="band file (config/bands/*.yaml)")
     p.add_argument("--metrics", nargs="+", required=True, help="the experiment's metrics.json files (one per run, split and seed)")
+    p.add_argument("--predictions", nargs="*", default=[],
+                   help="their predictions.jsonl files, in the same order: the task metrics are scored again from them")
     p.add_argument("--out", default=None, help="also write the table here (written only when every cell is in band)")
     p.set_defaults(func=_cmd_check)
 
@@ -125,7 +127,7 @@ def _cmd_check(args) -> int:
     from rag.report.bands import check, format_results, load_bands, run_values
 
     header, bands = load_bands(args.bands)
-    results = check(bands, run_values(args.metrics))
+    results = check(bands, run_values(args.metrics, args.predictions))
     text = format_results(header, results)
     print(text)
     failed = [r for r in results if r.status == "FAIL"]

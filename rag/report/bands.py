@@ -79,20 +79,35 @@ def load_bands(path: str | Path) -> tuple[dict, list[Band]]:
     return {k: v for k, v in data.items() if k != "cells"}, bands
 
 
-def run_values(metrics_files: list[str | Path]) -> dict[Cell, list[float]]:
-    """(task, variant, split, metric) -> the value of each seed, from metrics.json files (the
-    ``metrics`` and ``retrieval`` objects)."""
+def run_values(metrics_files: list[str | Path], predictions_files: list[str | Path] = ()) -> dict[Cell, list[float]]:
+    """(task, variant, split, metric) -> the value of each seed, from metrics.json files.
+
+    ``predictions_files`` (optional, one per metrics file in the same order, as the report takes
+    them): the task metrics (the ``metrics`` object's keys) are scored again from the predictions,
+    with the run's own metric options, so a check vouches for the predictions themselves, not for a
+    number written beside them. Retrieval recall comes from the ``retrieval`` object."""
+    from rag import metrics as M
+    from rag.io import read_jsonl
     from rag.report.inputs import ReportInputs
 
-    inputs = ReportInputs.from_files(metrics=metrics_files)
+    inputs = ReportInputs.from_files(metrics=metrics_files, predictions=predictions_files)
     out: dict[Cell, list[float]] = {}
     for (task, variant, split), files in sorted(inputs.metrics.items()):
         for seed, path in sorted(files.items()):
             data = read_json(path)
-            for section in ("metrics", "retrieval"):
-                for metric, value in sorted((data.get(section) or {}).items()):
-                    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                        out.setdefault((task, variant, split, metric), []).append(float(value))
+            values = dict(data.get("retrieval") or {})
+            pred_path = (inputs.predictions.get((task, variant, split)) or {}).get(seed)
+            if pred_path is not None:
+                rows = read_jsonl(pred_path, required=("prediction", "targets"))
+                opts = data.get("metric_options") or {}
+                p, t = [r["prediction"] for r in rows], [r["targets"] for r in rows]
+                values.update({m: M.compute(m, p, t, tokenizer=opts.get("tokenizer", "python"), qbleu_weights=opts.get("qbleu1"))
+                               for m in (data.get("metrics") or {})})
+            else:
+                values.update(data.get("metrics") or {})
+            for metric, value in sorted(values.items()):
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                    out.setdefault((task, variant, split, metric), []).append(float(value))
     return out
 
 

@@ -48,8 +48,9 @@ class Claim:
     bar: str = ""
     bar_met: bool | None = None
     details: list[str] = field(default_factory=list)
-    seeds: int | None = None  # the fewest fine-tune seeds of either side (1: the interval ignores training variance)
-    seed_sd: float | None = None  # the spread of the per-seed differences (sample SD)
+    seeds: int | None = None  # the fewest fine-tune seeds of either side (1: the interval ignores its training variance)
+    seed_sd: float | None = None  # the spread of the per-seed values (sample SD; the larger side's)
+    side_seeds: tuple[int, ...] = ()
 
     @property
     def interval(self) -> str:
@@ -62,14 +63,15 @@ class Claim:
         """The number of seeds and their spread: "3 seeds, sd 1.2" | "1 seed"."""
         if self.seeds is None:
             return "—"
-        if self.seeds == 1:
-            return "1 seed"
-        return f"{self.seeds} seeds" + (f", sd {self.seed_sd:.1f}" if self.seed_sd is not None else "")
+        sides = self.side_seeds or (self.seeds,)
+        count = f"{sides[0]} vs {sides[1]}" if len(set(sides)) > 1 else str(sides[0])
+        text = f"{count} seed{'s' if max(sides) > 1 else ''}"
+        return text + (f", sd {self.seed_sd:.1f}" if self.seed_sd is not None else "")
 
     def set_interval(self, iv: Interval, direction: int = 1) -> None:
         self.diff, self.lo, self.hi = iv.estimate, iv.lo, iv.hi
         self.verdict = verdict(iv.lo, iv.hi, direction)
-        self.seeds, self.seed_sd = iv.seeds, iv.seed_sd
+        self.seeds, self.seed_sd, self.side_seeds = iv.seeds, iv.seed_sd, iv.side_seeds
 
 
 class Evidence:
@@ -257,7 +259,7 @@ def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: d
         c = Claim(title, "(harness check: reader and retriever apart; vs 85 % EM)",
                   f"NQ oracle (gold passage, K = 1) RAG-Token EM {iv.estimate:.1f} (n = {em.shape[1]}); worst attribute "
                   f"{worst} {by_attr[worst]:.0f}" if worst else f"NQ oracle EM {iv.estimate:.1f}", bar=bar_text)
-        c.set_interval(Interval(iv.estimate - 85, iv.lo - 85, iv.hi - 85, iv.seed_sd, iv.seeds, iv.n))
+        c.set_interval(Interval(iv.estimate - 85, iv.lo - 85, iv.hi - 85, iv.seed_sd, iv.seeds, iv.n, iv.side_seeds))
         c.bar_met = iv.estimate >= 85 and all(v >= 60 for v in by_attr.values())
         out.append(c)
     else:

@@ -44,8 +44,9 @@ class Interval:
     lo: float
     hi: float
     seed_sd: float | None  # the spread of the per-seed statistics (sample SD; the larger side's for a difference)
-    seeds: int  # the fewest seeds of any side (1: the interval ignores training variance)
+    seeds: int  # the fewest seeds of any side (1: the interval ignores that side's training variance)
     n: int  # test examples
+    side_seeds: tuple[int, ...] = ()  # the seeds of each side
 
     @property
     def half_width(self) -> float:
@@ -59,16 +60,17 @@ def _t_quantile(df: float) -> float:
 
 
 def _combine(estimate: float, v_examples: float, seed_terms: list[tuple[float, int]], n: int,
-             seed_sd: float | None, seeds: int) -> Interval:
+             seed_sd: float | None, side_seeds: tuple[int, ...]) -> Interval:
     """``seed_terms``: (s² / S, S) of each side with S > 1."""
     v_seed = sum(v for v, _ in seed_terms)
     total = v_examples + v_seed
+    seeds = min(side_seeds)
     if total <= 0:
-        return Interval(estimate, estimate, estimate, seed_sd, seeds, n)
+        return Interval(estimate, estimate, estimate, seed_sd, seeds, n, side_seeds)
     denom = sum(v * v / (s - 1) for v, s in seed_terms) + (v_examples * v_examples / (n - 1) if n > 1 else 0.0)
     df = total * total / denom if denom > 0 else float("inf")
     half = _t_quantile(df) * float(np.sqrt(total))
-    return Interval(estimate, estimate - half, estimate + half, seed_sd, seeds, n)
+    return Interval(estimate, estimate - half, estimate + half, seed_sd, seeds, n, side_seeds)
 
 
 def _seed_part(per_seed: list[np.ndarray | float]) -> tuple[list[tuple[float, int]], float | None]:
@@ -96,9 +98,9 @@ def mean_interval(sides: Sequence[tuple[int, np.ndarray]]) -> Interval:
     per_example = sum(sign * m.mean(0) for sign, m in mats)
     estimate = float(per_example.mean())
     v_examples = float(per_example.var(ddof=1)) / n if n > 1 else 0.0
-    terms, sd = _seed_part([m.mean(1) for _, m in mats])
+    _, sd = _seed_part([m.mean(1) for _, m in mats])  # the spread shown: of the per-seed means as measured
     terms = [(_seed_variance(m) / m.shape[0], m.shape[0]) for _, m in mats if m.shape[0] > 1]
-    return _combine(estimate, v_examples, terms, n, sd, min(m.shape[0] for _, m in mats))
+    return _combine(estimate, v_examples, terms, n, sd, tuple(m.shape[0] for _, m in mats))
 
 
 def _seed_variance(m: np.ndarray) -> float:
@@ -130,4 +132,4 @@ def statistic_interval(sides: Sequence[tuple[int, Sequence[Statistic]]], n: int,
         ix = rng.integers(0, n, size=n)
         boot[r] = sum(sign * np.mean([f(ix) for f in fns]) for sign, fns in sides)
     terms, sd = _seed_part(per_seed)
-    return _combine(estimate, float(boot.var(ddof=1)), terms, n, sd, min(len(fns) for _, fns in sides))
+    return _combine(estimate, float(boot.var(ddof=1)), terms, n, sd, tuple(len(fns) for _, fns in sides))

@@ -38,10 +38,11 @@ if CFG["bands"]:  # config key bands: null leaves the experiment without a check
         input:
             bands=CFG["bands"],
             metrics=run_files("metrics.json"),
+            predictions=run_files("predictions.jsonl"),
         output:
             f"{R}/check.txt",
         localrule: True
         conda:
             CONDA
         shell:
-            "rag check --bands {input.bands} --metrics {input.metrics} --out {output}"
+            "rag check --bands {input.bands} --metrics {input.metrics} --predictions {input.predictions} --out {output}"
