@@ -67,8 +67,8 @@ def parse(argv=None):
     p.add_argument("--decode-n", type=int, default=32)
     p.add_argument("--beams", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=16)
-    p.add_argument("--dag-dir", default=None, help="Snakemake benchmark folder (default results/miniworld/benchmarks: "
-                   "the embedded default's experiment)")
+    p.add_argument("--dag-dir", default=None, help="the jobs' resource records (default results/miniworld/resources: "
+                   "the embedded default's experiment; rag --record writes them)")
     p.add_argument("--scale-enc-sizes", default="1000,10000")
     p.add_argument("--scale-index-sizes", default="10000,100000",
                    help="built here; the 1M point comes from the index section (index.json in --out) when present")
