@@ -24,6 +24,7 @@ MODULES = (
     "rag.data.formats",
     "rag.report",
     "rag.hf_import",
+    "rag.manifest",
 )
 
 
