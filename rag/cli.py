@@ -25,6 +25,7 @@ MODULES = (
     "rag.report",
     "rag.hf_import",
     "rag.manifest",
+    "rag.plan",
 )
 
 

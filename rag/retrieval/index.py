@@ -139,7 +139,7 @@ def _read_header(path: Path) -> Shard:
     return Shard(path, int(rows), int(shape[1]), dtype, offset)
 
 
-def ivf_lists(n: int, ivf_lists: int) -> int:
+def ivf_lists_for(n: int, ivf_lists: int) -> int:
     """The inverted lists an IVF index over ``n`` vectors gets: the configured number, at most n / 39."""
     return max(1, min(ivf_lists, n // IVF_MIN_POINTS_PER_LIST))
 
@@ -167,7 +167,7 @@ def _empty_index(kind: str, d: int, n: int, hnsw_m: int, ivf_lists_: int, pq_m: 
         index.hnsw.efSearch = ef_search
         return index
     if kind == "ivfpq":
-        nlist = ivf_lists(n, ivf_lists_)
+        nlist = ivf_lists_for(n, ivf_lists_)
         m = pq_bytes(d, pq_m)
         if n < 256:
             raise ConfigError(f"retriever.index=ivfpq needs at least 256 passages to train its codebooks, got {n}")
@@ -303,3 +303,32 @@ def recall_against_flat(index, emb: np.ndarray, queries: np.ndarray, k: int = 10
     _, got = index.search(queries, k)
     hits = sum(len(set(g) & set(h)) for g, h in zip(gold.tolist(), got.tolist()))
     return hits / gold.size
+
+
+def index_bytes(kind: str, n: int, d: int, *, hnsw_m: int = 128, ivf_lists: int = 256, pq_m: int | None = None) -> dict:
+    """What a FAISS index of ``n`` ``d``-dimensional vectors takes, by arithmetic (no FAISS needed):
+    ``memory`` once loaded (``faiss.read_index``, as train/evaluate jobs hold it) and ``disk`` (its
+    file), with the parts they add up from. The build adds one chunk of rows (and for IVF-PQ its
+    training sample) on top (:func:`build_index_from_shards`).
+
+    flat: the float32 vectors. HNSW (M links): the vectors, 2M links at level 0 and M at each upper
+    level, where a vector has 1 / (M - 1) upper levels on average (FAISS draws levels with
+    probability M^-l), 4 bytes a link, plus its level (4 bytes) and offset (8 bytes). IVF-PQ:
+    a ``pq_m``-byte code and an 8-byte id per vector, the coarse centroids (lists x d floats) and
+    the product quantizer's codebooks (256 x d floats)."""
+    vectors = n * d * 4
+    if kind == "flat":
+        parts = {"vectors": vectors}
+        header = 45
+    elif kind == "hnsw":
+        links = n * (2 * hnsw_m + hnsw_m / (hnsw_m - 1))
+        parts = {"vectors": vectors, "graph": int(links * 4 + n * (4 + 8))}
+        header = 45 + 45 + 8 * 20
+    elif kind == "ivfpq":
+        nlist, m = ivf_lists_for(n, ivf_lists), pq_bytes(d, pq_m)
+        parts = {"codes": n * m, "ids": n * 8, "centroids": nlist * d * 4, "codebooks": 256 * d * 4}
+        header = 45 * 2 + 8 * nlist + 64
+    else:
+        raise ConfigError(f"retriever.index: unknown index type {kind!r}")
+    memory = sum(parts.values())
+    return {"kind": kind, "n": n, "d": d, "memory": memory, "disk": memory + header, "parts": parts}
