@@ -35,6 +35,9 @@ def run(args) -> dict:
 
     root = Path(args.dag_dir) if args.dag_dir else DEFAULT_RESULTS / "resources"
     per_rule = read_records(root)
+    if not per_rule:
+        raise RuntimeError(f"dag: no resource records under {root} (run the DAG first: every job writes "
+                         "results/<name>/resources/<rule>/<job>.json; --dag-dir names another folder)")
     rows = []
     sums = {rule: summarize(rs) for rule, rs in per_rule.items()}
     for rule, s in sorted(sums.items(), key=lambda kv: -kv[1]["wall_s_sum"]):

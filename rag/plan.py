@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rag.errors import ConfigError, DataError
+from rag.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: Snakefile, workflow/, config.yaml
 DEFAULT_PROFILE = "workflow/profiles/slurm"
@@ -212,8 +212,37 @@ def _number(v: Any) -> Any:
     return v
 
 
+_UNITS_MIN = {"s": 1 / 60, "m": 1, "min": 1, "h": 60, "d": 1440}
+_UNITS_MB = {"b": 1e-6, "kb": 1e-3, "mb": 1, "gb": 1e3, "tb": 1e6, "kib": 1.024e-3, "mib": 1.048576, "gib": 1073.741824,
+             "tib": 1099511.627776}
+
+
+def _with_unit(value: Any, units: dict) -> Any:
+    """Snakemake's human-readable sizes and durations ("8GB", "2h", "1d 6h") as MB / minutes; numbers pass through."""
+    if not isinstance(value, str):
+        return value
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]+)", value)
+    if not parts or "".join(a + b for a, b in parts) != re.sub(r"\s", "", value):
+        return value
+    try:
+        return sum(float(a) * units[b.lower()] for a, b in parts)
+    except KeyError:
+        return value
+
+
 def request(rule: str, key: str, cfg: dict, declared: dict, profile: dict) -> tuple[Any, str]:
-    """(value, where it comes from) of one resource of one rule's jobs, in Snakemake's order."""
+    """(value, where it comes from) of one resource of one rule's jobs, in Snakemake's order (a
+    ``mem`` with a unit stands for ``mem_mb``; ``runtime`` may carry one: "2h")."""
+    value, source = _request(rule, key, cfg, declared, profile)
+    if value is None and key == "mem_mb":
+        value, source = _request(rule, "mem", cfg, declared, profile)
+        value = _with_unit(value, _UNITS_MB)
+    elif key == "runtime":
+        value = _with_unit(value, _UNITS_MIN)
+    return value, source
+
+
+def _request(rule: str, key: str, cfg: dict, declared: dict, profile: dict) -> tuple[Any, str]:
     res = cfg.get("resources") or {}
     if key in profile["set"].get(rule, {}):
         return _number(profile["set"][rule][key]), "profile set-resources"
@@ -273,8 +302,17 @@ def _steps_per_task(cfg: dict) -> dict[str, int]:
     return {t: spec.get("steps", cfg["train"]["steps"]) for t, spec in cfg["tasks"].items()}
 
 
+def workflow_dir() -> Path:
+    """The workflow whose rules the plan reads: ./workflow (a checkout run from its top), else the
+    one beside this package."""
+    for folder in (Path("workflow"), ROOT / "workflow"):
+        if (folder / "rules").is_dir():
+            return folder
+    raise ConfigError("workflow/rules not found: run rag plan from the project's top folder (where the Snakefile is)")
+
+
 def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results: Path, passages: int | None = None,
-              dim: int | None = None, workflow: Path = ROOT / "workflow") -> dict:
+              dim: int | None = None, workflow: Path | None = None) -> dict:
     from rag.config import task_variants
     from rag.retrieval.index import index_bytes, ivf_lists_for, pq_bytes
     from rag.tasks import variant_spec
@@ -305,7 +343,7 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
             indexes[kind] = {**index_bytes(kind, n, d, **kw), "label": label, "configured": kind == r["index"]}
     index = indexes.get(r["index"])
     profile = read_profile(profile_path)
-    rule_names, declared = declared_resources(workflow)
+    _, declared = declared_resources(workflow or workflow_dir())
     records = _records(results)
 
     # the jobs of this configuration (as workflow/rules/common.smk plans them)
@@ -413,7 +451,7 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
         plans.append(plan)
     return {"config": config_path, "experiment": cfg["name"], "device": device, "precision": cfg["precision"],
             "threads": threads, "profile": profile["path"], "sizes": sizes, "indexes": indexes,
-            "throughputs": [t for t in THROUGHPUTS], "records": str(results / "resources") if records else None,
+            "throughputs": list(THROUGHPUTS), "records": str(results / "resources") if records else None,
             "rules": [_rule_json(pl) for pl in plans]}
 
 
@@ -423,10 +461,7 @@ def _records(results: Path) -> dict:
         return {}
     from rag.resources import read_records
 
-    try:
-        return read_records(folder)
-    except DataError:
-        raise
+    return read_records(folder)
 
 
 def _flag(plan: RulePlan) -> None:

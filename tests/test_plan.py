@@ -116,6 +116,12 @@ def test_plan_json_and_request_resolution(tmp_path):
     train = next(r for r in plan["rules"] if r["rule"] == "train")
     assert any(f.startswith("mem_mb 100,000 is below the need (at least 170,") for f in train["below_need"])
     assert any(f.startswith("gpu 0: the job runs a model on cuda") for f in train["below_need"])
+    # Snakemake's human-readable values: mem with a unit stands for mem_mb, runtime may carry one
+    profile.write_text("set-resources:\n  report:\n    mem: 30GB\n    runtime: 1d 2h\n")
+    plan = json.loads(_plan("--configfile", "config/paper.yaml", "--profile", str(profile), "--json").stdout)
+    report = next(r for r in plan["rules"] if r["rule"] == "report")
+    assert report["requests"]["mem_mb"]["value"] == 30_000 and report["requests"]["runtime"]["value"] == 1560
+    assert report["below_need"] == []
     res = _plan("--configfile", "config/paper.yaml", "--profile", str(tmp_path / "none"))
     assert res.returncode == 2 and "none: profile not found" in res.stderr
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rag.retrieval.base import Retrieved, Retriever
+    from rag.retrieval.base import Retriever
     from rag.sections import QuestionEncoder
 
 # role -> (command-line flag, takes several paths): the retrieval files a retriever may read
