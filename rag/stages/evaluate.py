@@ -69,4 +69,3 @@ def _manifest(model_dir: Path, io: dict[str, tuple[str, str, str]]) -> dict | No
         if (splits.get(split) or {}).get("path") != str(data_path):
             splits[split] = file_entry(data_path)
     return manifest
-
