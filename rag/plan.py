@@ -531,7 +531,8 @@ def render(plan: dict) -> str:
     out += ["", "Throughputs (measured; the device they were measured on)"]
     for t in plan["throughputs"]:
         what = t.get("encoder") or t.get("index") or (f"generator d_model {t['generator']['d_model']}" if "generator" in t else "")
-        out.append(f"  {t['step']:<9} {what:<34} {t['value']:>12,.2f} {t['unit']:<22} {t['device']}: {t['measured_on']}")
+        value = f"{t['value']:,.0f}" if t["value"] >= 100 else f"{t['value']:,.2f}"
+        out.append(f"  {t['step']:<9} {what:<34} {value:>9} {t['unit']:<22} {t['device']}: {t['measured_on']}")
     out.append("  GPU: not measured (no throughput on a GPU has been measured; GPU times show as not measured)")
     out += ["", "Per rule: need (memory, time) against what each job requests (mem_mb, runtime, gpu)"]
     header = f"  {'rule':<19}{'jobs':>5}  {'memory':>13}  {'time':>10}  {'mem_mb':>9}  {'runtime':>9}  {'gpu':>4}  status"
