@@ -153,14 +153,15 @@ def test_float16_shards_are_read_as_float32(tmp_path):
 PEAK = textwrap.dedent("""
     import json, sys
     import faiss, numpy  # imported before the baseline: the build's own memory is what is measured
-    import psutil
     from rag.sections import IndexSection, read_section
     from rag.stages.index import build_faiss_index
-    base = psutil.Process().memory_info().rss
+    def status(key):
+        return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key + ":"))
+    base = status("VmRSS")
     cfg = read_section(IndexSection, sys.argv[1])
     build_faiss_index(cfg, sys.argv[4:], sys.argv[2], sys.argv[3])
     # VmHWM: this process image's peak RSS (ru_maxrss would count the parent's RSS at the fork too)
-    peak = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+    peak = status("VmHWM")
     print(json.dumps({"base": base, "peak": peak}))
 """)
 
