@@ -1,27 +1,18 @@
-"""5. The default DAG: aggregate Snakemake ``benchmark:`` files (results/miniworld/benchmarks/<rule>/...tsv)."""
+"""5. The default DAG: aggregate the jobs' resource records (results/miniworld/resources/<rule>/<job>.json,
+written by `rag --record` in the process that did each job's work: rag.resources)."""
 
 from __future__ import annotations
 
-import csv
 import re
 from pathlib import Path
 
 from benchmarks.common import DEFAULT_RESULTS, ROOT
 
 
-def read_tsvs(root: Path) -> dict[str, list[dict]]:
-    per_rule: dict[str, list[dict]] = {}
-    for p in sorted(root.rglob("*.tsv")):
-        rel = p.relative_to(root)
-        rule = rel.parts[0] if len(rel.parts) > 1 else p.stem
-        with p.open() as f:
-            for row in csv.DictReader(f, delimiter="\t"):
-                try:
-                    per_rule.setdefault(rule, []).append({"s": float(row["s"]), "max_rss": float(row["max_rss"]),
-                                                          "cpu_time": float(row.get("cpu_time") or "nan"), "file": str(rel)})
-                except (KeyError, ValueError):
-                    continue
-    return per_rule
+def read_records(root: Path) -> dict[str, list[dict]]:
+    from rag.resources import read_records as read
+
+    return read(root) if root.is_dir() else {}
 
 
 def last_complete_run(log_dir: Path) -> dict | None:
@@ -40,27 +31,40 @@ def last_complete_run(log_dir: Path) -> dict | None:
 
 
 def run(args) -> dict:
-    root = Path(args.dag_dir) if args.dag_dir else DEFAULT_RESULTS / "benchmarks"
-    per_rule = read_tsvs(root)
+    from rag.resources import summary as summarize
+
+    root = Path(args.dag_dir) if args.dag_dir else DEFAULT_RESULTS / "resources"
+    per_rule = read_records(root)
+    if not per_rule:
+        raise RuntimeError(f"dag: no resource records under {root} (run the DAG first: every job writes "
+                         "results/<name>/resources/<rule>/<job>.json; --dag-dir names another folder)")
     rows = []
-    for rule, rs in sorted(per_rule.items(), key=lambda kv: -sum(r["s"] for r in kv[1])):
-        s = [r["s"] for r in rs]
-        m = [r["max_rss"] for r in rs]
-        rows.append([rule, len(rs), sum(s), sum(s) / len(s), max(s), sum(m) / len(m), max(m)])
+    sums = {rule: summarize(rs) for rule, rs in per_rule.items()}
+    for rule, s in sorted(sums.items(), key=lambda kv: -kv[1]["wall_s_sum"]):
+        rows.append([rule, s["jobs"], s["wall_s_sum"], s["wall_s_sum"] / s["jobs"], s["wall_s_max"], s["cpu_s_sum"],
+                     s["cpu_s_max"], s["peak_rss_mb_max"]])
     total = sum(r[2] for r in rows)
-    peak = max((r[6] for r in rows), default=0.0)
-    rows.append(["**all**", sum(r[1] for r in rows), total, None, max((r[4] for r in rows), default=0.0), None, peak])
-    summary = [{"section": "dag", "metric": f"default DAG: sum of job wall times over {rows[-1][1]} jobs (s); peak job RSS {peak:.0f} MB",
-                "value": total, "baseline": None, "ratio": None, "target": "-", "met": None}]
+    cpu = sum(r[5] for r in rows)
+    peak = max((r[7] for r in rows), default=0.0)
+    rows.append(["**all**", sum(r[1] for r in rows), total, None, max((r[4] for r in rows), default=0.0), cpu,
+                 max((r[6] for r in rows), default=0.0), peak])
+    summary = [{"section": "dag", "metric": f"default DAG: sum of job wall times over {rows[-1][1]} jobs (s); job CPU time "
+                f"{cpu:,.0f} s; peak job RSS {peak:.0f} MB", "value": total, "baseline": None, "ratio": None, "target": "-",
+                "met": None}]
     whole = last_complete_run(ROOT / ".snakemake" / "log")
     if whole:
         summary.append({"section": "dag", "metric": f"default DAG wall time, {whole['jobs']} jobs (s), Snakemake log {whole['log']}",
                         "value": whole["wall_s"], "baseline": None, "ratio": None, "target": "< 600 s", "met": whole["wall_s"] < 600})
-    return {"dir": str(root), "rules": {k: v for k, v in per_rule.items()}, "total_job_s": total, "peak_rss_mb": peak, "run": whole,
+    shown = root.relative_to(ROOT) if root.is_relative_to(ROOT) else root
+    return {"dir": str(root), "rules": per_rule, "total_job_s": total, "total_cpu_s": cpu, "peak_rss_mb": peak, "run": whole,
             "summary": summary,
-            "tables": [{"title": f"Snakemake benchmark files under {root.relative_to(ROOT) if root.is_relative_to(ROOT) else root}",
-                        "headers": ["rule", "jobs", "sum s", "mean s", "max s", "mean max_rss MB", "max max_rss MB"], "rows": rows}],
-            "notes": ["Read from the files Snakemake's `benchmark:` directive writes (columns s, h:m:s, max_rss, ...); jobs run side "
-                      "by side, so the sum of job times exceeds the DAG's wall time. Only jobs finished when the benchmark ran are counted; a "
-                      "job re-run later overwrites its file. The wall time is the \"Elapsed time\" of the newest Snakemake log under "
-                      ".snakemake/log that finished all its jobs."]}
+            "tables": [{"title": f"Job resource records under {shown}",
+                        "headers": ["rule", "jobs", "sum wall s", "mean wall s", "max wall s", "sum CPU s", "max CPU s",
+                                    "max peak RSS MB"], "rows": rows}],
+            "notes": ["Read from the records `rag --record` writes when each job's command ends (rag.resources): wall time "
+                      "since the process started, CPU time (user + system, with the children it waited for) and peak RSS "
+                      "(VmHWM) measured in the process that did the work, also when it is a child forked from the warm start "
+                      "server (whose shared imports are then part of its resident set). Failed jobs are left out. Jobs run "
+                      "side by side, so the sum of job times exceeds the DAG's wall time; a job re-run later overwrites its "
+                      "record. The wall time is the \"Elapsed time\" of the newest Snakemake log under .snakemake/log that "
+                      "finished all its jobs."]}

@@ -6,11 +6,11 @@
     python -m benchmarks.run --device cuda --paper-size --out results/benchmarks/gpu   # on a GPU
     python -m benchmarks.run --paper-size --quick --out /tmp/bench_paper               # CPU smoke of that section
 
-Sections: encoding, index, train, decode, dag, scaling, startup, and paper (bart-large-sized generator,
+Sections: encoding, index, index_build, train, decode, dag, scaling, startup, and paper (bart-large-sized generator,
 bert-base-sized DPR encoders, random weights; only with --paper-size or --only paper). Each writes
 its own JSON; summary.md is rebuilt from every <section>.json present in --out, so sections can be
-run one at a time. --device cuda runs encoding, train, decode and paper on the GPU; index, dag,
-scaling and startup are CPU measurements and refuse it.
+run one at a time. --device cuda runs encoding, train, decode and paper on the GPU; index,
+index_build, dag, scaling and startup are CPU measurements and refuse it.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import traceback
 import warnings
 from pathlib import Path
 
-SECTIONS = ["encoding", "index", "train", "decode", "dag", "scaling", "startup", "paper"]
-DEFAULT_SECTIONS = ["encoding", "index", "train", "decode", "dag", "scaling", "startup"]  # paper: --paper-size
+SECTIONS = ["encoding", "index", "index_build", "train", "decode", "dag", "scaling", "startup", "paper"]
+DEFAULT_SECTIONS = ["encoding", "index", "index_build", "train", "decode", "dag", "scaling", "startup"]  # paper: --paper-size
 DEVICE_SECTIONS = {"encoding", "train", "decode", "paper"}  # the sections that honour --device
 
 
@@ -61,14 +61,23 @@ def parse(argv=None):
     p.add_argument("--hnsw-ms", default="32", help="HNSW M values on --index-n vectors")
     p.add_argument("--m128-n", type=int, default=100_000, help="vectors for the HNSW M=128 build-time probe (0: skip)")
     p.add_argument("--ef-construction", type=int, default=120)
+    p.add_argument("--index-build-n", type=int, default=2_000_000, help="index_build: vectors (384-d float32) in the shards")
+    p.add_argument("--index-build-shards", type=int, default=4, help="index_build: embedding shards they are written as")
+    p.add_argument("--index-build-kinds", default="flat,ivfpq", help="index_build: index types to build (flat,hnsw,ivfpq)")
+    p.add_argument("--index-build-dir", default=None, help="index_build: where the shards are written (default: a "
+                   "temporary folder; n x 1,536 bytes), removed afterwards")
+    p.add_argument("--index-build-no-identity", action="store_true",
+                   help="index_build: skip the flat file's comparison with a one-shot build (which needs 2x the embeddings in RAM)")
+    p.add_argument("--index-build-baseline", default=None, metavar="REV",
+                   help="index_build: also run git revision REV's rag index (flat) on the same shards")
     p.add_argument("--k", type=int, default=3, help="retrieved documents (config.yaml train.k)")
     p.add_argument("--train-batch", type=int, default=16, help="config.yaml train.batch_size")
     p.add_argument("--train-steps", type=int, default=10)
     p.add_argument("--decode-n", type=int, default=32)
     p.add_argument("--beams", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=16)
-    p.add_argument("--dag-dir", default=None, help="Snakemake benchmark folder (default results/miniworld/benchmarks: "
-                   "the embedded default's experiment)")
+    p.add_argument("--dag-dir", default=None, help="the jobs' resource records (default results/miniworld/resources: "
+                   "the embedded default's experiment; rag --record writes them)")
     p.add_argument("--scale-enc-sizes", default="1000,10000")
     p.add_argument("--scale-index-sizes", default="10000,100000",
                    help="built here; the 1M point comes from the index section (index.json in --out) when present")

@@ -24,12 +24,16 @@ MODULES = (
     "rag.data.formats",
     "rag.report",
     "rag.hf_import",
+    "rag.manifest",
+    "rag.plan",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rag", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--record", metavar="JSON", help="write the command's resource record here when it ends: "
+                        "wall and CPU time, peak RSS (and peak GPU memory), measured in this process (rag.resources)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in MODULES:
         module = importlib.import_module(name)
@@ -47,8 +51,27 @@ def main(argv: list[str] | None = None) -> int:
             code = warm.run_remote(sys.argv[1:], os.environ[warm.ENV])
             if code is not None:
                 return code
+    from rag.resources import JobMeter
+
+    meter = JobMeter()
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not args.record:
+        return _run(args)
+    code = 1
+    try:
+        code = _run(args)
+        return code
+    except SystemExit as exc:  # SIGTERM (143), an argparse error in a subcommand
+        code = exc.code if isinstance(exc.code, int) else 1
+        raise
+    finally:
+        from rag.resources import write_record
+
+        write_record(args.record, meter.record(sys.argv[1:] if argv is None else list(argv), args.command, code))
+
+
+def _run(args) -> int:
     # SIGTERM (a cluster's scancel, snakemake stopping a job) unwinds like an exception, so jobs
     # mark their MLflow run FAILED and temporary outputs are removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

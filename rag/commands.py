@@ -52,7 +52,7 @@ def cmd_index(args) -> None:
     from rag.stages.index import build_faiss_index
 
     cfg = read_section(IndexSection, args.config)
-    runtime.threads()
+    runtime.faiss_threads()  # FAISS alone: no torch in this process
     build_faiss_index(cfg, args.embeddings, args.out, args.stats)
 
 

@@ -14,6 +14,14 @@ def threads() -> None:
     torch.set_num_threads(int(os.environ.get("RAG_THREADS", 1)))
 
 
+def faiss_threads() -> None:
+    """FAISS's OpenMP threads: RAG_THREADS when set (a rule's ``threads``), else FAISS's default (all cores)."""
+    if os.environ.get("RAG_THREADS"):
+        import faiss
+
+        faiss.omp_set_num_threads(int(os.environ["RAG_THREADS"]))
+
+
 def setup(device: str, *, seed: int | None = None, precision: str | None = None) -> str:
     """Set threads and (given a ``seed``) torch's seed; return the device to compute on
     (``device``, the section's: "cuda" | "cpu").

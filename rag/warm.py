@@ -61,6 +61,7 @@ PRELOAD = (
     "rag.tracking",
     "rag.metrics",
 )
+FORKED = False  # True in a child the server forked to run a command (rag.resources records it)
 _HEADER = struct.Struct("!I")
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -213,8 +214,13 @@ def _child(request: dict, fds: list[int], inherited: list, entry: str) -> None:
     command, run ``entry`` (module:function, :func:`rag.cli.main`) on its arguments, exit as the
     interpreter would (non-daemon threads joined, atexit handlers run, stdio flushed). Never
     returns."""
+    global FORKED
     code = 1
+    FORKED = True
     try:
+        from rag import warm as imported  # the server may run as __main__ (python -m rag.warm): mark the module commands read
+
+        imported.FORKED = True
         for obj in inherited:
             obj.close()
         _die_with_parent(request["server_pid"])

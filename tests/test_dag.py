@@ -138,6 +138,58 @@ def test_e2e_one_mlflow_run_per_task_and_variant(e2e):
 
 
 @pytest.mark.slow
+def test_e2e_jobs_record_their_own_resources(e2e):
+    """Each job's record is measured in the process that did the work: with warm start (on in
+    this DAG) Snakemake's benchmark: files saw the client, 0.03 CPU-seconds for pretraining."""
+    from rag.resources import read_records, summary
+
+    work, _ = e2e
+    recs = read_records(work / "results/e2e/resources")
+    assert {"pretrain_generator", "train", "encode_shard", "build_index", "report", "corpus_miniworld"} <= set(recs)
+    (pre,) = recs["pretrain_generator"]
+    assert pre["command"] == "pretrain" and pre["exit_code"] == 0 and pre["forked_from_warm_server"] is True
+    # tokenizer training, model build and 4 steps: several times the client's 0.03 CPU-seconds even at this size
+    assert pre["cpu_s"] > 0.2 and pre["cpu_s"] == pytest.approx(pre["cpu_user_s"] + pre["cpu_sys_s"] + pre["children_cpu_s"], abs=0.01)
+    # torch and transformers (shared with the server) are resident, and the job's own memory on top of them
+    assert pre["peak_rss_mb"] > pre["rss_at_start_mb"] > 200 and pre["wall_s"] >= pre["cpu_s"] / 2
+    assert summary(recs["train"])["jobs"] == 14 and len(recs["encode_shard"]) == 4  # NQ's RAG models: two seeds
+    assert {r["job"] for r in recs["train"]} >= {"nq-rag_token-1", "nq-rag_token-2", "webquestions-bart-1"}
+
+
+@pytest.mark.slow
+def test_e2e_every_run_has_a_manifest(e2e, capsys):
+    from rag.cli import main
+    from rag.manifest import read_manifest
+
+    work, _ = e2e
+    runs = work / "results/e2e/runs"
+    models = sorted(runs.glob("*/*/seed*/model"))
+    assert len(models) == 14
+    for model in models:
+        m, _ = read_manifest(model / "manifest.json")
+        assert f"seed{m['seed']}" == model.parent.name and m["run"]["task"] == model.parent.parent.parent.name
+        assert set(m["data"]["splits"]) == {"train", "dev", "test"}  # evaluate_in_train_job: the job read all three
+        test = json.loads((model.parent / "test/metrics.json").read_text())
+        assert test["manifest"] == m  # the copy the report reads
+    rt, _ = read_manifest(runs / "nq/rag_token/seed1")
+    assert rt["data"]["passages"]["path"].endswith("corpus/e2e/passages.tsv") and rt["data"]["index"]["path"].endswith("flat.faiss")
+    bart, _ = read_manifest(runs / "nq/bart/seed1")
+    assert bart["data"]["passages"] is None and bart["data"]["index"] is None
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{work}/results/mlflow.db")
+    assert "manifest.json" in [a.path for a in client.list_artifacts(rt["run"]["mlflow_run_id"])]
+    html = (work / "reports/e2e/report.html").read_text()
+    assert "Runs and what produced them" in html and rt["data"]["passages"]["sha256"][:12] in html
+    assert main(["diff-runs", str(runs / "nq/rag_token/seed1"), str(runs / "nq/rag_token_bm25/seed1")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[3].startswith("1. data: index differs") and "variant" in "\n".join(out)
+    # NQ RAG-Token's two fine-tune seeds: the same data, config, code, packages and machine
+    assert main(["diff-runs", str(runs / "nq/rag_token/seed1"), str(runs / "nq/rag_token/seed2")]) == 0
+    assert "The runs differ only by seed: 1 vs 2" in capsys.readouterr().out
+
+
+@pytest.mark.slow
 def test_e2e_rerun_does_nothing_and_config_change_is_local(e2e):
     work, cfg = e2e
     res = smk(work, "-n", configfile=cfg)
@@ -246,7 +298,7 @@ def test_train_jobs_tag_their_config_hash(tmp_path):
     """Each train job gets --config-hash (the hash of its train_<task> section): the MLflow tag is set."""
     res = smk(tmp_path, "-n", "-p", configfile=ROOT / "tests" / "data" / "e2e.yaml")
     assert res.returncode == 0, res.stderr[-3000:]
-    hashes = re.findall(r"rag train .*?--config-hash ([0-9a-f]+) ", res.stdout + res.stderr)
+    hashes = re.findall(r"rag (?:--record \S+ )?train .*?--config-hash ([0-9a-f]+) ", res.stdout + res.stderr)
     assert len(hashes) == 3 * 4 + 2 and all(len(h) == 12 for h in hashes)  # NQ's RAG models: two seeds
     assert len(set(hashes)) == 3  # one per task section
 

@@ -455,6 +455,7 @@ PATH_OR_INT_PARAMS = {
     "sha",  # "--sha256 <hex>" (the schema pattern allows 64 hex digits only) or ""
     "http",  # the literal "--allow-http" or ""
     "launcher",  # "torchrun --standalone --nproc-per-node <train.ddp_processes, a schema integer> -m" or ""
+    "record",  # record(): results/<name>/resources/<rule>/<constrained wildcard values>.json
 }
 ALLOWED_FIELDS = {"input", "output", "wildcards", "threads", "log", "params", "resources"}
 

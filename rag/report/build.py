@@ -630,6 +630,41 @@ def samples(runs: Runs, passages: Path | None, per_task: int) -> list[dict]:
     return out
 
 
+# ---------------------------------------------------------------- manifests
+
+
+def manifest_table(runs: Runs) -> dict:
+    """One row per run (task x variant) from the manifest its test (else dev) metrics.json carries:
+    seed, code commit, dirty tree, the data's hashes, device, CPU/GPU, threads, precision, torch."""
+    headers = ["Run", "Seed", "Commit", "Dirty", "Passages sha256", "Index sha256", "Train data sha256", "Device",
+               "CPU / GPU", "Threads", "Precision", "torch"]
+    rows = []
+    for task in runs.tasks:
+        for variant in runs.variants:
+            data = runs.metrics.get((task, variant, "test")) or runs.metrics.get((task, variant, "dev"))
+            m = (data or {}).get("manifest")
+            if not isinstance(m, dict):
+                continue
+            d, code, hw = m.get("data") or {}, m.get("code") or {}, m.get("hardware") or {}
+
+            def short(entry):
+                return (entry or {}).get("sha256", DASH)[:12] if entry else DASH
+
+            dirty = code.get("git_dirty")
+            rows.append([f"{task}/{variant}", str(m.get("seed", DASH)), (code.get("git_commit") or DASH)[:10],
+                         DASH if dirty is None else ("yes" if dirty else "no"), short(d.get("passages")), short(d.get("index")),
+                         short((d.get("splits") or {}).get("train")), hw.get("device", DASH),
+                         hw.get("gpu_model") or hw.get("cpu_model") or DASH, str(hw.get("threads", DASH)),
+                         hw.get("precision", DASH), (m.get("packages") or {}).get("torch") or DASH])
+    common = []
+    if len(rows) > 1:
+        for i, h in enumerate(headers[1:], 1):
+            values = {r[i] for r in rows}
+            if len(values) == 1 and DASH not in values:
+                common.append(f"{h.lower()} {next(iter(values))}")
+    return {"headers": headers, "rows": rows, "common": "; ".join(common)}
+
+
 # ---------------------------------------------------------------- HTML
 
 
@@ -684,6 +719,7 @@ def build_report(
         "retrieval_columns": retrieval_columns,
         "retrieval_rows": retrieval_rows,
         "samples": samples(runs, passages, samples_per_task),
+        "manifests": manifest_table(runs),
         "tracking_url": runs.tracking_url,
         "n_runs": len(runs.metrics),
         "dash": DASH,

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
-import torch
-
-from rag.sections import QuestionEncoder
+if TYPE_CHECKING:
+    from rag.retrieval.base import Retriever
+    from rag.sections import QuestionEncoder
 
 # role -> (command-line flag, takes several paths): the retrieval files a retriever may read
 FILE_ROLES: dict[str, tuple[str, bool]] = {
@@ -23,12 +23,6 @@ FILE_ROLES: dict[str, tuple[str, bool]] = {
     "index": ("--index", False),  # the FAISS index over them
     "bm25": ("--bm25", False),  # the BM25 index folder
 }
-
-
-@dataclass
-class Retrieved:
-    ids: np.ndarray  # [B, K] passage row numbers, best first
-    scores: torch.Tensor  # [B, K] doc scores (logits of p(z|x)); carries grad for a trained question encoder
 
 
 @dataclass
@@ -46,14 +40,14 @@ class RetrievalFiles:
                       for role, (_, many) in FILE_ROLES.items()})
 
 
-class Retriever(torch.nn.Module):
-    """``retrieve(questions, k) -> Retrieved`` over ``self.passages`` (rag.data.corpus.Passages).
+def __getattr__(name: str):
+    """``Retriever`` and ``Retrieved`` (rag.retrieval.base) on first use: they need torch, which the
+    file roles above (read by the CLI and the Snakefile) do not."""
+    if name in ("Retriever", "Retrieved"):
+        from rag.retrieval import base
 
-    A module, so a trainable part (the dense retriever's ``question_encoder`` submodule) is a part
-    of the RAG system that holds it; retrievers without one have no such attribute."""
-
-    def retrieve(self, questions: list[str], k: int) -> Retrieved:
-        raise NotImplementedError
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def add_file_args(parser) -> None:

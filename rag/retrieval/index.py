@@ -1,9 +1,18 @@
-"""Dense index over passage embeddings (FAISS: flat, HNSW or IVF-PQ, inner product)."""
+"""Dense index over passage embeddings (FAISS: flat, HNSW or IVF-PQ, inner product).
+
+The embeddings come as ``.npy`` shards (``rag encode``, one per job). :func:`build_index_from_shards`
+builds the index from them in bounded memory: it reads each shard's header only
+(:class:`EmbeddingShards`), reserves the index's storage once, and adds the shards in chunks of
+rows read straight from the files, so the build takes the index plus one chunk, never the
+embeddings a second or third time. IVF-PQ trains its codebooks on a sample of rows first.
+"""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -12,45 +21,232 @@ from rag.io import atomic_path
 
 log = logging.getLogger(__name__)
 
+CHUNK_ROWS = 65_536  # rows read and added at a time (100 MB at d = 384, 200 MB at d = 768)
+# IVF-PQ trains on this many sampled rows: what FAISS's k-means would subsample to anyway (256
+# points per centroid: 256 lists, 256 codes per sub-quantizer)
+TRAIN_SAMPLE = 65_536
+IVF_MIN_POINTS_PER_LIST = 39  # FAISS warns below 39 training points per list
 
-def build_index(emb: np.ndarray, kind: str = "flat", hnsw_m: int = 128, ivf_lists: int = 256, pq_m: int | None = None,
-                ef_search: int = 128, ef_construction: int = 200, use_gpu: bool = False):
-    """Build a maximum-inner-product FAISS index over ``emb`` (float32 [N, d]).
 
-    IVF-PQ: ``pq_m`` sub-quantizers of 8 bits (bytes per vector); None: d / 8, one byte per 8
-    dimensions (48 for MiniLM's 384, 96 for DPR's 768; 16 loses most of the top-10 on 1M vectors,
-    benchmarks/README.md)."""
+@dataclass(frozen=True)
+class Shard:
+    path: Path
+    rows: int
+    dim: int
+    dtype: np.dtype
+    offset: int  # bytes before the first row (the .npy header)
+
+
+class EmbeddingShards:
+    """The embedding shards of one corpus, in order, known by their ``.npy`` headers only.
+
+    Rows are read on demand (:meth:`chunks`, :meth:`rows`); a shard of 0 rows (an empty shard of a
+    tiny corpus) is allowed, every other one must be 2-D, C-ordered, floating point and of the same
+    width."""
+
+    def __init__(self, paths: list[str | Path]):
+        self.shards: list[Shard] = []
+        for p in paths:
+            self.shards.append(_read_header(Path(p)))
+        if not self.shards:
+            raise DataError("no embedding shards given")
+        dims = sorted({s.dim for s in self.shards if s.rows})
+        if len(dims) > 1:
+            raise DataError(f"embedding shards disagree on dimension: {dims}")
+        self.n = sum(s.rows for s in self.shards)
+        if self.n == 0:
+            raise DataError(f"{self.shards[0].path}: the embedding shards hold no rows")
+        self.d = dims[0]
+        self.starts = np.cumsum([0] + [s.rows for s in self.shards])
+
+    @property
+    def nbytes(self) -> int:
+        """The embeddings' size as float32 (what a one-shot load would take in memory)."""
+        return self.n * self.d * 4
+
+    def chunks(self, rows: int = CHUNK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, float32 [m, d] C-contiguous) for consecutive chunks of at most ``rows`` rows.
+
+        The array is a buffer reused for the next chunk: use it (or copy it) before asking for the next."""
+        buf: np.ndarray | None = None
+        for shard, start in zip(self.shards, self.starts):
+            if not shard.rows:
+                continue
+            if buf is None or buf.dtype != shard.dtype or len(buf) < min(rows, shard.rows):
+                buf = np.empty((min(rows, shard.rows), self.d), dtype=shard.dtype)
+            raw = buf
+            with open(shard.path, "rb") as fh:
+                fh.seek(shard.offset)
+                for lo in range(0, shard.rows, rows):
+                    m = min(rows, shard.rows - lo)
+                    view = raw[:m]
+                    got = fh.readinto(memoryview(view).cast("B"))
+                    if got != view.nbytes:
+                        raise DataError(f"{shard.path}: truncated embedding shard ({shard.rows} rows in its header, "
+                                        f"the file ends in row {lo + got // (self.d * shard.dtype.itemsize)})")
+                    yield int(start + lo), view if view.dtype == np.float32 else view.astype(np.float32)
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """float32 [len(ids), d]: the rows ``ids`` (global row numbers, any order), read from the files."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.empty((len(ids), self.d), dtype=np.float32)
+        shard_of = np.searchsorted(self.starts, ids, side="right") - 1
+        for k, shard in enumerate(self.shards):
+            sel = np.nonzero(shard_of == k)[0]
+            if not len(sel):
+                continue
+            mm = np.memmap(shard.path, dtype=shard.dtype, mode="r", offset=shard.offset, shape=(shard.rows, self.d))
+            out[sel] = mm[ids[sel] - self.starts[k]]
+            del mm  # unmapped: its pages leave this process' resident set
+        return out
+
+    def load(self) -> np.ndarray:
+        """All rows as one float32 [n, d] array (its size once: no list of shards, no concatenation copy)."""
+        out = np.empty((self.n, self.d), dtype=np.float32)
+        for start, chunk in self.chunks():
+            out[start : start + len(chunk)] = chunk
+        return out
+
+
+def _read_header(path: Path) -> Shard:
+    if not path.is_file():
+        raise DataError(f"{path}: embedding shard not found")
+    try:
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+            elif version in ((2, 0), (3, 0)):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"unknown .npy version {version}")
+            offset = fh.tell()
+    except (ValueError, OSError, EOFError) as exc:
+        raise DataError(f"{path}: unreadable embedding shard ({exc})") from None
+    rows = shape[0] if len(shape) else 0
+    if rows == 0 and len(shape) <= 2:
+        return Shard(path, 0, shape[1] if len(shape) == 2 else 0, np.dtype(np.float32), offset)
+    if len(shape) != 2:
+        raise DataError(f"{path}: expected a 2-D array of embeddings [passages, dim], got shape {shape}")
+    if fortran:
+        raise DataError(f"{path}: embedding shard stored in Fortran order; save it C-ordered (np.save of a C array)")
+    if dtype.kind != "f" or dtype.byteorder not in ("=", "|", "<" if np.little_endian else ">"):
+        raise DataError(f"{path}: expected native-endian float embeddings, got dtype {dtype}")
+    expected = offset + rows * shape[1] * dtype.itemsize
+    size = path.stat().st_size
+    if size < expected:
+        raise DataError(f"{path}: truncated embedding shard ({size} bytes, its header needs {expected})")
+    return Shard(path, int(rows), int(shape[1]), dtype, offset)
+
+
+def ivf_lists_for(n: int, ivf_lists: int) -> int:
+    """The inverted lists an IVF index over ``n`` vectors gets: the configured number, at most n / 39."""
+    return max(1, min(ivf_lists, n // IVF_MIN_POINTS_PER_LIST))
+
+
+def pq_bytes(d: int, pq_m: int | None) -> int:
+    """IVF-PQ code size in bytes (8-bit sub-quantizers): ``pq_m``, or d / 8 when None."""
+    if pq_m is None:
+        if d % 8:
+            raise ConfigError(f"retriever.pq_m: set it to a divisor of the embedding size {d} (the default d / 8 needs d % 8 == 0)")
+        pq_m = d // 8
+    if d % pq_m:
+        raise ConfigError(f"retriever.pq_m={pq_m} must divide the embedding size {d}")
+    return pq_m
+
+
+def _empty_index(kind: str, d: int, n: int, hnsw_m: int, ivf_lists_: int, pq_m: int | None, ef_search: int,
+                 ef_construction: int):
     import faiss
 
-    emb = np.ascontiguousarray(emb, dtype=np.float32)
-    n, d = emb.shape
     if kind == "flat":
-        index = faiss.IndexFlatIP(d)
-    elif kind == "hnsw":
+        return faiss.IndexFlatIP(d)
+    if kind == "hnsw":
         index = faiss.IndexHNSWFlat(d, hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = ef_construction
         index.hnsw.efSearch = ef_search
-    elif kind == "ivfpq":
-        nlist = max(1, min(ivf_lists, n // 39))
-        if pq_m is None:
-            if d % 8:
-                raise ConfigError(f"retriever.pq_m: set it to a divisor of the embedding size {d} (the default d / 8 needs d % 8 == 0)")
-            pq_m = d // 8
-        if d % pq_m:
-            raise ConfigError(f"retriever.pq_m={pq_m} must divide the embedding size {d}")
-        quant = faiss.IndexFlatIP(d)
-        index = faiss.IndexIVFPQ(quant, d, nlist, pq_m, 8, faiss.METRIC_INNER_PRODUCT)
+        return index
+    if kind == "ivfpq":
+        nlist = ivf_lists_for(n, ivf_lists_)
+        m = pq_bytes(d, pq_m)
         if n < 256:
             raise ConfigError(f"retriever.index=ivfpq needs at least 256 passages to train its codebooks, got {n}")
-        index.train(emb)
+        index = faiss.IndexIVFPQ(faiss.IndexFlatIP(d), d, nlist, m, 8, faiss.METRIC_INNER_PRODUCT)
         index.nprobe = min(nlist, 16)
-    else:
-        raise ConfigError(f"retriever.index: unknown index type {kind!r}")
+        return index
+    raise ConfigError(f"retriever.index: unknown index type {kind!r}")
+
+
+def _reserve(index, kind: str, n: int, d: int, hnsw_m: int) -> None:
+    """Allocate the index's growing arrays once for ``n`` vectors: adding in chunks then never
+    reallocates them (a std::vector that grows doubles its capacity and copies, which would take
+    the storage up to three times over)."""
+    import faiss
+
+    def reserve(vec, size: int) -> None:
+        vec.resize(size)  # capacity ``size``, zero-filled once
+        vec.resize(0)  # size 0, the capacity stays: the adds fill it in place
+
+    if kind == "flat":
+        reserve(index.codes, n * d * 4)
+    elif kind == "hnsw":
+        reserve(faiss.downcast_index(index.storage).codes, n * d * 4)
+        # 2M links at level 0, M per upper level, about 1 / (M - 1) upper levels per vector
+        reserve(index.hnsw.neighbors, int(n * (2 * hnsw_m + hnsw_m / (hnsw_m - 1) + 1)))
+
+
+def build_index(emb: np.ndarray, kind: str = "flat", hnsw_m: int = 128, ivf_lists: int = 256, pq_m: int | None = None,
+                ef_search: int = 128, ef_construction: int = 200, use_gpu: bool = False):
+    """Build a maximum-inner-product FAISS index over the in-memory ``emb`` (float32 [N, d]).
+
+    IVF-PQ: ``pq_m`` sub-quantizers of 8 bits (bytes per vector); None: d / 8, one byte per 8
+    dimensions (48 for MiniLM's 384, 96 for DPR's 768; 16 loses most of the top-10 on 1M vectors,
+    benchmarks/README.md); trained on a sample of TRAIN_SAMPLE rows."""
+    emb = np.ascontiguousarray(emb, dtype=np.float32)
+    n, d = emb.shape
+    params = dict(hnsw_m=hnsw_m, ivf_lists_=ivf_lists, pq_m=pq_m, ef_search=ef_search, ef_construction=ef_construction)
+    index = _empty_index(kind, d, n, **params)
+    if kind == "ivfpq":
+        index.train(emb[train_sample_ids(n)])
+    return _add_all(index, kind, n, d, hnsw_m, ((s, emb[s : s + CHUNK_ROWS]) for s in range(0, n, CHUNK_ROWS)), use_gpu)
+
+
+def build_index_from_shards(shards: EmbeddingShards, kind: str = "flat", hnsw_m: int = 128, ivf_lists: int = 256,
+                            pq_m: int | None = None, ef_search: int = 128, ef_construction: int = 200,
+                            use_gpu: bool = False):
+    """:func:`build_index` over the embedding ``shards`` in bounded memory: the index plus one
+    chunk of CHUNK_ROWS rows (IVF-PQ: plus its training sample, before the adds). A flat index
+    comes out identical to :func:`build_index` over all rows at once."""
+    n, d = shards.n, shards.d
+    params = dict(hnsw_m=hnsw_m, ivf_lists_=ivf_lists, pq_m=pq_m, ef_search=ef_search, ef_construction=ef_construction)
+    index = _empty_index(kind, d, n, **params)
+    if kind == "ivfpq":
+        sample = shards.rows(train_sample_ids(n))
+        index.train(sample)
+        del sample
+    return _add_all(index, kind, n, d, hnsw_m, shards.chunks(), use_gpu)
+
+
+def train_sample_ids(n: int, size: int | None = None) -> np.ndarray:
+    """Sorted row numbers of the IVF-PQ training sample of ``size`` (default TRAIN_SAMPLE) rows, all
+    rows when there are no more."""
+    size = TRAIN_SAMPLE if size is None else size
+    if n <= size:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(0).choice(n, size=size, replace=False))
+
+
+def _add_all(index, kind: str, n: int, d: int, hnsw_m: int, chunks, use_gpu: bool):
+    import faiss
+
     if use_gpu and kind != "hnsw" and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
         gpu = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
-        gpu.add(emb)
+        for _, chunk in chunks:
+            gpu.add(chunk)
         return faiss.index_gpu_to_cpu(gpu)
-    index.add(emb)
+    _reserve(index, kind, n, d, hnsw_m)
+    for _, chunk in chunks:
+        index.add(chunk)
     return index
 
 
@@ -71,23 +267,34 @@ def load_index(path: str | Path):
 
 
 def load_embeddings(paths: list[str | Path]) -> np.ndarray:
-    arrays = []
-    for p in paths:
-        p = Path(p)
-        if not p.is_file():
-            raise DataError(f"{p}: embedding shard not found")
-        try:
-            arrays.append(np.load(p, allow_pickle=False))
-        except (ValueError, OSError) as exc:
-            raise DataError(f"{p}: unreadable embedding shard ({exc})") from None
-    dims = {a.shape[1] for a in arrays if a.size}
-    if len(dims) > 1:
-        raise DataError(f"embedding shards disagree on dimension: {sorted(dims)}")
-    return np.concatenate(arrays).astype(np.float32)
+    """The shards' rows as one float32 [n, d] array, read into it shard by shard."""
+    return EmbeddingShards(paths).load()
+
+
+def exact_top_k(shards: EmbeddingShards, queries: np.ndarray, k: int) -> np.ndarray:
+    """Row numbers [len(queries), k] of the exact maximum-inner-product top-k over the shards,
+    scanned chunk by chunk (the embeddings are never in memory at once)."""
+    import faiss
+
+    heap = faiss.ResultHeap(len(queries), k, keep_max=True)
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    for start, chunk in shards.chunks():
+        dist, ids = faiss.knn(queries, chunk, min(k, len(chunk)), metric=faiss.METRIC_INNER_PRODUCT)
+        heap.add_result(dist, np.where(ids >= 0, ids + start, -1))
+    heap.finalize()
+    return heap.I
+
+
+def recall_against_exact(index, shards: EmbeddingShards, queries: np.ndarray, k: int = 10) -> float:
+    """Share of the exact top-k (a scan of the shards) that ``index`` also returns."""
+    gold = exact_top_k(shards, queries, k)
+    _, got = index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+    hits = sum(len(set(g) & set(h)) for g, h in zip(gold.tolist(), got.tolist()))
+    return hits / gold.size
 
 
 def recall_against_flat(index, emb: np.ndarray, queries: np.ndarray, k: int = 10) -> float:
-    """Share of the exact top-k (flat search) that ``index`` also returns."""
+    """Share of the exact top-k (flat search over the in-memory ``emb``) that ``index`` also returns."""
     import faiss
 
     exact = faiss.IndexFlatIP(emb.shape[1])
@@ -96,3 +303,32 @@ def recall_against_flat(index, emb: np.ndarray, queries: np.ndarray, k: int = 10
     _, got = index.search(queries, k)
     hits = sum(len(set(g) & set(h)) for g, h in zip(gold.tolist(), got.tolist()))
     return hits / gold.size
+
+
+def index_bytes(kind: str, n: int, d: int, *, hnsw_m: int = 128, ivf_lists: int = 256, pq_m: int | None = None) -> dict:
+    """What a FAISS index of ``n`` ``d``-dimensional vectors takes, by arithmetic (no FAISS needed):
+    ``memory`` once loaded (``faiss.read_index``, as train/evaluate jobs hold it) and ``disk`` (its
+    file), with the parts they add up from. The build adds one chunk of rows (and for IVF-PQ its
+    training sample) on top (:func:`build_index_from_shards`).
+
+    flat: the float32 vectors. HNSW (M links): the vectors, 2M links at level 0 and M at each upper
+    level, where a vector has 1 / (M - 1) upper levels on average (FAISS draws levels with
+    probability M^-l), 4 bytes a link, plus its level (4 bytes) and offset (8 bytes). IVF-PQ:
+    a ``pq_m``-byte code and an 8-byte id per vector, the coarse centroids (lists x d floats) and
+    the product quantizer's codebooks (256 x d floats)."""
+    vectors = n * d * 4
+    if kind == "flat":
+        parts = {"vectors": vectors}
+        header = 45
+    elif kind == "hnsw":
+        links = n * (2 * hnsw_m + hnsw_m / (hnsw_m - 1))
+        parts = {"vectors": vectors, "graph": int(links * 4 + n * (4 + 8))}
+        header = 45 + 45 + 8 * 20
+    elif kind == "ivfpq":
+        nlist, m = ivf_lists_for(n, ivf_lists), pq_bytes(d, pq_m)
+        parts = {"codes": n * m, "ids": n * 8, "centroids": nlist * d * 4, "codebooks": 256 * d * 4}
+        header = 45 * 2 + 8 * nlist + 64
+    else:
+        raise ConfigError(f"retriever.index: unknown index type {kind!r}")
+    memory = sum(parts.values())
+    return {"kind": kind, "n": n, "d": d, "memory": memory, "disk": memory + header, "parts": parts}

@@ -35,6 +35,7 @@ def evaluate_model(cfg: TrainSection, variant: str, io: dict[str, tuple[str, str
                   tags={"task": name, "variant": variant, "seed": cfg.seed, "cell": f"{name}/{variant}",
                         "rule": "evaluate", "imported": "yes"})
     dec = ev.decode.of(variant_spec(variant).model).to_dict()
+    manifest = _manifest(Path(model_dir), io)
     for split, (data_path, pred_path, metrics_path) in io.items():
         rows = read_jsonl(data_path, required=("id", "input", "targets"))
         t = time.time()
@@ -46,9 +47,26 @@ def evaluate_model(cfg: TrainSection, variant: str, io: dict[str, tuple[str, str
                   "metric_options": metric_options(ev),
                   "decode": dec, "decode_seconds": seconds, "mlflow_run_id": run.run_id,
                   "mlflow_experiment_id": run.experiment_id}
+        if manifest is not None:  # what produced these numbers (rag.manifest), read by the report
+            result["manifest"] = manifest
         write_json(metrics_path, result)
         run.metrics({f"{split}_{k}": v for k, v in {**scores, **rec}.items()})
         run.artifact(Path(metrics_path), f"eval/{split}")
         run.artifact(Path(pred_path), f"eval/{split}")
         log.info("%s/%s %s: %s %s", name, variant, split, scores, rec)
     run.finish()
+
+
+def _manifest(model_dir: Path, io: dict[str, tuple[str, str, str]]) -> dict | None:
+    """The run's manifest (its model folder's; none for a model imported without one), with the
+    dev/test files decoded here hashed into it where the train job did not read them."""
+    from rag.manifest import file_entry, read_manifest
+
+    if not (model_dir / "manifest.json").is_file():
+        return None
+    manifest, _ = read_manifest(model_dir / "manifest.json")
+    splits = manifest["data"].setdefault("splits", {})
+    for split, (data_path, _, _) in io.items():
+        if (splits.get(split) or {}).get("path") != str(data_path):
+            splits[split] = file_entry(data_path)
+    return manifest

@@ -82,6 +82,7 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
     import torch
 
     from rag.config import config_hash as hash_of
+    from rag.manifest import build_manifest, write_manifest
     from rag.models.generator import ensure_label_tokens
     from rag.tracking import Run
     from rag.train import ddp_setup, train
@@ -154,6 +155,15 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
                                         "mlflow_experiment_id": run.experiment_id, "steps": t.steps, "k": t.k,
                                         "train_seconds": seconds, "n_train": len(inputs), "init": init,
                                         "losses": losses})
+        splits = {"train": train_data, **({split: io[0] for split, io in eval_io.items()} if eval_io else {})}
+        write_manifest(tmp / "manifest.json", build_manifest(
+            run={"experiment": cfg.name, "task": name, "variant": variant, "mlflow_run_id": run.run_id,
+                 "ddp_processes": world},
+            config={f"train_{name}": cfg.to_dict(), **({f"eval_{name}": cfg.evaluation.to_dict()} if cfg.evaluation else {})},
+            seed=cfg.seed, device=device, threads=torch.get_num_threads(), precision=cfg.precision,
+            passages=files.passages if vspec.retriever is not None else None,
+            index=(files.index or files.bm25) if vspec.retriever is not None else None, splits=splits, init=init))
+    run.artifact(Path(out) / "manifest.json")
     log.info("%s/%s: %d steps in %.1fs, final loss %.3f", name, variant, t.steps, seconds, losses[-1] if losses else float("nan"))
     if eval_io:  # evaluate in this process (config key evaluate_in_train_job): no second start-up
         # the saved generator, and the retriever as trained (its question encoder is the one just saved)

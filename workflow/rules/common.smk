@@ -83,6 +83,16 @@ def res(rule_name, key, default):
     return RES.get(rule_name, {}).get(key, RES.get("default", {}).get(key, default))
 
 
+def record(rule_name):
+    """The job's resource record (`rag --record`, rag.resources: wall and CPU time, peak memory measured
+    in the process that does the work): results/<name>/resources/<rule>/<its wildcard values>.json."""
+
+    def path(wildcards):
+        return f"{R}/resources/{rule_name}/{'-'.join(map(str, wildcards)) or rule_name}.json"
+
+    return path
+
+
 def section(name):
     return f"{R}/config/{name}.json"
 

@@ -12,14 +12,13 @@ if CFG["corpus"]["source"] == "miniworld":
             restatements=f"{R}/corpus/{{corpus}}/restatements.jsonl",
         params:
             snapshot=lambda w: "b" if w.corpus == f"{NAME}_b" else "a",
+            record=record("corpus_miniworld"),
         log:
             f"{R}/logs/corpus/{{corpus}}.log",
-        benchmark:
-            f"{R}/benchmarks/corpus/{{corpus}}.tsv"
         conda:
             CONDA
         shell:
-            "rag corpus --config {input.cfg} --snapshot {params.snapshot} --out {output.passages} "
+            "rag --record {params.record} corpus --config {input.cfg} --snapshot {params.snapshot} --out {output.passages} "
             "--restatements {output.restatements} 2> {log}"
 
 else:
@@ -35,9 +34,9 @@ else:
             mem_mb=res("corpus_convert", "mem_mb", 8000),
         log:
             f"{R}/logs/corpus/{NAME}.log",
-        benchmark:
-            f"{R}/benchmarks/corpus/{NAME}.tsv"
+        params:
+            record=record("corpus_convert"),
         conda:
             CONDA
         shell:
-            "rag corpus --config {input.cfg} --input {input.source} --out {output} 2> {log}"
+            "rag --record {params.record} corpus --config {input.cfg} --input {input.source} --out {output} 2> {log}"

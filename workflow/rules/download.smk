@@ -45,6 +45,7 @@ if CORPUS["source"] == "download":
             url=CORPUS["url"],
             sha=SHA_ARG(CORPUS.get("sha256")),
             http=HTTP_ARG,
+            record=record("download_corpus"),
         retries: 3
         resources:
             runtime=res("download", "runtime", 240),
@@ -54,7 +55,7 @@ if CORPUS["source"] == "download":
         conda:
             CONDA
         shell:
-            "rag download --url {params.url:q} --out {output} {params.sha} {params.http} 2> {log}"
+            "rag --record {params.record} download --url {params.url:q} --out {output} {params.sha} {params.http} 2> {log}"
 
 
 if TASK_DOWNLOADS:
@@ -69,6 +70,7 @@ if TASK_DOWNLOADS:
             url=lambda w: TASK_DOWNLOADS[(w.task, w.filename)][0],
             sha=lambda w: SHA_ARG(TASK_DOWNLOADS[(w.task, w.filename)][1]),
             http=HTTP_ARG,
+            record=record("download_task_file"),
         retries: 3
         resources:
             runtime=res("download", "runtime", 240),
@@ -78,4 +80,4 @@ if TASK_DOWNLOADS:
         conda:
             CONDA
         shell:
-            "rag download --url {params.url:q} --out {output} {params.sha} {params.http} 2> {log}"
+            "rag --record {params.record} download --url {params.url:q} --out {output} {params.sha} {params.http} 2> {log}"

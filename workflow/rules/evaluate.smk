@@ -15,6 +15,7 @@ if not FUSED_EVAL:  # otherwise the train rule decodes dev/test itself (config k
             **EVAL_OUTPUTS,
         params:
             retrieval=lambda w, input: retrieval_args(w, input),
+            record=record("evaluate"),
         threads: CFG["threads"]
         resources:
             runtime=res("evaluate", "runtime", 60),
@@ -22,12 +23,10 @@ if not FUSED_EVAL:  # otherwise the train rule decodes dev/test itself (config k
             gpu=res("evaluate", "gpu", 0),
         log:
             f"{R}/logs/evaluate/{{task}}-{{variant}}-seed{{seed}}.log",
-        benchmark:
-            f"{R}/benchmarks/evaluate/{{task}}-{{variant}}-seed{{seed}}.tsv"
         conda:
             CONDA
         shell:
-            "RAG_THREADS={threads} rag evaluate --seed {wildcards.seed} --config {input.cfg} --variant {wildcards.variant} "
+            "RAG_THREADS={threads} rag --record {params.record} evaluate --seed {wildcards.seed} --config {input.cfg} --variant {wildcards.variant} "
             "--model-dir {input.model} {params.retrieval} --dev {input.dev} --test {input.test} "
             "--dev-predictions {output.dev_predictions} --dev-metrics {output.dev_metrics} "
             "--test-predictions {output.test_predictions} --test-metrics {output.test_metrics} 2> {log}"
@@ -44,16 +43,15 @@ rule topk_sweep:
         f"{R}/experiments/topk/{{task}}/{{variant}}/seed{{seed}}.json",
     params:
         retrieval=lambda w, input: retrieval_args(w, input),
+        record=record("topk_sweep"),
     priority: EXPERIMENT_PRIORITY
     threads: CFG["threads"]
     log:
         f"{R}/logs/topk/{{task}}-{{variant}}-seed{{seed}}.log",
-    benchmark:
-        f"{R}/benchmarks/topk/{{task}}-{{variant}}-seed{{seed}}.tsv"
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} rag topk-sweep --seed {wildcards.seed} --config {input.cfg} --experiments-config {input.exp} "
+        "RAG_THREADS={threads} rag --record {params.record} topk-sweep --seed {wildcards.seed} --config {input.cfg} --experiments-config {input.exp} "
         "--variant {wildcards.variant} --test {input.test} --model-dir {input.model} "
         "{params.retrieval} --out {output} 2> {log}"
 
@@ -70,12 +68,12 @@ rule oracle:
     threads: CFG["threads"]
     log:
         f"{R}/logs/oracle/{{task}}-{{variant}}-seed{{seed}}.log",
-    benchmark:
-        f"{R}/benchmarks/oracle/{{task}}-{{variant}}-seed{{seed}}.tsv"
+    params:
+        record=record("oracle"),
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} rag oracle --seed {wildcards.seed} --config {input.cfg} --variant {wildcards.variant} --model-dir {input.model} "
+        "RAG_THREADS={threads} rag --record {params.record} oracle --seed {wildcards.seed} --config {input.cfg} --variant {wildcards.variant} --model-dir {input.model} "
         "--passages {input.passages} --test {input.test} --out {output} 2> {log}"
 
 
@@ -96,12 +94,12 @@ rule hotswap:
     threads: CFG["threads"]
     log:
         f"{R}/logs/hotswap/{{variant}}-seed{{seed}}.log",
-    benchmark:
-        f"{R}/benchmarks/hotswap/{{variant}}-seed{{seed}}.tsv"
+    params:
+        record=record("hotswap"),
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} rag hotswap --seed {wildcards.seed} --config {input.cfg} --variant {wildcards.variant} "
+        "RAG_THREADS={threads} rag --record {params.record} hotswap --seed {wildcards.seed} --config {input.cfg} --variant {wildcards.variant} "
         "--model-dir {input.model} --questions {input.questions} "
         "--passages-a {input.passages_a} --embeddings-a {input.emb_a} --index-a {input.index_a} "
         "--passages-b {input.passages_b} --embeddings-b {input.emb_b} --index-b {input.index_b} --out {output} 2> {log}"

@@ -9,6 +9,7 @@ rule encode_shard:
         f"{R}/index/{{corpus}}/{ENCODER}/emb-{{shard}}.npy",
     params:
         shards=CFG["retriever"]["shards"],
+        record=record("encode_shard"),
     threads: 1
     resources:
         runtime=res("encode_shard", "runtime", 60),
@@ -16,12 +17,10 @@ rule encode_shard:
         gpu=res("encode_shard", "gpu", 0),
     log:
         f"{R}/logs/encode/{{corpus}}-{ENCODER}-{{shard}}.log",
-    benchmark:
-        f"{R}/benchmarks/encode/{{corpus}}-{ENCODER}-{{shard}}.tsv"
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} rag encode --config {input.cfg} --passages {input.passages} "
+        "RAG_THREADS={threads} rag --record {params.record} encode --config {input.cfg} --passages {input.passages} "
         "--shard {wildcards.shard} --num-shards {params.shards} --out {output} 2> {log}"
 
 
@@ -37,12 +36,12 @@ rule build_index:
         mem_mb=res("build_index", "mem_mb", 4000),
     log:
         f"{R}/logs/index/{{corpus}}-{ENCODER}.log",
-    benchmark:
-        f"{R}/benchmarks/index/{{corpus}}-{ENCODER}.tsv"
+    params:
+        record=record("build_index"),
     conda:
         CONDA
     shell:
-        "rag index --config {input.cfg} --embeddings {input.shards} --out {output.index} --stats {output.stats} 2> {log}"
+        "rag --record {params.record} index --config {input.cfg} --embeddings {input.shards} --out {output.index} --stats {output.stats} 2> {log}"
 
 
 rule build_bm25:
@@ -52,9 +51,9 @@ rule build_bm25:
         directory(f"{R}/index/{{corpus}}/bm25"),
     log:
         f"{R}/logs/index/{{corpus}}-bm25.log",
-    benchmark:
-        f"{R}/benchmarks/index/{{corpus}}-bm25.tsv"
+    params:
+        record=record("build_bm25"),
     conda:
         CONDA
     shell:
-        "rag bm25 --passages {input.passages} --out {output} 2> {log}"
+        "rag --record {params.record} bm25 --passages {input.passages} --out {output} 2> {log}"

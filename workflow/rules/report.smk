@@ -17,14 +17,13 @@ rule report:
         url=CFG["tracking"]["ui_url"],
         samples=CFG["report"]["samples_per_task"],
         train_data=train_data_args,
+        record=record("report"),
     log:
         f"{R}/logs/report.log",
-    benchmark:
-        f"{R}/benchmarks/report.tsv"
     conda:
         CONDA
     shell:
-        "rag report --metrics {input.metrics} --predictions {input.predictions} --topk {input.topk} "
+        "rag --record {params.record} report --metrics {input.metrics} --predictions {input.predictions} --topk {input.topk} "
         "--hotswap {input.hotswap} --oracle {input.oracle} --train-data {params.train_data} --passages {input.passages} --scale-json {input.cfg} "
         "--out {output.html} --table1 {output.table1} --table2 {output.table2} --table5 {output.table5} "
         "--table6 {output.table6} --tracking-url {params.url:q} --samples-per-task {params.samples} 2> {log}"

@@ -24,10 +24,11 @@ rule init_store:
         f"{R}/mlflow.ready",
     params:
         uri=CFG["tracking"]["uri"],
+        record=record("init_store"),
     log:
         f"{R}/logs/init_store.log",
     localrule: True
     conda:
         CONDA
     shell:
-        "rag init-store --uri {params.uri:q} --marker {output} 2> {log}"
+        "rag --record {params.record} init-store --uri {params.uri:q} --marker {output} 2> {log}"

@@ -17,12 +17,12 @@ if MINIWORLD_TASKS:
             task="|".join(MINIWORLD_TASKS),
         log:
             f"{R}/logs/tasks/{{task}}.log",
-        benchmark:
-            f"{R}/benchmarks/tasks/{{task}}.tsv"
+        params:
+            record=record("task_data"),
         conda:
             CONDA
         shell:
-            "rag tasks --config {input.cfg} --out-train {output.train} --out-dev {output.dev} --out-test {output.test} 2> {log}"
+            "rag --record {params.record} tasks --config {input.cfg} --out-train {output.train} --out-dev {output.dev} --out-test {output.test} 2> {log}"
 
 
 if FILE_TASKS:
@@ -42,12 +42,12 @@ if FILE_TASKS:
             mem_mb=res("task_data", "mem_mb", 4000),
         log:
             f"{R}/logs/tasks/{{task}}.log",
-        benchmark:
-            f"{R}/benchmarks/tasks/{{task}}.tsv"
+        params:
+            record=record("task_files"),
         conda:
             CONDA
         shell:
-            "rag tasks --config {input.cfg} --in-train {input.src_train} --in-dev {input.src_dev} --in-test {input.src_test} "
+            "rag --record {params.record} tasks --config {input.cfg} --in-train {input.src_train} --in-dev {input.src_dev} --in-test {input.src_test} "
             "--out-train {output.train} --out-dev {output.dev} --out-test {output.test} 2> {log}"
 
 
@@ -60,5 +60,7 @@ rule hotswap_data:
         f"{R}/logs/tasks/hotswap.log",
     conda:
         CONDA
+    params:
+        record=record("hotswap_data"),
     shell:
-        "rag hotswap-data --config {input.cfg} --out {output} 2> {log}"
+        "rag --record {params.record} hotswap-data --config {input.cfg} --out {output} 2> {log}"

@@ -12,6 +12,7 @@ rule pretrain_generator:
     params:
         restatements=lambda w, input: f"--restatements {input.restatements}" if "restatements" in input.keys() else "",
         ckpt=f"{R}/generator/checkpoint",
+        record=record("pretrain_generator"),
     priority: 50  # the critical path: every fine-tune waits for it
     threads: 8  # snakemake lowers it to --cores on a small machine
     resources:
@@ -20,12 +21,10 @@ rule pretrain_generator:
         gpu=res("pretrain_generator", "gpu", 0),
     log:
         f"{R}/logs/pretrain_generator.log",
-    benchmark:
-        f"{R}/benchmarks/pretrain_generator.tsv"
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} rag pretrain --config {input.cfg} --passages {input.passages} {params.restatements} "
+        "RAG_THREADS={threads} rag --record {params.record} pretrain --config {input.cfg} --passages {input.passages} {params.restatements} "
         "--checkpoint-dir {params.ckpt} --out {output} 2> {log}"
 
 
@@ -51,6 +50,7 @@ rule train:
         # train.ddp_processes > 1: data-parallel training, one process per device, through torchrun
         launcher=(f"torchrun --standalone --nproc-per-node {CFG['train']['ddp_processes']} -m"
                   if CFG["train"]["ddp_processes"] > 1 else ""),
+        record=record("train"),
     priority: train_priority
     threads: CFG["threads"]
     resources:
@@ -59,11 +59,9 @@ rule train:
         gpu=res("train", "gpu", 0),
     log:
         f"{R}/logs/train/{{task}}-{{variant}}-seed{{seed}}.log",
-    benchmark:
-        f"{R}/benchmarks/train/{{task}}-{{variant}}-seed{{seed}}.tsv"
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} {params.launcher} rag train --config {input.cfg} --variant {wildcards.variant} --seed {wildcards.seed} "
+        "RAG_THREADS={threads} {params.launcher} rag --record {params.record} train --seed {wildcards.seed} --config {input.cfg} --variant {wildcards.variant} "
         "--train-data {input.data} --generator {input.generator} {params.retrieval} {params.init} "
         "--checkpoint-dir {params.ckpt} --config-hash {params.config_hash:q} --out {output.model} {params.evaluate} 2> {log}"

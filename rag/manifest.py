@@ -1,0 +1,324 @@
+"""What produced a run's numbers: its manifest, and what differs between two of them.
+
+A fine-tune writes ``manifest.json`` into its model folder (and logs it to its MLflow run; its
+dev/test ``metrics.json`` carry a copy, which the report lists): the sha256 of the passages file,
+of each split file and of the index (a folder, such as BM25's, hashed file by file), the run's
+config section (and its sha256, without the seed), the code's git commit and whether the tree had
+uncommitted changes, the versions of Python and the packages that compute, and the seed, device,
+CPU/GPU model, thread count and precision. :func:`build_manifest` is the one writer.
+
+``rag diff-runs A B`` (:func:`diff_manifests`) lists what differs, the most likely cause of
+different numbers first: data, then config, code, packages, hardware, the seed last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rag.errors import DataError
+
+SCHEMA = 1
+PACKAGES = {  # manifest name -> distributions that provide it (the first one installed)
+    "torch": ("torch",),
+    "transformers": ("transformers",),
+    "tokenizers": ("tokenizers",),
+    "faiss": ("faiss-cpu", "faiss-gpu", "faiss-gpu-cu12", "faiss-gpu-cu11", "faiss"),
+    "numpy": ("numpy",),
+    "snakemake": ("snakemake",),
+    "mlflow": ("mlflow",),
+    "bm25s": ("bm25s",),
+}
+# config keys that name or file a run without changing what it computes
+LABEL_KEYS = ("name", "tracking")
+CATEGORIES = ("data", "config", "code", "packages", "hardware", "seed")
+
+
+# ------------------------------------------------------------------------------------ hashing
+def sha256_file(path: str | os.PathLike) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def file_entry(path: str | os.PathLike | None) -> dict | None:
+    """{path, sha256, bytes} of a file, or of a folder (sha256 over its files' relative paths and
+    contents, in sorted order); None for None. A missing path is an error naming it."""
+    if path is None:
+        return None
+    p = Path(path)
+    if p.is_file():
+        return {"path": str(path), "sha256": sha256_file(p), "bytes": p.stat().st_size}
+    if p.is_dir():
+        h = hashlib.sha256()
+        size = 0
+        for f in sorted(q for q in p.rglob("*") if q.is_file()):
+            rel = f.relative_to(p).as_posix()
+            h.update(f"{rel}\0{sha256_file(f)}\n".encode())
+            size += f.stat().st_size
+        return {"path": str(path), "sha256": h.hexdigest(), "bytes": size, "folder": True}
+    raise DataError(f"{path}: not found (a file the run's manifest hashes)")
+
+
+def canonical_hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+# ------------------------------------------------------------------------------------ environment
+def git_state(where: str | os.PathLike | None = None) -> dict:
+    """The commit of the checkout that holds the ``rag`` package and whether its tracked files have
+    uncommitted changes (None for both outside a git checkout). Takes no lock (GIT_OPTIONAL_LOCKS=0):
+    jobs running side by side call it."""
+    cwd = Path(where) if where else Path(__file__).resolve().parent
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
+
+    def git(*args: str) -> subprocess.CompletedProcess | None:
+        try:
+            return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30, env=env)
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    head = git("rev-parse", "HEAD")
+    if head is None or head.returncode != 0:
+        return {"git_commit": None, "git_dirty": None}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    changed = [line[3:] for line in status.stdout.splitlines()] if status is not None and status.returncode == 0 else None
+    diff = git("diff", "HEAD", "--binary") if changed else None
+    return {"git_commit": head.stdout.strip(), "git_dirty": None if changed is None else bool(changed),
+            # the uncommitted changes themselves: two dirty trees of one commit run the same code when these agree
+            "git_diff_sha256": hashlib.sha256(diff.stdout.encode()).hexdigest() if diff is not None and diff.returncode == 0 else None,
+            "git_changed_files": changed[:50] if changed else []}
+
+
+def package_versions() -> dict:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for name, dists in PACKAGES.items():
+        out[name] = None
+        for dist in dists:
+            try:
+                out[name] = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    return out
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_model(device: str) -> str | None:
+    if device != "cuda":
+        return None
+    import torch
+
+    return torch.cuda.get_device_name(torch.cuda.current_device())
+
+
+# ------------------------------------------------------------------------------------ writing
+def build_manifest(*, run: dict, config: dict, seed: int, device: str, threads: int, precision: str,
+                   passages: str | os.PathLike | None, splits: dict[str, str | os.PathLike],
+                   index: str | os.PathLike | None, init: str | os.PathLike | None = None, extra: dict | None = None) -> dict:
+    """The manifest of one run.
+
+    ``run``: what it is (experiment, task, variant, ...); ``config``: its config section(s) as read
+    (a ``seed`` key in it is left out: ``seed`` is the seed the run used, given on its own, so runs
+    that differ by seed only say so); ``passages`` / ``index``: the retrieval files it read (None
+    where the variant reads none: a closed-book run); ``splits``: split -> the data file it read;
+    ``init``: the model folder it started from (the pretrained generator, or the NQ model
+    WebQuestions and CuratedTrec start from), hashed file by file."""
+    section = _without_seed(config)
+    return {
+        "schema": SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "run": dict(run),
+        "data": {"passages": file_entry(passages), "index": file_entry(index),
+                 "splits": {split: file_entry(path) for split, path in sorted(splits.items())}, "init": file_entry(init)},
+        "config": {"sha256": canonical_hash(_without_labels(section)), "section": section},
+        "code": git_state(),
+        "packages": package_versions(),
+        "hardware": {"device": device, "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "gpu_model": gpu_model(device),
+                     "threads": threads, "precision": precision},
+        "seed": seed,
+        **({"extra": extra} if extra else {}),
+    }
+
+
+def _without_seed(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _without_seed(v) for k, v in obj.items() if k != "seed"}
+    return obj
+
+
+def _without_labels(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _without_labels(v) for k, v in obj.items() if k not in LABEL_KEYS}
+    return obj
+
+
+def write_manifest(path: str | os.PathLike, manifest: dict) -> None:
+    from rag.io import write_json
+
+    write_json(path, manifest)
+
+
+def read_manifest(where: str | os.PathLike) -> tuple[dict, Path]:
+    """A manifest from ``where``: a manifest.json, a metrics.json that carries one, or a run folder
+    (its ``manifest.json``, ``model/manifest.json`` or ``test/metrics.json``)."""
+    from rag.io import read_json
+
+    p = Path(where)
+    candidates = [p] if p.is_file() else [p / "manifest.json", p / "model" / "manifest.json", p / "test" / "metrics.json"]
+    for c in candidates:
+        if c.is_file():
+            data = read_json(c)
+            if isinstance(data, dict) and isinstance(data.get("manifest"), dict):
+                data = data["manifest"]
+            if not isinstance(data, dict) or data.get("schema") != SCHEMA or "data" not in data:
+                raise DataError(f"{c}: not a run manifest (no schema {SCHEMA} manifest with 'data')")
+            return data, c
+    if not p.exists():
+        raise DataError(f"{where}: no such file or folder")
+    raise DataError(f"{where}: no manifest found (looked for {', '.join(str(c) for c in candidates)})")
+
+
+# ------------------------------------------------------------------------------------ diffing
+@dataclass
+class Difference:
+    category: str  # one of CATEGORIES, or "labels"
+    key: str
+    a: Any
+    b: Any
+
+    def line(self) -> str:
+        return f"{self.category}: {self.key}: {_show(self.a)} vs {_show(self.b)}"
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v):
+        return f"sha256 {v[:12]}"
+    if v is None:
+        return "none"
+    return json.dumps(v) if isinstance(v, (dict, list, bool)) else str(v)
+
+
+def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict) and obj:
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: obj}
+
+
+def _data_diffs(a: dict, b: dict) -> list[Difference]:
+    out = []
+
+    def entry(name: str, x: dict | None, y: dict | None):
+        hx, hy = (x or {}).get("sha256"), (y or {}).get("sha256")
+        if hx != hy:
+            label = f"{name} differs" if hx and hy else f"{name} read by one run only"
+            out.append(Difference("data", f"{label} ({(x or {}).get('path', 'none')} vs {(y or {}).get('path', 'none')})", hx, hy))
+
+    da, db = a.get("data", {}), b.get("data", {})
+    entry("passages file", da.get("passages"), db.get("passages"))
+    sa, sb = da.get("splits") or {}, db.get("splits") or {}
+    for split in sorted(set(sa) | set(sb), key=lambda s: (("train", "dev", "test") + (s,)).index(s)):
+        entry(f"{split} split file", sa.get(split), sb.get(split))
+    entry("index", da.get("index"), db.get("index"))
+    entry("initial model", da.get("init"), db.get("init"))
+    return out
+
+
+def diff_manifests(a: dict, b: dict) -> list[Difference]:
+    """What differs between two manifests, the most likely cause of different numbers first: the
+    data (passages, splits, index), the config (and the run's task/variant), the code, the
+    packages, the hardware (device, CPU/GPU, threads, precision), the seed; labels (the
+    experiment's name, the tracking store) last, they change no number."""
+    diffs = _data_diffs(a, b)
+    ra, rb = a.get("run", {}), b.get("run", {})
+    for key in ("task", "variant"):
+        if ra.get(key) != rb.get(key):
+            diffs.append(Difference("config", key, ra.get(key), rb.get(key)))
+    ca = _flat(_without_labels((a.get("config") or {}).get("section") or {}))
+    cb = _flat(_without_labels((b.get("config") or {}).get("section") or {}))
+    for key in sorted(set(ca) | set(cb)):
+        if ca.get(key) != cb.get(key):
+            diffs.append(Difference("config", key, ca.get(key), cb.get(key)))
+    if not any(d.category == "config" for d in diffs) and (a.get("config") or {}).get("sha256") != (b.get("config") or {}).get("sha256"):
+        diffs.append(Difference("config", "sha256", a["config"].get("sha256"), b["config"].get("sha256")))
+    code_a, code_b = a.get("code") or {}, b.get("code") or {}
+    for key in ("git_commit", "git_dirty", "git_diff_sha256"):
+        if code_a.get(key) != code_b.get(key):
+            diffs.append(Difference("code", key, code_a.get(key), code_b.get(key)))
+    for cat in ("packages", "hardware"):
+        xa, xb = a.get(cat) or {}, b.get(cat) or {}
+        for key in sorted(set(xa) | set(xb)):
+            if xa.get(key) != xb.get(key):
+                diffs.append(Difference(cat, key, xa.get(key), xb.get(key)))
+    if a.get("seed") != b.get("seed"):
+        diffs.append(Difference("seed", "seed", a.get("seed"), b.get("seed")))
+    la, lb = (_labels((m.get("config") or {}).get("section") or {}) for m in (a, b))
+    for key in sorted(set(la) | set(lb)):
+        if la.get(key) != lb.get(key):
+            diffs.append(Difference("labels", key, la.get(key), lb.get(key)))
+    return diffs
+
+
+def _labels(section: dict) -> dict[str, Any]:
+    """The flattened config keys under a label key (LABEL_KEYS), at any depth."""
+    return {k: v for k, v in _flat(section).items() if set(k.split(".")) & set(LABEL_KEYS)}
+
+
+def describe(diffs: list[Difference]) -> list[str]:
+    """The report of :func:`diff_manifests`: a verdict line, then one line per difference."""
+    causes = [d for d in diffs if d.category != "labels"]
+    labels = [d for d in diffs if d.category == "labels"]
+    if not causes:
+        head = ["No difference: same data, config, code, packages, hardware and seed."]
+    elif all(d.category == "seed" for d in causes):
+        d = causes[0]
+        head = [f"The runs differ only by seed: {d.a} vs {d.b} (same data, config, code, packages and hardware)."]
+    else:
+        first = causes[0]
+        head = [f"{len(causes)} difference(s), the most likely cause first: {first.category}."]
+        head += [f"{i}. {d.line()}" for i, d in enumerate(causes, 1)]
+    if labels:
+        head.append("Labels (no effect on the numbers): " + "; ".join(f"{d.key}: {_show(d.a)} vs {_show(d.b)}" for d in labels))
+    return head
+
+
+def cmd_diff_runs(args) -> int:
+    a, pa = read_manifest(args.a)
+    b, pb = read_manifest(args.b)
+    diffs = diff_manifests(a, b)
+    if args.json:
+        print(json.dumps({"a": str(pa), "b": str(pb), "differences": [d.__dict__ for d in diffs]}, indent=2, default=str))
+        return 0
+    print(f"A: {pa}\nB: {pb}")
+    for line in describe(diffs):
+        print(line)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("diff-runs", help="what differs between two runs' manifests, the most likely cause first")
+    p.add_argument("a", help="a manifest.json, a run's metrics.json, or a run folder (runs/<task>/<variant> or its model/)")
+    p.add_argument("b", help="the other run")
+    p.add_argument("--json", action="store_true", help="the differences as JSON")
+    p.set_defaults(func=cmd_diff_runs)

@@ -1,0 +1,26 @@
+"""The retriever interface: ``Retriever.retrieve(questions, k) -> Retrieved`` (a torch module, so
+a trainable part of a retriever is a part of the RAG system that holds it). Imported lazily by
+:mod:`rag.retrieval`, so that commands which never retrieve do not import torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Retrieved:
+    ids: np.ndarray  # [B, K] passage row numbers, best first
+    scores: torch.Tensor  # [B, K] doc scores (logits of p(z|x)); carries grad for a trained question encoder
+
+
+class Retriever(torch.nn.Module):
+    """``retrieve(questions, k) -> Retrieved`` over ``self.passages`` (rag.data.corpus.Passages).
+
+    A module, so a trainable part (the dense retriever's ``question_encoder`` submodule) is a part
+    of the RAG system that holds it; retrievers without one have no such attribute."""
+
+    def retrieve(self, questions: list[str], k: int) -> Retrieved:
+        raise NotImplementedError

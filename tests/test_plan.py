@@ -1,0 +1,177 @@
+"""`rag plan` (rag.plan): index sizes by arithmetic checked against built indexes, the paper config's
+memory figures and its flagged request, how requests resolve, records refining the needs, no torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from rag.errors import ConfigError
+from tests.conftest import ROOT
+
+PAPER_N, PAPER_D = 21_015_324, 768
+
+
+def test_paper_index_memory_arithmetic():
+    from rag.retrieval.index import index_bytes
+
+    flat = index_bytes("flat", PAPER_N, PAPER_D)
+    assert flat["memory"] == PAPER_N * PAPER_D * 4 == 64_559_075_328
+    hnsw = index_bytes("hnsw", PAPER_N, PAPER_D, hnsw_m=128)
+    # 2M = 256 links at level 0 + 128/127 at the upper levels, 4 B each, + level and offset: 1,040 B a vector
+    assert hnsw["parts"]["graph"] == pytest.approx(PAPER_N * (4 * (256 + 128 / 127) + 12), rel=1e-9)
+    assert 86.3e9 < hnsw["memory"] < 86.5e9
+    ivfpq = index_bytes("ivfpq", PAPER_N, PAPER_D, ivf_lists=256, pq_m=None)  # d / 8 = 96-byte codes + 8-byte ids
+    assert ivfpq["parts"]["codes"] == PAPER_N * 96 and ivfpq["parts"]["ids"] == PAPER_N * 8
+    assert 2.18e9 < ivfpq["memory"] < 2.19e9
+
+
+BUILD = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from rag.retrieval.index import build_index, save_index
+    kind, n, d, path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    x = np.random.default_rng(0).standard_normal((n, d)).astype("float32")
+    save_index(build_index(x, kind, **json.loads(sys.argv[5])), path)
+    save_index(build_index(x[:20_000], kind, **json.loads(sys.argv[5])), path + ".tiny")
+""")
+# a tiny index of the same kind is read first (and kept), so FAISS's one-off allocations are not counted
+LOAD = textwrap.dedent("""
+    import sys, faiss
+    def rss():
+        return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmRSS:"))
+    tiny = faiss.read_index(sys.argv[1] + ".tiny")
+    before = rss()
+    index = faiss.read_index(sys.argv[1])
+    print(rss() - before)
+""")
+
+
+@pytest.mark.parametrize("kind, n, d, kw", [
+    ("flat", 100_000, 64, {}),
+    ("hnsw", 100_000, 64, {"hnsw_m": 16, "ef_construction": 40}),
+    ("ivfpq", 500_000, 32, {"ivf_lists": 64, "pq_m": 8}),
+])
+def test_index_size_arithmetic_against_a_built_index(tmp_path, kind, n, d, kw):
+    """The plan's memory and disk figures within 5 % of a really built index's file size and of
+    the memory faiss.read_index takes for it (RSS after minus before, in a fresh process)."""
+    from rag.retrieval.index import index_bytes
+
+    path = tmp_path / f"{kind}.faiss"
+    res = subprocess.run([sys.executable, "-c", BUILD, kind, str(n), str(d), str(path), json.dumps(kw)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    est = index_bytes(kind, n, d, **{k: v for k, v in kw.items() if k in ("hnsw_m", "ivf_lists", "pq_m")})
+    assert path.stat().st_size == pytest.approx(est["disk"], rel=0.05)
+    res = subprocess.run([sys.executable, "-c", LOAD, str(path)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert int(res.stdout.strip()) == pytest.approx(est["memory"], rel=0.05)
+
+
+def _plan(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
+    code = ("import sys; from rag.cli import main; code = main(sys.argv[1:]); "
+            "assert 'torch' not in sys.modules, 'rag plan imported torch'; sys.exit(code)")
+    return subprocess.run([sys.executable, "-c", code, "plan", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_paper_plan_prints_index_memory_and_flags_a_request_below_the_need():
+    res = _plan("--configfile", "config/paper.yaml")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "passages      21,015,324" in out and "768-d" in out
+    assert "embeddings    64.6 GB float32 (21,015,324 x 768 x 4 B)" in out
+    lines = {line.split("memory")[0].strip(): line for line in out.splitlines() if " memory " in line and "disk" in line}
+    assert "64.6 GB" in lines["flat"] and "86.4 GB" in lines["HNSW M=128"] and "<- configured" in lines["HNSW M=128"]
+    assert "2.2 GB" in lines["IVF-PQ 256 lists, 96-byte codes"]
+    assert "GPU: not measured" in out
+    report = next(line for line in out.splitlines() if line.startswith("  report "))
+    assert report.endswith("BELOW NEED")
+    assert "BELOW NEED: mem_mb 8,000 is below the need (at least 19," in out
+    assert "config resources.build_bm25 is not read" in out  # the rule declares no resources: the config value is lost
+
+
+def test_plan_json_and_request_resolution(tmp_path):
+    res = _plan("--configfile", "config/paper.yaml", "--json")
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert plan["sizes"]["passages"] == PAPER_N and plan["sizes"]["embedding_bytes"] == PAPER_N * PAPER_D * 4
+    assert plan["indexes"]["hnsw"]["configured"] and plan["indexes"]["ivfpq"]["parts"]["codes"] == PAPER_N * 96
+    rules = {r["rule"]: r for r in plan["rules"]}
+    assert rules["train"]["jobs"] == 56 and rules["evaluate"]["jobs"] == 56 and rules["encode_shard"]["jobs"] == 50
+    # profile set-resources win over the config's resources, which win over default-resources
+    assert rules["topk_sweep"]["requests"]["mem_mb"] == {"value": 240000, "from": "profile set-resources"}
+    assert rules["train"]["requests"]["mem_mb"] == {"value": 240000, "from": "config resources.train"}
+    assert rules["train"]["requests"]["gpu"] == {"value": 1, "from": "profile set-resources"}
+    assert rules["report"]["requests"]["mem_mb"] == {"value": 8000, "from": "profile default-resources"}
+    assert rules["encode_shard"]["need"]["seconds"] is None and "not measured" in rules["encode_shard"]["need"]["seconds_how"]
+    # a profile that takes the train jobs' memory away: flagged against index + embeddings + passages
+    profile = tmp_path / "config.yaml"
+    profile.write_text("default-resources:\n  mem_mb: 8000\nset-resources:\n  train:\n    mem_mb: 100000\n    gpu: 0\n")
+    plan = json.loads(_plan("--configfile", "config/paper.yaml", "--profile", str(profile), "--json").stdout)
+    train = next(r for r in plan["rules"] if r["rule"] == "train")
+    assert any(f.startswith("mem_mb 100,000 is below the need (at least 170,") for f in train["below_need"])
+    assert any(f.startswith("gpu 0: the job runs a model on cuda") for f in train["below_need"])
+    # Snakemake's human-readable values: mem with a unit stands for mem_mb, runtime may carry one
+    profile.write_text("set-resources:\n  report:\n    mem: 30GB\n    runtime: 1d 2h\n")
+    plan = json.loads(_plan("--configfile", "config/paper.yaml", "--profile", str(profile), "--json").stdout)
+    report = next(r for r in plan["rules"] if r["rule"] == "report")
+    assert report["requests"]["mem_mb"]["value"] == 30_000 and report["requests"]["runtime"]["value"] == 1560
+    assert report["below_need"] == []
+    res = _plan("--configfile", "config/paper.yaml", "--profile", str(tmp_path / "none"))
+    assert res.returncode == 2 and "none: profile not found" in res.stderr
+
+
+def test_records_of_a_run_refine_the_needs(tmp_path):
+    """A results folder's resource records (rag --record) replace the estimates of the rules they measured."""
+    import shutil
+
+    from rag import resources
+
+    cfg = tmp_path / "e2e.yaml"
+    shutil.copy(ROOT / "tests/data/e2e.yaml", cfg)
+    rec = resources.JobMeter().record(["pretrain"], "pretrain", 0)
+    rec.update(peak_rss_mb=9_000.0, wall_s=7_300.0)  # as if the job had taken 9,000 MiB for two hours
+    resources.write_record(tmp_path / "results/e2e/resources/pretrain_generator/pretrain_generator.json", rec)
+    res = _plan("--configfile", str(cfg), "--no-profile", "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    pre = next(r for r in plan["rules"] if r["rule"] == "pretrain_generator")
+    assert pre["need"]["memory_bytes"] == 9_000 * 2**20 and pre["need"]["memory_how"].startswith("measured")
+    assert pre["need"]["seconds"] == 7_300.0
+    # the rule's own defaults (8000 MB, 120 min) are below what the records measured
+    assert [f.split(" is")[0] for f in pre["below_need"]] == ["mem_mb 8,000", "runtime 120 min"]
+    assert plan["sizes"]["passages"] > 0 and plan["sizes"]["dim"] == 384  # generated miniworld, MiniLM's config.json
+    enc = next(r for r in plan["rules"] if r["rule"] == "encode_shard")
+    assert "78.9 passages/s" in enc["need"]["seconds_how"]
+
+
+def test_unknown_sizes_say_what_to_give(tmp_path):
+    from rag.config import load_config
+    from rag.plan import make_plan
+
+    cfg = load_config(ROOT / "config/paper.yaml", check_files=False)
+    cfg["corpus"]["url"] = "https://example.org/other.tsv.gz"
+    cfg["retriever"]["context_encoder"] = "someone/unknown-encoder"
+    plan = make_plan(cfg, config_path="x", profile_path=None, results=tmp_path)
+    assert plan["sizes"]["passages"] is None and "--passages N" in plan["sizes"]["passages_source"]
+    assert plan["sizes"]["dim"] is None and "--dim D" in plan["sizes"]["dim_source"]
+    plan = make_plan(cfg, config_path="x", profile_path=None, results=tmp_path, passages=1_000_000, dim=256)
+    assert plan["indexes"]["flat"]["memory"] == 1_000_000 * 256 * 4
+    with pytest.raises(ConfigError, match="pq_m"):
+        from rag.retrieval.index import index_bytes
+
+        index_bytes("ivfpq", 1000, 100, pq_m=None)
+
+
+def test_index_bytes_matches_the_index_build_shape():
+    from rag.retrieval.index import index_bytes, ivf_lists_for
+
+    assert ivf_lists_for(1_096, 256) == 28  # n / 39 lists at most, as the build
+    small = index_bytes("ivfpq", 1_096, 384, ivf_lists=256)
+    assert small["parts"]["centroids"] == 28 * 384 * 4 and small["parts"]["codes"] == 1_096 * 48
+    assert np.isclose(index_bytes("hnsw", 10, 8, hnsw_m=4)["parts"]["graph"], 10 * (4 * (8 + 4 / 3) + 12), atol=1)
