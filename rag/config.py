@@ -39,7 +39,7 @@ def schema() -> dict:
 
 
 def _validator_with_defaults():
-    from jsonschema import Draft7Validator, validators
+    from jsonschema import Draft7Validator, ValidationError, validators
 
     def set_defaults(validator, properties, instance, sch):
         if isinstance(instance, dict):
@@ -48,7 +48,13 @@ def _validator_with_defaults():
                     instance[key] = copy.deepcopy(sub["default"])
         yield from Draft7Validator.VALIDATORS["properties"](validator, properties, instance, sch)
 
-    return validators.extend(Draft7Validator, {"properties": set_defaults})
+    def full_pattern(validator, pattern, instance, sch):
+        # the whole string must match: jsonschema's re.search lets "$" match before a trailing
+        # newline ("nl\n" passed "^[a-z0-9_]+$"), and names and paths reach file names and commands
+        if validator.is_type(instance, "string") and re.fullmatch(pattern, instance) is None:
+            yield ValidationError(f"{instance!r:.80} does not match {pattern}")
+
+    return validators.extend(Draft7Validator, {"properties": set_defaults, "pattern": full_pattern})
 
 
 def _key(path) -> str:
@@ -99,10 +105,27 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), _key(e.absolute_path)))
     if errors:
         raise ConfigError(_describe(errors[0]))
+    _check_control_characters(cfg)
     _check_references(cfg)
     if check_files:
         check_input_files(cfg)
     return cfg
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _check_control_characters(node: Any, path: tuple = ()) -> None:
+    """No config string holds a control character (a newline, a tab, ...): values become paths,
+    URLs and arguments of shell commands, where a newline would end a command."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            _check_control_characters(value, path + (key,))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _check_control_characters(value, path[:-1] + (f"{path[-1]}[{i}]",) if path else (f"[{i}]",))
+    elif isinstance(node, str) and _CONTROL.search(node):
+        raise ConfigError(f"config key '{_key(path)}': {node!r:.80} holds a control character (newline, tab, ...)")
 
 
 def input_files(cfg: dict) -> list[tuple[str, str]]:
@@ -205,8 +228,9 @@ def _check_references(cfg: dict) -> None:
                     raise ConfigError(f"config key 'tasks.{name}.{dk}.k': exceeds the number of passages")
 
 
-# Local paths and the file names of URLs become file paths that Snakemake puts into shell
-# commands unquoted ({input}, {output}); keep them to characters no shell interprets.
+# Local paths and the file names of URLs become file paths in shell commands (quoted there, {x:q})
+# and in file names; keep them to characters no shell or file system treats specially (fullmatch:
+# "$" alone would let a trailing newline through).
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@%=,-]+$")
 
 
@@ -217,12 +241,14 @@ def _check_file_names(cfg: dict) -> None:
     def check(key: str, value: str, is_url: bool) -> None:
         if is_url:
             parts = urlsplit(value)
+            if any(c.isspace() for c in value):
+                raise ConfigError(f"config key '{key}': the URL {value!r:.80} holds whitespace (write a space as %20)")
             if not parts.scheme or not parts.netloc:
                 raise ConfigError(f"config key '{key}': {value!r:.80} is not a URL")
             name = PurePosixPath(parts.path).name
-            if not name or not _SAFE_PATH.match(name) or name in (".", ".."):
+            if not name or not _SAFE_PATH.fullmatch(name) or name in (".", ".."):
                 raise ConfigError(f"config key '{key}': the file name {name!r:.80} of the URL must match {_SAFE_PATH.pattern}")
-        elif not _SAFE_PATH.match(value) or value.startswith("-"):
+        elif not _SAFE_PATH.fullmatch(value) or value.startswith("-"):
             raise ConfigError(f"config key '{key}': path {value!r:.80} must match {_SAFE_PATH.pattern} and not start with '-'")
 
     corpus = cfg["corpus"]

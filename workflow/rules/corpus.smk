@@ -19,8 +19,8 @@ if CFG["corpus"]["source"] == "miniworld":
         conda:
             CONDA
         shell:
-            "rag corpus --config {input.cfg} --snapshot {params.snapshot} --out {output.passages} "
-            "--restatements {output.restatements} 2> {log}"
+            "rag corpus --config {input.cfg:q} --snapshot {params.snapshot:q} --out {output.passages:q} "
+            "--restatements {output.restatements:q} 2> {log:q}"
 
 else:
 
@@ -40,4 +40,4 @@ else:
         conda:
             CONDA
         shell:
-            "rag corpus --config {input.cfg} --input {input.source} --out {output} 2> {log}"
+            "rag corpus --config {input.cfg:q} --input {input.source:q} --out {output:q} 2> {log:q}"

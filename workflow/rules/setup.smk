@@ -23,11 +23,11 @@ rule init_store:
     output:
         f"{R}/mlflow.ready",
     params:
-        uri=CFG["tracking"]["uri"],
+        uri=lambda w: CFG["tracking"]["uri"],  # a function: not formatted with wildcards
     log:
         f"{R}/logs/init_store.log",
     localrule: True
     conda:
         CONDA
     shell:
-        "rag init-store --uri {params.uri:q} --marker {output} 2> {log}"
+        "rag init-store --uri {params.uri:q} --marker {output:q} 2> {log:q}"
