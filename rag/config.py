@@ -101,6 +101,7 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"config must be a mapping of keys, got {type(data).__name__}")
     cfg = copy.deepcopy(data)
+    _command_line_booleans(cfg, schema())
     validator = _validator_with_defaults()(schema())
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), _key(e.absolute_path)))
     if errors:
@@ -110,6 +111,26 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     if check_files:
         check_input_files(cfg)
     return cfg
+
+
+_BOOLEAN_WORDS = {"true": True, "false": False}
+
+
+def _command_line_booleans(cfg: Any, node: dict) -> None:
+    """Boolean keys given as the words true / false (any case) become booleans, in place:
+    ``snakemake --config warm_start=false`` passes the string 'false' (it parses True/False only)."""
+    if not isinstance(cfg, dict):
+        return
+    for key, value in cfg.items():
+        sub = (node.get("properties") or {}).get(key, node.get("additionalProperties"))
+        if isinstance(sub, dict) and "$ref" in sub:
+            sub = schema()["definitions"][sub["$ref"].split("/")[-1]]
+        if not isinstance(sub, dict):
+            continue
+        if sub.get("type") == "boolean" and isinstance(value, str) and value.lower() in _BOOLEAN_WORDS:
+            cfg[key] = _BOOLEAN_WORDS[value.lower()]
+        elif isinstance(value, dict):
+            _command_line_booleans(value, sub)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
