@@ -759,3 +759,38 @@ def test_disk_full_elsewhere_still_one_line(tmp_path, capsys, monkeypatch):
     assert main(["init-store", "--uri", "sqlite:///x.db", "--marker", str(tmp_path / "m")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: {tmp_path / 'mlartifacts' / 'x.json'}: No space left on device (OSError); free space and run again"]
+
+
+# ------------------------------------------------------------------------------------ whitespace-only passages
+def _rows(texts: list[str]) -> list[tuple[str, str, str]]:
+    return [(f"p{i}", f"Title {i}", t) for i, t in enumerate(texts)]
+
+
+WHITESPACE_TEXTS = ["some words here", "more words here", " \u00a0  \u3000 ", "last words"]
+CORPUS_FILES = {  # format -> (suffix, contents, line of the whitespace-only text of passage p2)
+    "jsonl": (".jsonl", "".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in _rows(WHITESPACE_TEXTS)), 3),
+    "documents": (".jsonl", "".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in _rows(WHITESPACE_TEXTS)), 3),
+    "tsv": (".tsv", "id\ttitle\ttext\n" + "".join(f"{i}\t{t}\t{x}\n" for i, t, x in _rows(WHITESPACE_TEXTS)), 4),
+    "dpr_tsv": (".tsv", "id\ttext\ttitle\n" + "".join(f"{i}\t{x}\t{t}\n" for i, t, x in _rows(WHITESPACE_TEXTS)), 4),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(CORPUS_FILES))
+def test_whitespace_only_passage_refused(tmp_path, capsys, fmt):
+    """A passage (or document) whose text is only whitespace stops the conversion with file:line,
+    in every corpus format (it was indexed as an empty passage; the documents format dropped it)."""
+    from rag.cli import main
+
+    suffix, text, line = CORPUS_FILES[fmt]
+    src = _write(tmp_path, suffix, text.encode())
+    out = tmp_path / "out" / "passages.tsv"
+    assert main(["prepare-corpus", "--format", fmt, "--input", str(src), "--output", str(out), "--words", "8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"error: {src}:{line}: 'p2' has no text (empty or only whitespace)", err
+    assert not out.exists() and (not out.parent.exists() or not any(out.parent.iterdir()))
+
+
+def test_whitespace_only_passage_in_passages_tsv_refused(tmp_path):
+    path = _write(tmp_path, ".tsv", CORPUS_FILES["tsv"][1].encode())
+    with pytest.raises(DataError, match=re.escape(f"{path}:4: 'p2' has no text (empty or only whitespace)")):
+        read_passages(path)

@@ -173,6 +173,8 @@ def _check_passage(path: Path, lineno: int, seen: IdSet, pid: str, title: str, t
         raise DataError(f"{where}: empty passage id")
     if not seen.add(pid):
         raise DataError(f"{where}: duplicate passage id {pid!r}")
+    if not text.strip():
+        raise DataError(f"{where}: {pid!r} has no text (empty or only whitespace)")
     return {"id": pid, "title": title, "text": text}
 
 
