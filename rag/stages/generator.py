@@ -62,7 +62,7 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
                             restatement_share=g.pretrain_restatements, claim_share=g.pretrain_claims,
                             sentence_share=g.pretrain_sentences, ckpt_path=ckpt_path, identity=identity)
         model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
+        G.save_tokenizer(tok, tmp, g.max_source_len)  # as the run tokenizes, also after a resume at the last step
         write_json(tmp / "pretrain.json", {"init": "scratch", "steps": g.pretrain_steps, "seconds": time.time() - t,
                                            "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
                                            "curve": G.loss_curve(losses)})

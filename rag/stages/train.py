@@ -82,7 +82,7 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
     import torch
 
     from rag.config import config_hash as hash_of
-    from rag.models.generator import ensure_label_tokens
+    from rag.models.generator import ensure_label_tokens, save_tokenizer
     from rag.tracking import Run
     from rag.train import ddp_setup, train
 
@@ -141,10 +141,11 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
     run.metrics({"train_seconds": seconds, "final_train_loss": sum(losses[-10:]) / max(1, len(losses[-10:]))})
     with atomic_dir(out) as tmp:
         system.generator.save_pretrained(tmp / "generator")
-        system.tokenizer.save_pretrained(tmp / "generator")
+        # in the state the run tokenizes with, whatever the tokenizers did last (a resume at the last step: nothing)
+        save_tokenizer(system.tokenizer, tmp / "generator", cfg.generator.max_source_len)
         if system.question_encoder is not None and vspec.train_question_encoder:
             system.question_encoder.model.save_pretrained(tmp / "question_encoder")
-            system.question_encoder.tokenizer.save_pretrained(tmp / "question_encoder")
+            save_tokenizer(system.question_encoder.tokenizer, tmp / "question_encoder", system.question_encoder.max_length)
         elif q_dir:
             import shutil
 
