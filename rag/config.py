@@ -110,6 +110,7 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     _check_references(cfg)
     if check_files:
         check_input_files(cfg)
+        check_local_corpus_k(cfg)
     return cfg
 
 
@@ -227,10 +228,6 @@ def _check_references(cfg: dict) -> None:
     if exp["topk_task"] not in tasks and any(v.startswith("rag_") for v in cfg["variants"]):
         # the sweep only runs when its task is configured; nothing to check otherwise
         pass
-    k_train = cfg["train"]["k"]
-    n_passages_min = 1
-    if k_train < n_passages_min:
-        raise ConfigError("config key 'train.k': must be at least 1")
     if corpus["source"] == "miniworld":
         mw = cfg["miniworld"]
         if mw["people"] < 2 * mw["countries"]:
@@ -239,14 +236,53 @@ def _check_references(cfg: dict) -> None:
             raise ConfigError(f"config key 'miniworld.people': {mw['people']} is fewer than twice "
                               f"miniworld.countries ({mw['countries']}); every country needs a leader")
         # every miniworld entity yields at least one passage; K larger than that is impossible
-        n_min = mw["countries"] + mw["people"] + mw["cities"]
-        for key, k in [("train.k", k_train)] + [(f"experiments.topk_sweep[{i}]", k) for i, k in enumerate(exp["topk_sweep"])]:
-            if k > n_min:
-                raise ConfigError(f"config key '{key}': K={k} exceeds the {n_min} passages the miniworld corpus has")
-        for name, task in tasks.items():
-            for dk in ("decode_sequence", "decode_token"):
-                if dk in task and "k" in task[dk] and task[dk]["k"] > n_min:
-                    raise ConfigError(f"config key 'tasks.{name}.{dk}.k': exceeds the number of passages")
+        check_k(retrieval_ks(cfg), mw["countries"] + mw["people"] + mw["cities"], "the miniworld corpus is sure to have (one per entity)")
+
+
+def retrieval_ks(cfg: dict) -> list[tuple[str, int]]:
+    """(dotted config key, K) of every number of passages the configured runs retrieve: train.k
+    when a variant retrieves, each task's test-time K of the retrieving models it runs
+    (``decode_token`` for RAG-Token variants, ``decode_sequence`` for RAG-Sequence ones), and
+    Figure 3's sweep when it runs (its task runs rag_sequence or rag_token)."""
+    from rag.tasks import variant_spec
+
+    retrieving = {t: [v for v in task_variants(cfg, t) if variant_spec(v).retriever is not None] for t in sorted(cfg["tasks"])}
+    out = [("train.k", cfg["train"]["k"])] if any(retrieving.values()) else []
+    for task, variants in retrieving.items():
+        for model in sorted({variant_spec(v).model for v in variants}):
+            out.append((f"tasks.{task}.decode_{model}.k", task_decode(cfg, task, model)["k"]))
+    exp = cfg["experiments"]
+    if any(v in ("rag_sequence", "rag_token") for v in retrieving.get(exp["topk_task"], ())):
+        out += [(f"experiments.topk_sweep[{i}]", k) for i, k in enumerate(exp["topk_sweep"])]
+    return out
+
+
+def check_k(ks: list[tuple[str, int]], n: int, corpus: str) -> None:
+    """ConfigError naming the first key of ``ks`` ((key, K) pairs) whose K exceeds the ``n``
+    passages of the corpus (``corpus``: the rest of the message, e.g. "of corpus.path x.jsonl")."""
+    for key, k in ks:
+        if k > n:
+            raise ConfigError(f"config key '{key}': K={k} exceeds the {n} passages {corpus}")
+
+
+def check_local_corpus_k(cfg: dict, base: str | Path | None = None) -> None:
+    """``corpus.source: local``: count the passages of the corpus file (only as far as the largest
+    K) and check every K against them (:func:`retrieval_ks`), before any job runs. A file the
+    reader refuses is left to the corpus job, which names the line."""
+    from itertools import islice
+
+    from rag.data.formats import corpus_passages
+    from rag.errors import RagError
+
+    corpus, ks = cfg["corpus"], retrieval_ks(cfg)
+    if corpus["source"] != "local" or not ks:
+        return
+    path = (Path(base) if base is not None else Path.cwd()) / corpus["path"]
+    try:
+        n = sum(1 for _ in islice(corpus_passages(corpus["format"], path, corpus["passage_words"]), max(k for _, k in ks)))
+    except RagError:
+        return
+    check_k(ks, n, f"of corpus.path {corpus['path']}")
 
 
 # Local paths and the file names of URLs become file paths in shell commands (quoted there, {x:q})
