@@ -1,7 +1,8 @@
 """Reliability: bad input, hostile input and property tests. ``pytest -m reliability``.
 
-The DAG fault tests (kill and resume, determinism) are in ``test_reliability_dag.py`` and the
-concurrent-tracking tests in ``test_reliability_tracking.py``; this table covers all three files.
+The DAG fault tests (kill and resume, determinism) are in ``test_reliability_dag.py``, the
+concurrent-tracking and store tests in ``test_reliability_tracking.py``, the fine-tune run tests
+in ``test_reliability_runs.py`` (its own table); this table covers the first three files.
 
 Fault / bad input tried                          | what the harness does (and the test checking it)
 ------------------------------------------------ | ------------------------------------------------------------------
@@ -63,7 +64,16 @@ Quotes, ``$(...)``, backquotes, spaces, ``;&|``  | every rule's command (``snake
                                                  | key); another word: "expected boolean, got str 'maybe'"
 Shell strings in workflow/rules/*.smk            | every placeholder quoted ({x:q}; several arguments: a list param);
                                                  | every shell wildcard constrained by a strict pattern in common.smk
-Checkpoint loading                               | every torch.load( in rag/ passes weights_only=True
+Checkpoint loading                               | every torch.load( in rag/ passes weights_only=True; an unreadable
+                                                 | checkpoint.pt is set aside (tests/test_train_resume.py)
+Data: a passage or document whose text is only   | DataError "<file>:<line>: 'p2' has no text (empty or only
+  whitespace (jsonl, tsv, dpr_tsv, documents)    | whitespace)"; CLI exit 2, no output left
+Disk full: OSError(ENOSPC) in an atomic write,   | one line "error: <file>: No space left on device (writing it
+  torch.save's "unexpected pos" on a full file   | failed; nothing was left in its place): free space and run again";
+  system, ENOSPC elsewhere                       | no temporary file left; the MLflow store and run tests:
+                                                 | test_reliability_tracking.py
+Fine-tune runs (one writer, K beyond a BYO       | tests/test_reliability_runs.py
+  corpus, resume at the last step)               |
 URL file names / local paths with ``;``, space,  | ConfigError naming the key (rag/config.py _check_file_names): they
   ``$()``, backquotes, leading ``-``             | become unquoted {input}/{output} paths in download/corpus rules
 HTML report                                      | ``<script>`` escaped: tests/test_report.py (covers the CLI path)
