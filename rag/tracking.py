@@ -195,6 +195,9 @@ class Run:
         from mlflow.tracking import MlflowClient
 
         self.uri = uri
+        db = _sqlite_path(uri)
+        if db is not None and not db.exists():  # no init_store before (a run by hand): created the same way
+            _create_sqlite_store(db)
         self.client = MlflowClient(uri)
         if run_id is None:
             root = artifact_root(uri)
