@@ -87,7 +87,7 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
     from rag.train import ddp_setup, run_lock
 
     name = cfg.task_name
-    spec, vspec, t = TASKS[name], variant_spec(variant), cfg.train
+    vspec, t = variant_spec(variant), cfg.train
     ks = []  # every K this job retrieves with, checked against the corpus before anything is built
     if vspec.retriever is not None:
         ks.append(("train.k", t.k))
