@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from rag.errors import RagError
+from rag.errors import RagError, disk_full_reason
 
 MODULES = (
     "rag.commands",
@@ -88,4 +88,11 @@ def _run(args) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a full disk outside the atomic writers (rag.io) still ends in one line
+        reason = disk_full_reason(exc)
+        if reason is None:
+            raise
+        where = getattr(exc, "filename", None) or "an output of this step"
+        print(f"error: {where}: {reason} ({type(exc).__name__}); free space and run again", file=sys.stderr)
+        return 2
     return int(result or 0)

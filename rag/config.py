@@ -39,7 +39,7 @@ def schema() -> dict:
 
 
 def _validator_with_defaults():
-    from jsonschema import Draft7Validator, validators
+    from jsonschema import Draft7Validator, ValidationError, validators
 
     def set_defaults(validator, properties, instance, sch):
         if isinstance(instance, dict):
@@ -48,7 +48,13 @@ def _validator_with_defaults():
                     instance[key] = copy.deepcopy(sub["default"])
         yield from Draft7Validator.VALIDATORS["properties"](validator, properties, instance, sch)
 
-    return validators.extend(Draft7Validator, {"properties": set_defaults})
+    def full_pattern(validator, pattern, instance, sch):
+        # the whole string must match: jsonschema's re.search lets "$" match before a trailing
+        # newline ("nl\n" passed "^[a-z0-9_]+$"), and names and paths reach file names and commands
+        if validator.is_type(instance, "string") and re.fullmatch(pattern, instance) is None:
+            yield ValidationError(f"{instance!r:.80} does not match {pattern}")
+
+    return validators.extend(Draft7Validator, {"properties": set_defaults, "pattern": full_pattern})
 
 
 def _key(path) -> str:
@@ -95,14 +101,53 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"config must be a mapping of keys, got {type(data).__name__}")
     cfg = copy.deepcopy(data)
+    _command_line_booleans(cfg, schema())
     validator = _validator_with_defaults()(schema())
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), _key(e.absolute_path)))
     if errors:
         raise ConfigError(_describe(errors[0]))
+    _check_control_characters(cfg)
     _check_references(cfg)
     if check_files:
         check_input_files(cfg)
+        check_local_corpus_k(cfg)
     return cfg
+
+
+_BOOLEAN_WORDS = {"true": True, "false": False}
+
+
+def _command_line_booleans(cfg: Any, node: dict) -> None:
+    """Boolean keys given as the words true / false (any case) become booleans, in place:
+    ``snakemake --config warm_start=false`` passes the string 'false' (it parses True/False only)."""
+    if not isinstance(cfg, dict):
+        return
+    for key, value in cfg.items():
+        sub = (node.get("properties") or {}).get(key, node.get("additionalProperties"))
+        if isinstance(sub, dict) and "$ref" in sub:
+            sub = schema()["definitions"][sub["$ref"].split("/")[-1]]
+        if not isinstance(sub, dict):
+            continue
+        if sub.get("type") == "boolean" and isinstance(value, str) and value.lower() in _BOOLEAN_WORDS:
+            cfg[key] = _BOOLEAN_WORDS[value.lower()]
+        elif isinstance(value, dict):
+            _command_line_booleans(value, sub)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _check_control_characters(node: Any, path: tuple = ()) -> None:
+    """No config string holds a control character (a newline, a tab, ...): values become paths,
+    URLs and arguments of shell commands, where a newline would end a command."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            _check_control_characters(value, path + (key,))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _check_control_characters(value, path[:-1] + (f"{path[-1]}[{i}]",) if path else (f"[{i}]",))
+    elif isinstance(node, str) and _CONTROL.search(node):
+        raise ConfigError(f"config key '{_key(path)}': {node!r:.80} holds a control character (newline, tab, ...)")
 
 
 def input_files(cfg: dict) -> list[tuple[str, str]]:
@@ -190,10 +235,6 @@ def _check_references(cfg: dict) -> None:
     if exp["topk_task"] not in tasks and any(v.startswith("rag_") for v in cfg["variants"]):
         # the sweep only runs when its task is configured; nothing to check otherwise
         pass
-    k_train = cfg["train"]["k"]
-    n_passages_min = 1
-    if k_train < n_passages_min:
-        raise ConfigError("config key 'train.k': must be at least 1")
     if corpus["source"] == "miniworld":
         mw = cfg["miniworld"]
         if mw["people"] < 2 * mw["countries"]:
@@ -202,18 +243,58 @@ def _check_references(cfg: dict) -> None:
             raise ConfigError(f"config key 'miniworld.people': {mw['people']} is fewer than twice "
                               f"miniworld.countries ({mw['countries']}); every country needs a leader")
         # every miniworld entity yields at least one passage; K larger than that is impossible
-        n_min = mw["countries"] + mw["people"] + mw["cities"]
-        for key, k in [("train.k", k_train)] + [(f"experiments.topk_sweep[{i}]", k) for i, k in enumerate(exp["topk_sweep"])]:
-            if k > n_min:
-                raise ConfigError(f"config key '{key}': K={k} exceeds the {n_min} passages the miniworld corpus has")
-        for name, task in tasks.items():
-            for dk in ("decode_sequence", "decode_token"):
-                if dk in task and "k" in task[dk] and task[dk]["k"] > n_min:
-                    raise ConfigError(f"config key 'tasks.{name}.{dk}.k': exceeds the number of passages")
+        check_k(retrieval_ks(cfg), mw["countries"] + mw["people"] + mw["cities"], "the miniworld corpus is sure to have (one per entity)")
 
 
-# Local paths and the file names of URLs become file paths that Snakemake puts into shell
-# commands unquoted ({input}, {output}); keep them to characters no shell interprets.
+def retrieval_ks(cfg: dict) -> list[tuple[str, int]]:
+    """(dotted config key, K) of every number of passages the configured runs retrieve: train.k
+    when a variant retrieves, each task's test-time K of the retrieving models it runs
+    (``decode_token`` for RAG-Token variants, ``decode_sequence`` for RAG-Sequence ones), and
+    Figure 3's sweep when it runs (its task runs rag_sequence or rag_token)."""
+    from rag.tasks import variant_spec
+
+    retrieving = {t: [v for v in task_variants(cfg, t) if variant_spec(v).retriever is not None] for t in sorted(cfg["tasks"])}
+    out = [("train.k", cfg["train"]["k"])] if any(retrieving.values()) else []
+    for task, variants in retrieving.items():
+        for model in sorted({variant_spec(v).model for v in variants}):
+            out.append((f"tasks.{task}.decode_{model}.k", task_decode(cfg, task, model)["k"]))
+    exp = cfg["experiments"]
+    if any(v in ("rag_sequence", "rag_token") for v in retrieving.get(exp["topk_task"], ())):
+        out += [(f"experiments.topk_sweep[{i}]", k) for i, k in enumerate(exp["topk_sweep"])]
+    return out
+
+
+def check_k(ks: list[tuple[str, int]], n: int, corpus: str) -> None:
+    """ConfigError naming the first key of ``ks`` ((key, K) pairs) whose K exceeds the ``n``
+    passages of the corpus (``corpus``: the rest of the message, e.g. "of corpus.path x.jsonl")."""
+    for key, k in ks:
+        if k > n:
+            raise ConfigError(f"config key '{key}': K={k} exceeds the {n} passages {corpus}")
+
+
+def check_local_corpus_k(cfg: dict, base: str | Path | None = None) -> None:
+    """``corpus.source: local``: count the passages of the corpus file (only as far as the largest
+    K) and check every K against them (:func:`retrieval_ks`), before any job runs. A file the
+    reader refuses is left to the corpus job, which names the line."""
+    from itertools import islice
+
+    from rag.data.formats import corpus_passages
+    from rag.errors import RagError
+
+    corpus, ks = cfg["corpus"], retrieval_ks(cfg)
+    if corpus["source"] != "local" or not ks:
+        return
+    path = (Path(base) if base is not None else Path.cwd()) / corpus["path"]
+    try:
+        n = sum(1 for _ in islice(corpus_passages(corpus["format"], path, corpus["passage_words"]), max(k for _, k in ks)))
+    except RagError:
+        return
+    check_k(ks, n, f"of corpus.path {corpus['path']}")
+
+
+# Local paths and the file names of URLs become file paths in shell commands (quoted there, {x:q})
+# and in file names; keep them to characters no shell or file system treats specially (fullmatch:
+# "$" alone would let a trailing newline through).
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@%=,-]+$")
 
 
@@ -224,12 +305,14 @@ def _check_file_names(cfg: dict) -> None:
     def check(key: str, value: str, is_url: bool) -> None:
         if is_url:
             parts = urlsplit(value)
+            if any(c.isspace() for c in value):
+                raise ConfigError(f"config key '{key}': the URL {value!r:.80} holds whitespace (write a space as %20)")
             if not parts.scheme or not parts.netloc:
                 raise ConfigError(f"config key '{key}': {value!r:.80} is not a URL")
             name = PurePosixPath(parts.path).name
-            if not name or not _SAFE_PATH.match(name) or name in (".", ".."):
+            if not name or not _SAFE_PATH.fullmatch(name) or name in (".", ".."):
                 raise ConfigError(f"config key '{key}': the file name {name!r:.80} of the URL must match {_SAFE_PATH.pattern}")
-        elif not _SAFE_PATH.match(value) or value.startswith("-"):
+        elif not _SAFE_PATH.fullmatch(value) or value.startswith("-"):
             raise ConfigError(f"config key '{key}': path {value!r:.80} must match {_SAFE_PATH.pattern} and not start with '-'")
 
     corpus = cfg["corpus"]

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from rag.errors import DataError
+from rag.errors import DataError, DiskFullError, RagError, disk_full_reason
 
 
 def current_umask() -> int:
@@ -34,21 +34,54 @@ def current_umask() -> int:
     return mask
 
 
+def _file_system_full(folder: Path) -> bool:
+    try:
+        return os.statvfs(folder).f_bavail == 0
+    except (OSError, AttributeError):
+        return False
+
+
+@contextlib.contextmanager
+def disk_full_names(path: str | os.PathLike, folder: str | os.PathLike | None = None) -> Iterator[None]:
+    """A write of ``path`` that fails for want of space raises DiskFullError, one line naming it.
+
+    Libraries report a full disk in their own words: OSError(ENOSPC), "os error 28" (safetensors,
+    tokenizers), faiss' "write error ... (No space left on device)", and torch.save's "unexpected
+    pos 576 vs 534" or numpy's "300000 requested and 51184 written", which only the file system
+    (``folder``, no block left) tells apart from other faults."""
+    try:
+        yield
+    except RagError:
+        raise
+    except Exception as exc:
+        reason = disk_full_reason(exc)
+        writing = isinstance(exc, OSError) or (isinstance(exc, RuntimeError) and any(
+            w in str(exc) for w in ("inline_container", "PytorchStreamWriter", "write")))
+        if reason is None and writing and folder is not None and _file_system_full(Path(folder)):
+            reason = "No space left on device"
+        if reason is None:
+            raise
+        raise DiskFullError(f"{path}: {reason} (writing it failed; nothing was left in its place): free space "
+                            f"and run again") from exc
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` only on success."""
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only on success. A full
+    disk raises DiskFullError naming ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        os.chmod(tmp_path, 0o666 & ~current_umask())
-        os.replace(tmp_path, path)
-    finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
+    with disk_full_names(path, path.parent):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp_path = Path(tmp)
+        try:
+            yield tmp_path
+            os.chmod(tmp_path, 0o666 & ~current_umask())
+            os.replace(tmp_path, path)
+        finally:
+            if tmp_path.exists():
+                tmp_path.unlink()
 
 
 @contextlib.contextmanager
@@ -65,21 +98,23 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
 
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary directory that replaces directory ``path`` when the block succeeds."""
+    """Yield a temporary directory that replaces directory ``path`` when the block succeeds (a full
+    disk: DiskFullError naming ``path``)."""
     import shutil
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
-        yield tmp
-        os.chmod(tmp, 0o777 & ~current_umask())
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    with disk_full_names(path, path.parent):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        try:
+            yield tmp
+            os.chmod(tmp, 0o777 & ~current_umask())
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

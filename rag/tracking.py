@@ -5,11 +5,15 @@ curve as a stepped metric, tags for rule, config hash, git commit and SLURM job 
 its id in the model folder; the evaluate job re-opens that run to add metrics and artifacts.
 The default store ``sqlite:///results/mlflow.db`` is created by one local rule
 (``init_store``) before any parallel job: two processes creating a fresh SQLite store at
-once can corrupt it.
+once can corrupt it. It is built in a temporary file beside and linked into place when complete,
+so a creation that fails (a full disk) leaves nothing behind. With a SQLite store, artifacts go
+to ``mlartifacts/<experiment>/`` beside the store file (``results/mlartifacts/<name>/<task>/``),
+not to MLflow's default ``./mlruns`` of the working directory.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -17,12 +21,16 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from rag.errors import DiskFullError, RagError, disk_full_reason
+
 log = logging.getLogger(__name__)
 
 
 def _quiet():
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+    import mlflow  # noqa: F401  its import sets the level of its logger: set ours after it
+
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
@@ -31,21 +39,84 @@ def _sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
 
 
+def artifact_root(uri: str) -> Path | None:
+    """Where a SQLite store's experiments keep their artifacts: ``mlartifacts/`` beside the store
+    file; None for other stores (an MLflow server decides)."""
+    db = _sqlite_path(uri)
+    return db.parent / "mlartifacts" if db is not None else None
+
+
+def _reason(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:200] if lines else ''}"
+
+
 def init_store(uri: str, marker: Path | None = None) -> None:
-    """Create the tracking store (tables, migrations) once; safe to call again."""
+    """Create the tracking store (tables, migrations) once; safe to call again.
+
+    A SQLite store is built in a temporary file beside ``db`` and linked into place complete, so a
+    failed creation (a full disk) leaves nothing that later runs would trip over; an existing store
+    that cannot be opened stops with one line saying to move it aside."""
     _quiet()
-    import mlflow
     from mlflow.tracking import MlflowClient
 
     db = _sqlite_path(uri)
-    if db is not None:
-        db.parent.mkdir(parents=True, exist_ok=True)
-    mlflow.set_tracking_uri(uri)
-    MlflowClient(uri).search_experiments(max_results=1)  # forces schema creation / migration
+    if db is not None and not db.exists():
+        _create_sqlite_store(db)
+    try:
+        MlflowClient(uri).search_experiments(max_results=1)  # a store of another MLflow: schema migration
+    except Exception as exc:
+        if db is None:
+            raise
+        full = disk_full_reason(exc)
+        if full:
+            raise DiskFullError(f"{db}: {full} (opening the MLflow store failed): free space and run again") from exc
+        raise RagError(f"{db}: the MLflow store is unusable ({_reason(exc)}); move it aside (mv {db} {db}.broken) "
+                       f"and run again: a new store is created (the runs in the old one are not carried over)") from exc
     if marker is not None:
         from rag.io import write_json
 
         write_json(marker, {"tracking_uri": uri})
+
+
+def _create_sqlite_store(db: Path) -> None:
+    """Create the SQLite store ``db`` (tables, migrations, the default experiment) in a temporary
+    file beside it, then link it into place; a store another process linked meanwhile is kept."""
+    import tempfile
+
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    from rag.io import current_umask
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".tmp", dir=db.parent)
+    os.close(fd)
+    tmp = Path(name)
+    tmp_uri = f"sqlite:///{tmp}"
+    try:
+        try:
+            SqlAlchemyStore(tmp_uri, str(artifact_root(f"sqlite:///{db}")))
+        finally:
+            engine = SqlAlchemyStore._engine_map.pop(tmp_uri, None)
+            if engine is not None:
+                engine.dispose()
+        os.chmod(tmp, 0o666 & ~current_umask())
+        try:
+            os.link(tmp, db)  # never replaces a store that another process created meanwhile
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links
+            if not db.exists():
+                os.replace(tmp, db)
+    except Exception as exc:
+        full = disk_full_reason(exc)
+        if full:
+            raise DiskFullError(f"{db}: {full} (creating the MLflow store failed; nothing was left in its place): "
+                                f"free space and run again") from exc
+        raise RagError(f"{db}: creating the MLflow store failed ({_reason(exc)}); nothing was left in its place") from exc
+    finally:
+        for leftover in (tmp, Path(f"{tmp}-journal"), Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            leftover.unlink(missing_ok=True)
 
 
 def git_commit() -> str:
@@ -74,8 +145,9 @@ def metric_key(name: str) -> str:
     return re.sub(r"[^0-9A-Za-z_\-. :/]", "_", name.replace("@", "_at_"))
 
 
-def _experiment_id(client, name: str) -> str:
-    """The id of experiment ``name``, created when missing. Parallel jobs race to create the
+def _experiment_id(client, name: str, artifact_location: str | None = None) -> str:
+    """The id of experiment ``name``, created when missing (its artifacts under
+    ``artifact_location``, else where the store puts them). Parallel jobs race to create the
     same experiment: the loser's create fails with RESOURCE_ALREADY_EXISTS (UNIQUE constraint in
     the store), and it then reads the winner's id."""
     from mlflow.exceptions import MlflowException
@@ -85,24 +157,51 @@ def _experiment_id(client, name: str) -> str:
         if exp is not None:
             return exp.experiment_id
         try:
-            return client.create_experiment(name)
+            return client.create_experiment(name, artifact_location=artifact_location)
         except MlflowException as exc:
             if "RESOURCE_ALREADY_EXISTS" not in f"{exc.error_code} {exc}":
                 raise
     raise RuntimeError(f"experiment {name!r} could neither be created nor found")
 
 
+def _store_errors(method):
+    """A full disk under a Run method raises DiskFullError naming the SQLite store file."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except RagError:
+            raise
+        except Exception as exc:
+            full = disk_full_reason(exc)
+            if full is None:
+                raise
+            uri = getattr(self, "uri", "")
+            where = _sqlite_path(uri) or uri
+            raise DiskFullError(f"{where}: {full} (writing to the MLflow store or its artifacts failed): free space "
+                                f"and run again") from exc
+
+    return wrapper
+
+
 class Run:
     """A thin wrapper over one MLflow run, opened by id (or created)."""
 
+    @_store_errors
     def __init__(self, uri: str, experiment: str, run_name: str | None = None, run_id: str | None = None,
                  tags: dict | None = None):
         _quiet()
         from mlflow.tracking import MlflowClient
 
+        self.uri = uri
+        db = _sqlite_path(uri)
+        if db is not None and not db.exists():  # no init_store before (a run by hand): created the same way
+            _create_sqlite_store(db)
         self.client = MlflowClient(uri)
         if run_id is None:
-            exp_id = _experiment_id(self.client, experiment)
+            root = artifact_root(uri)
+            exp_id = _experiment_id(self.client, experiment, str(root / experiment) if root is not None else None)
             all_tags = {"mlflow.runName": run_name or "run", "git_commit": git_commit(),
                         "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""), **(tags or {})}
             run = self.client.create_run(exp_id, tags={k: str(v) for k, v in all_tags.items()}, run_name=run_name)
@@ -113,6 +212,7 @@ class Run:
             for k, v in (tags or {}).items():
                 self.client.set_tag(run_id, k, str(v))
 
+    @_store_errors
     def params(self, params: dict) -> None:
         from mlflow.entities import Param
 
@@ -122,6 +222,7 @@ class Run:
         for i in range(0, len(flat), 100):
             self.client.log_batch(self.run_id, params=flat[i : i + 100])
 
+    @_store_errors
     def metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         import time
 
@@ -132,6 +233,7 @@ class Run:
         for i in range(0, len(items), 500):
             self.client.log_batch(self.run_id, metrics=items[i : i + 500])
 
+    @_store_errors
     def curve(self, name: str, points: list[tuple[int, float]]) -> None:
         import time
 
@@ -142,8 +244,10 @@ class Run:
         for i in range(0, len(items), 500):
             self.client.log_batch(self.run_id, metrics=items[i : i + 500])
 
+    @_store_errors
     def artifact(self, path: str | Path, subdir: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), subdir)
 
+    @_store_errors
     def finish(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.run_id, status)

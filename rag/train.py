@@ -13,22 +13,56 @@ global batch; gradients are averaged by DistributedDataParallel.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
 import random
 from pathlib import Path
-from typing import Callable
-
-import os
+from typing import Callable, Iterator
 
 import torch
 
-from rag.errors import ConfigError
+from rag.errors import ConfigError, RagError
 from rag.io import atomic_path
 
 log = logging.getLogger(__name__)
 
 CKPT = "checkpoint.pt"
+LOCK = "run.lock"
+
+
+@contextlib.contextmanager
+def run_lock(folder: str | Path, what: str) -> Iterator[Path]:
+    """Hold an exclusive lock on ``folder/run.lock`` (``fcntl.flock``) while the block runs: one
+    writer per checkpoint folder, whatever Snakemake's own locks say (``snakemake --unlock`` of
+    another experiment removed a running one's). A second process is refused at once with one
+    line naming ``what`` (the run), the process holding the lock and the file. The lock ends
+    with its process however that ends (no stale lock after a kill); the file stays, naming the
+    last holder."""
+    import fcntl
+    import socket
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "a process"
+            raise RagError(f"{what} is being written by another process ({holder}): {path} is locked; wait for "
+                           "that process to end (or stop it), then run this again") from None
+        except OSError as exc:  # a file system without locks (some network file systems)
+            log.warning("%s: cannot lock it (%s); nothing stops a second process from writing %s at the same time",
+                        path, exc, what)
+        else:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def ddp_setup() -> tuple[int, int]:
@@ -82,6 +116,8 @@ class Checkpoint:
     it is not resumed (a warning names the differences) and the run starts from step 0, its first
     save replacing the file. Snakemake re-runs a job when its config section changes, so this is
     how an edited configuration retrains while an interrupted job of the same one resumes.
+    A checkpoint that cannot be read (empty, truncated, corrupt) is set aside as
+    ``checkpoint.pt.corrupt-<n>`` and the run starts from step 0, saying so in one warning line.
     """
 
     def __init__(self, path: str | Path, identity: dict, modules: dict[str, torch.nn.Module | None]):
@@ -105,12 +141,28 @@ class Checkpoint:
         with atomic_path(self.path) as tmp:
             torch.save(state, tmp)
 
+    KEYS = ("step", "run", "optimizer", "scheduler", "torch_rng", "losses")
+
     def load(self, opt, sched, scaler=None) -> tuple[int, list[float], dict]:
         """(step, losses, extra state) restored from the checkpoint; (0, [], {}) when there is
-        none or it was written under another configuration."""
+        none, when it was written under another configuration, or when it cannot be read (empty,
+        truncated, corrupt): that file is set aside as ``checkpoint.pt.corrupt-<n>`` and a warning
+        names both."""
         if not self.path.is_file():
             return 0, [], {}
-        state = torch.load(self.path, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+            missing = [k for k in self.KEYS if k not in state] if isinstance(state, dict) else list(self.KEYS)
+            if missing:
+                raise ValueError(f"no {', '.join(missing)} in it")
+        except Exception as exc:  # torch: RuntimeError (zip archive), EOFError (an empty file), UnpicklingError
+            size = self.path.stat().st_size
+            lines = str(exc).strip().splitlines()
+            why = "an empty file" if size == 0 else f"{type(exc).__name__}: {lines[0][:200] if lines else ''}"
+            aside = self._set_aside()
+            log.warning("checkpoint %s is unreadable (%s; truncated or corrupt); set it aside as %s and starting this "
+                        "run over from step 0", self.path, why, aside)
+            return 0, [], {}
         saved = state.get("run") or {}
         diff = [key for key in sorted(set(saved) | set(self.identity)) if saved.get(key) != self.identity.get(key)]
         if diff:
@@ -128,6 +180,15 @@ class Checkpoint:
         torch.set_rng_state(state["torch_rng"])
         log.info("resumed from %s at step %d", self.path, int(state["step"]))
         return int(state["step"]), state["losses"].tolist(), state.get("extra") or {}
+
+
+    def _set_aside(self) -> Path:
+        """Rename the checkpoint to the first free ``<name>.corrupt-<n>``; that path."""
+        n = 1
+        while (aside := self.path.with_name(f"{self.path.name}.corrupt-{n}")).exists():
+            n += 1
+        os.rename(self.path, aside)
+        return aside
 
 
 def optimize(step_loss: Callable[[int], torch.Tensor], params: list, opt, sched, *, steps: int, start: int = 0,

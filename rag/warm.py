@@ -34,6 +34,7 @@ import sys
 import time
 
 ENV = "RAG_WARM_SOCKET"
+DIR_PREFIX = "ragrepro-warm-"  # the socket's folder in the temp folder: ragrepro-warm-<snakemake's pid>-<random>
 READY = "serving on"  # the server's log line once its imports are done and it takes requests
 ENTRY = "rag.cli:main"  # what a child runs on the client's arguments
 # what the rag commands import: the expensive part of every start-up
@@ -320,6 +321,12 @@ def serve(path: str, *, modules=PRELOAD, parent: int | None = None, idle_exit: f
         server.close()
         if os.path.exists(path):
             os.unlink(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.basename(folder).startswith(DIR_PREFIX):  # the folder WarmStart made for it: leave nothing
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass
         _log("stopped")
 
 
@@ -396,6 +403,53 @@ def _reap(sel, children: dict) -> None:
 # --- the Snakefile's side -----------------------------------------------------------------------
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_folders(tmp: str | None = None, min_age: float = 60.0) -> list[str]:
+    """Remove this user's socket folders (``ragrepro-warm-<pid>-*`` in the temp folder) whose
+    Snakemake process (``<pid>``) is gone; the server removes its own when it stops, so these are
+    what a server killed outright left. A folder of the older name (no pid) is removed when it is
+    empty and ``min_age`` seconds old (not one a server is about to bind in). Returns their paths."""
+    import re
+    import shutil
+    import tempfile
+
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(DIR_PREFIX):
+            continue
+        path = os.path.join(tmp, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.getuid():
+            continue
+        m = re.match(rf"{re.escape(DIR_PREFIX)}(\d+)-", name)
+        if m:
+            stale = not _pid_alive(int(m.group(1)))
+        else:
+            stale = not os.listdir(path) and time.time() - st.st_mtime > min_age
+        if stale:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+
 class WarmStart:
     """The server of one Snakemake run: :meth:`start` in ``onstart``, :meth:`stop` in
     ``onsuccess``/``onerror``. ``reason`` says why it is off, when it is."""
@@ -417,7 +471,8 @@ class WarmStart:
         import subprocess
         import tempfile
 
-        self.dir = tempfile.mkdtemp(prefix="ragrepro-warm-")
+        remove_stale_folders()
+        self.dir = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
         path = os.path.join(self.dir, "sock")
         os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
         with open(self.log_path, "a") as log:

@@ -1,7 +1,8 @@
 """Reliability: bad input, hostile input and property tests. ``pytest -m reliability``.
 
-The DAG fault tests (kill and resume, determinism) are in ``test_reliability_dag.py`` and the
-concurrent-tracking tests in ``test_reliability_tracking.py``; this table covers all three files.
+The DAG fault tests (kill and resume, determinism) are in ``test_reliability_dag.py``, the
+concurrent-tracking and store tests in ``test_reliability_tracking.py``, the fine-tune run tests
+in ``test_reliability_runs.py`` (its own table); this table covers the first three files.
 
 Fault / bad input tried                          | what the harness does (and the test checking it)
 ------------------------------------------------ | ------------------------------------------------------------------
@@ -53,10 +54,26 @@ Config: random mappings around the schema        | load_config returns a dict or
   (hypothesis)                                   |
 Hostile names ``../x``, ``a b``, ``$(rm)``,      | rejected by the schema pattern ^[a-z0-9][a-z0-9_]{0,63}$ (name,
   ``a;b``, ``-x``, ``A``, 65 chars               | corpus.name) and by the enums (task keys, variants)
-Shell strings in workflow/rules/*.smk            | only {input}/{output}/{wildcards}/{threads}/{log} and {params.X:q}
-                                                 | or allow-listed path/int params; every shell wildcard is
-                                                 | constrained by a strict pattern in common.smk
-Checkpoint loading                               | every torch.load( in rag/ passes weights_only=True
+A trailing newline (``name: "nl\n"``, paths,     | ConfigError naming the key: patterns match the whole value
+  sha256, URLs, tracking.uri)                    | (fullmatch; Python's "$" matches before a final newline) and no
+                                                 | config string may hold a control character
+Quotes, ``$(...)``, backquotes, spaces, ``;&|``  | every rule's command (``snakemake -n -p`` of two configs that plan
+  in tracking.uri, tracking.ui_url, URLs         | every shell rule) has the same words as with a benign value, the
+                                                 | value one word; ``{...}`` in a URL is not taken for a wildcard
+``--config warm_start=false`` (a string)         | read as the boolean false (true/false in any case, every boolean
+                                                 | key); another word: "expected boolean, got str 'maybe'"
+Shell strings in workflow/rules/*.smk            | every placeholder quoted ({x:q}; several arguments: a list param);
+                                                 | every shell wildcard constrained by a strict pattern in common.smk
+Checkpoint loading                               | every torch.load( in rag/ passes weights_only=True; an unreadable
+                                                 | checkpoint.pt is set aside (tests/test_train_resume.py)
+Data: a passage or document whose text is only   | DataError "<file>:<line>: 'p2' has no text (empty or only
+  whitespace (jsonl, tsv, dpr_tsv, documents)    | whitespace)"; CLI exit 2, no output left
+Disk full: OSError(ENOSPC) in an atomic write,   | one line "error: <file>: No space left on device (writing it
+  torch.save's "unexpected pos" on a full file   | failed; nothing was left in its place): free space and run again";
+  system, ENOSPC elsewhere                       | no temporary file left; the MLflow store and run tests:
+                                                 | test_reliability_tracking.py
+Fine-tune runs (one writer, K beyond a BYO       | tests/test_reliability_runs.py
+  corpus, resume at the last step)               |
 URL file names / local paths with ``;``, space,  | ConfigError naming the key (rag/config.py _check_file_names): they
   ``$()``, backquotes, leading ``-``             | become unquoted {input}/{output} paths in download/corpus rules
 HTML report                                      | ``<script>`` escaped: tests/test_report.py (covers the CLI path)
@@ -70,6 +87,7 @@ import copy
 import gzip
 import json
 import re
+import shlex
 import subprocess
 import tempfile
 from pathlib import Path
@@ -439,24 +457,6 @@ def test_hostile_task_and_variant_names_rejected(rel_cfg, value):
         load_config(cfg)
 
 
-# params that reach shell commands unquoted: each one is built from file paths Snakemake resolved
-# (which the strict wildcard constraints and the name pattern keep to [a-z0-9_/.-]) or from
-# integers the schema typed, never from free-form config strings:
-PATH_OR_INT_PARAMS = {
-    "retrieval",  # retrieval_args(): --passages/--bm25/--embeddings/--index + input paths
-    "init",  # "--init-from <input.init>" (a path) or ""
-    "restatements",  # "--restatements <input.restatements>" (a path) or ""
-    "ckpt",  # results/<name>/runs/{task}/{variant}/seed{seed}/checkpoint (the schema's name pattern, constrained wildcards)
-    "evaluate",  # fused_eval_args(): "--dev <input> --test <input> --dev-predictions <output> ..." or ""
-    "train_data",  # train_data_args(): "<task enum>=<input path> ..."
-    "snapshot",  # the literal "a" or "b"
-    "shards",  # retriever.shards, a schema integer
-    "samples",  # report.samples_per_task, a schema integer
-    "sha",  # "--sha256 <hex>" (the schema pattern allows 64 hex digits only) or ""
-    "http",  # the literal "--allow-http" or ""
-    "launcher",  # "torchrun --standalone --nproc-per-node <train.ddp_processes, a schema integer> -m" or ""
-    "record",  # record(): results/<name>/resources/<rule>/<constrained wildcard values>.json
-}
 ALLOWED_FIELDS = {"input", "output", "wildcards", "threads", "log", "params", "resources"}
 
 
@@ -469,7 +469,10 @@ def _shell_strings(text: str) -> list[str]:
     return out
 
 
-def test_smk_shell_strings_use_only_safe_placeholders():
+def test_smk_shell_strings_quote_every_placeholder():
+    """Every value a rule puts into a shell command is quoted ({x:q}; a param of several arguments
+    is a list, each item quoted), so no config value can change a command's words (the dry runs of
+    test_hostile_values_do_not_change_any_command check the commands themselves)."""
     smk = sorted((ROOT / "workflow" / "rules").glob("*.smk"))
     shells = [(p.name, s) for p in smk for s in _shell_strings(p.read_text())]
     assert len(shells) >= 10, "shell directives not found: has the rule layout changed?"
@@ -479,11 +482,9 @@ def test_smk_shell_strings_use_only_safe_placeholders():
         for field in re.findall(r"(?<!\{)\{([^{}]+)\}(?!\})", shell):
             head = re.split(r"[.\[:]", field)[0]
             assert head in ALLOWED_FIELDS, f"{name}: shell uses {{{field}}}"
-            if head == "params":
-                param = field.split(".")[1].split(":")[0]
-                assert field.endswith(":q") or param in PATH_OR_INT_PARAMS, f"{name}: unquoted {{{field}}} in a shell command"
+            assert field.endswith(":q"), f"{name}: unquoted {{{field}}} in a shell command"
             if head == "wildcards":
-                assert field.split(".")[1] in constrained, f"{name}: wildcard {{{field}}} has no constraint in common.smk"
+                assert field.split(".")[1].split(":")[0] in constrained, f"{name}: wildcard {{{field}}} has no constraint in common.smk"
 
 
 def test_torch_load_always_weights_only():
@@ -545,3 +546,261 @@ def _fixed(cfg: dict, key: str) -> dict:
     else:
         cfg["tasks"]["nq"]["files"]["train"] = "https://example.org/nq-train.qa.csv"
     return cfg
+
+
+# ------------------------------------------------------------------------------------ config values and shell commands
+# Values that hold the characters a shell treats specially (a newline is refused by load_config,
+# test_trailing_newline_refused_naming_the_key); URLs may not hold whitespace.
+SHELL_HOSTILE = "x'y\"z $(touch PWNED) `id` ;&|<>*?~ \\ ${IFS}end"
+URL_HOSTILE = "x'y\"z$(touch${IFS}PWNED)`id`;&|<>*~\\end"  # no "?" or "#": they end a URL's path
+BENIGN = "benign"
+SHA = "0" * 64
+
+
+def _dry_run_configs(value: str) -> dict[str, dict]:
+    """Two configs that between them plan every shell rule, ``value`` in each config string that
+    reaches a command (tracking URI, report URL, download URLs): miniworld with separate evaluate
+    jobs and torchrun; a downloaded corpus, a downloaded and a local task."""
+    with open(ROOT / "tests" / "data" / "e2e.yaml", encoding="utf-8") as fh:
+        mini = yaml.safe_load(fh)
+    tracking = {"uri": f"sqlite:///results/{value}.db", "ui_url": f"http://127.0.0.1:5000/{value}"}
+    mini.update(evaluate_in_train_job=False, tracking=tracking)
+    mini["train"].update(ddp_processes=2)
+    url = URL_HOSTILE if value == SHELL_HOSTILE else value
+    files = {"corpus": {"name": "dl", "source": "download", "url": f"https://example.org/{url}/psgs_w100.tsv.gz",
+                        "sha256": SHA, "format": "dpr_tsv"}}
+    dl = {"name": "dl", "tracking": tracking, "corpus": files["corpus"], "variants": ["rag_token", "rag_sequence_bm25", "bart"],
+          "tasks": {"nq": {"source": "local", "format": "jsonl",
+                           "files": {s: f"byo/qa-{s}.jsonl" for s in ("train", "dev", "test")}},
+                    "triviaqa": {"source": "download", "format": "jsonl", "sha256": {"train": SHA},
+                                 "files": {s: f"https://example.org/{url}/tqa-{s}.jsonl" for s in ("train", "dev", "test")}}},
+          "retriever": {"shards": 2}, "experiments": {"topk_sweep": [1, 2], "hotswap": False}}
+    return {"miniworld": mini, "download": dl}
+
+
+def _benign(text: str) -> str:
+    return text.replace(SHELL_HOSTILE, BENIGN).replace(URL_HOSTILE, BENIGN)
+
+
+def _unhashed(words: list[str]) -> list[str]:
+    """``words`` with the value of --config-hash (a hash of the section, tracking URI included) blanked."""
+    return [w if i == 0 or words[i - 1] != "--config-hash" else "<hash>" for i, w in enumerate(words)]
+
+
+def _shell_commands(out: str) -> dict[tuple[str, str], str]:
+    """(rule, output line) -> the shell command, of every job a ``snakemake -n -p`` printed."""
+    jobs = {}
+    for m in re.finditer(r"^(?:local)?rule (\w+):\n(.*?)^Shell command: (.*?)(?=\n\n|\nJob stats:|\n*\Z)", out, re.M | re.S):
+        output = re.search(r"^\s+output: (.*)$", m.group(2), re.M)
+        if m.group(3) != "None":
+            jobs[(m.group(1), output.group(1) if output else "")] = m.group(3)
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def hostile_dry_runs(tmp_path_factory) -> dict:
+    """``snakemake -n -p`` of each config of _dry_run_configs, with SHELL_HOSTILE and with BENIGN
+    (all four at once), plus one with ``name: "nl\\n"``."""
+    import shutil
+
+    from conftest import snakemake_bin
+
+    runs = {(kind, which): (cfg, []) for which, value in (("hostile", SHELL_HOSTILE), ("benign", BENIGN))
+            for kind, cfg in _dry_run_configs(value).items()}
+    with open(REL_CONFIG, encoding="utf-8") as fh:
+        rel = yaml.safe_load(fh)
+    runs[("name", "newline")] = ({**rel, "name": "nl\n"}, [])
+    for word in ("false", "true"):  # snakemake passes the string: load_config reads it as the boolean
+        runs[("warm_start", word)] = (rel, ["--config", f"warm_start={word}"])
+    procs = {}
+    for key, (cfg, extra) in runs.items():
+        d = tmp_path_factory.mktemp("-".join(key))
+        shutil.copytree(ROOT / "examples" / "byo", d / "byo")  # the local task files, relative to the working directory
+        (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+        procs[key] = subprocess.Popen([snakemake_bin(), "-n", "-p", "--nocolor", "-s", str(ROOT / "Snakefile"),
+                                       "--directory", str(d), "--configfile", str(d / "config.yaml"), *extra],
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = {}
+    for key, p in procs.items():
+        stdout, _ = p.communicate(timeout=600)
+        out[key] = subprocess.CompletedProcess(p.args, p.returncode, stdout, "")
+    return out
+
+
+def test_hostile_values_do_not_change_any_command(hostile_dry_runs):
+    """A config value with quotes, $(...), backquotes, shell operators, spaces and a backslash stays
+    one word of every command it reaches; every other word is as with a benign value. The two
+    configs plan every rule that runs a shell command."""
+    smk = "".join(p.read_text() for p in (ROOT / "workflow" / "rules").glob("*.smk"))
+    shell_rules = {m.group(1) for m in re.finditer(r"^\s*rule (\w+):\n(?:(?!^\s*rule ).)*?^\s+shell:", smk, re.M | re.S)}
+    seen_rules, hostile_words = set(), 0
+    for kind in ("miniworld", "download"):
+        hostile, benign = hostile_dry_runs[(kind, "hostile")], hostile_dry_runs[(kind, "benign")]
+        assert hostile.returncode == 0 and benign.returncode == 0, (hostile.stdout + benign.stdout)[-4000:]
+        jobs_h = {(rule, _benign(out)): cmd for (rule, out), cmd in _shell_commands(hostile.stdout).items()}
+        jobs_b = _shell_commands(benign.stdout)
+        assert jobs_h.keys() == jobs_b.keys() and jobs_b, kind
+        for job, cmd in jobs_b.items():
+            words = shlex.split(jobs_h[job])
+            hostile_words += sum(SHELL_HOSTILE in w or URL_HOSTILE in w for w in words)
+            assert _unhashed([_benign(w) for w in words]) == _unhashed(shlex.split(cmd)), (job, jobs_h[job])
+        seen_rules |= {rule for rule, _ in jobs_b}
+    assert seen_rules == shell_rules, f"rules not planned by the dry runs: {shell_rules - seen_rules}"
+    # the URI (init_store), the report URL, the corpus URL and 3 task URLs reach a command
+    assert hostile_words >= 6
+
+
+def test_trailing_newline_refused_in_a_dry_run(hostile_dry_runs):
+    proc = hostile_dry_runs[("name", "newline")]
+    errors = [ln for ln in proc.stdout.splitlines() if ln.startswith("error:")]
+    assert proc.returncode != 0 and "Traceback" not in proc.stdout
+    assert errors == ["error: config key 'name': 'nl\\n' does not match ^[a-z0-9][a-z0-9_]{0,63}$"], proc.stdout[-3000:]
+
+
+@pytest.mark.parametrize("key", ["name", "corpus.name", "corpus.path", "corpus.sha256", "tasks.nq.files.train",
+                                 "tasks.nq.sha256.train", "corpus.url", "tracking.uri", "tracking.ui_url"])
+def test_trailing_newline_refused_naming_the_key(rel_cfg, key):
+    """Python's "$" matches before a trailing newline: schema patterns and path checks match whole
+    values, and no config string may hold a control character."""
+    local = {s: f"data/nq-{s}.jsonl" for s in ("train", "dev", "test")}
+    rel_cfg["corpus"] = {"name": "wiki", "source": "local", "path": "data/psgs.tsv", "sha256": SHA}
+    rel_cfg["tasks"] = {"nq": {"source": "local", "files": local, "sha256": {"train": SHA}}}
+    rel_cfg["tracking"] = {"uri": "sqlite:///results/mlflow.db", "ui_url": "http://127.0.0.1:5000"}
+    if key == "corpus.url":
+        rel_cfg["corpus"] = {"name": "wiki", "source": "download", "url": "https://example.org/psgs.tsv"}
+    load_config(copy.deepcopy(rel_cfg), check_files=False)  # valid as it is
+    node = rel_cfg
+    *parents, last = key.split(".")
+    for k in parents:
+        node = node[k]
+    node[last] += "\n"
+    with pytest.raises(ConfigError) as err:
+        load_config(rel_cfg, check_files=False)
+    assert str(err.value).startswith(f"config key '{key}': ") and "\n" not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("word", ["false", "true"])
+def test_warm_start_word_from_the_command_line(hostile_dry_runs, word):
+    """``--config warm_start=false`` (a string: snakemake parses only True/False) plans the DAG."""
+    proc = hostile_dry_runs[("warm_start", word)]
+    assert proc.returncode == 0 and "error:" not in proc.stdout, proc.stdout[-3000:]
+    assert "rule train:" in proc.stdout
+
+
+@pytest.mark.parametrize("value, expected", [("false", False), ("False", False), ("TRUE", True), (True, True)])
+def test_boolean_words_are_booleans(rel_cfg, value, expected):
+    rel_cfg["warm_start"] = value
+    rel_cfg["corpus"]["allow_http"] = value
+    cfg = load_config(rel_cfg)
+    assert cfg["warm_start"] is expected and cfg["corpus"]["allow_http"] is expected
+
+
+def test_other_words_for_a_boolean_refused(rel_cfg):
+    rel_cfg["warm_start"] = "maybe"
+    with pytest.raises(ConfigError, match=re.escape("config key 'warm_start': expected boolean, got str 'maybe'")):
+        load_config(rel_cfg)
+
+
+# ------------------------------------------------------------------------------------ full disk
+def _no_space(*_args, **_kwargs):
+    import errno
+    import os
+
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_disk_full_writing_an_output_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    """OSError(ENOSPC) while an output is written: one line naming the file; nothing left in its place."""
+    import os
+
+    from rag.cli import main
+
+    src = _write(tmp_path, ".tsv", _passages_text(5).encode())
+    out = tmp_path / "out" / "passages.tsv"
+    monkeypatch.setattr(os, "fsync", _no_space)  # where a full disk shows when the data is flushed
+    assert main(["prepare-corpus", "--format", "tsv", "--input", str(src), "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"error: {out}: No space left on device (writing it failed; nothing was left in its place): "
+                       "free space and run again"), err
+    assert not any(out.parent.iterdir()), "a partial or temporary output was left behind"
+
+
+def test_disk_full_in_torch_save_is_named(tmp_path, monkeypatch):
+    """torch.save on a full disk says "unexpected pos 576 vs 534" (measured on a 400 KB tmpfs): the
+    file system, with no block left, tells it apart."""
+    import os
+    from collections import namedtuple
+
+    import torch
+
+    from rag.errors import DiskFullError
+    from rag.io import atomic_path
+
+    def torch_full(*_args, **_kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+
+    statvfs = namedtuple("statvfs", "f_bavail")
+    monkeypatch.setattr(torch, "save", torch_full)
+    monkeypatch.setattr(os, "statvfs", lambda _path: statvfs(0))
+    ckpt = tmp_path / "checkpoint.pt"
+    with pytest.raises(DiskFullError) as err:
+        with atomic_path(ckpt) as tmp:
+            torch.save({}, tmp)
+    assert str(err.value).startswith(f"{ckpt}: No space left on device (writing it failed")
+    assert not any(tmp_path.iterdir())
+    monkeypatch.setattr(os, "statvfs", lambda _path: statvfs(1000))  # space left: another fault, raised as it is
+    with pytest.raises(RuntimeError, match="unexpected pos"):
+        with atomic_path(ckpt) as tmp:
+            torch.save({}, tmp)
+
+
+def test_disk_full_elsewhere_still_one_line(tmp_path, capsys, monkeypatch):
+    """ENOSPC outside the atomic writers (a library writing a file of its own): one line naming it."""
+    import errno
+    import os
+
+    from rag import commands
+    from rag.cli import main
+
+    def full(_args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "mlartifacts" / "x.json"))
+
+    monkeypatch.setattr(commands, "cmd_init_store", full)
+    assert main(["init-store", "--uri", "sqlite:///x.db", "--marker", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {tmp_path / 'mlartifacts' / 'x.json'}: No space left on device (OSError); free space and run again"]
+
+
+# ------------------------------------------------------------------------------------ whitespace-only passages
+def _rows(texts: list[str]) -> list[tuple[str, str, str]]:
+    return [(f"p{i}", f"Title {i}", t) for i, t in enumerate(texts)]
+
+
+WHITESPACE_TEXTS = ["some words here", "more words here", " \u00a0  \u3000 ", "last words"]
+CORPUS_FILES = {  # format -> (suffix, contents, line of the whitespace-only text of passage p2)
+    "jsonl": (".jsonl", "".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in _rows(WHITESPACE_TEXTS)), 3),
+    "documents": (".jsonl", "".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in _rows(WHITESPACE_TEXTS)), 3),
+    "tsv": (".tsv", "id\ttitle\ttext\n" + "".join(f"{i}\t{t}\t{x}\n" for i, t, x in _rows(WHITESPACE_TEXTS)), 4),
+    "dpr_tsv": (".tsv", "id\ttext\ttitle\n" + "".join(f"{i}\t{x}\t{t}\n" for i, t, x in _rows(WHITESPACE_TEXTS)), 4),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(CORPUS_FILES))
+def test_whitespace_only_passage_refused(tmp_path, capsys, fmt):
+    """A passage (or document) whose text is only whitespace stops the conversion with file:line,
+    in every corpus format (it was indexed as an empty passage; the documents format dropped it)."""
+    from rag.cli import main
+
+    suffix, text, line = CORPUS_FILES[fmt]
+    src = _write(tmp_path, suffix, text.encode())
+    out = tmp_path / "out" / "passages.tsv"
+    assert main(["prepare-corpus", "--format", fmt, "--input", str(src), "--output", str(out), "--words", "8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"error: {src}:{line}: 'p2' has no text (empty or only whitespace)", err
+    assert not out.exists() and (not out.parent.exists() or not any(out.parent.iterdir()))
+
+
+def test_whitespace_only_passage_in_passages_tsv_refused(tmp_path):
+    path = _write(tmp_path, ".tsv", CORPUS_FILES["tsv"][1].encode())
+    with pytest.raises(DataError, match=re.escape(f"{path}:4: 'p2' has no text (empty or only whitespace)")):
+        read_passages(path)

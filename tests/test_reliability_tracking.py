@@ -6,6 +6,9 @@
   metrics and an artifact; nothing may be lost and the store must read back.
 * cluster mode (``tracking.uri: http://host:port``): 4 processes log to an ``mlflow server``
   started locally on a free port (its process group, huey consumers included, is killed after).
+* a disk that fills up while the store is created (SQLite's page limit) leaves no store behind and
+  the next run works; an unusable existing store says to move it aside; artifacts of a SQLite
+  store go to ``mlartifacts/`` beside it, not to ``./mlruns``.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ def test_eight_concurrent_writers_sqlite(tmp_path):
     assert len(set(ids)) == 8
     (tmp_path / "dl").mkdir()
     _check_store(uri, ids, tmp_path / "dl")
+    assert not (tmp_path / "mlruns").exists() and (tmp_path / "mlartifacts" / "reliability" / "nq").is_dir()
     out = subprocess.run(["sqlite3", str(tmp_path / "mlflow.db"), "PRAGMA integrity_check;"], capture_output=True, text=True) \
         if _which("sqlite3") else None
     if out is not None:
@@ -154,3 +158,82 @@ def test_four_writers_through_mlflow_server(tmp_path):
         except ProcessLookupError:
             pass
         log.close()
+
+
+# ------------------------------------------------------------------------------------ store creation, artifacts
+FULL_DISK = r"""
+import sys
+
+import sqlalchemy
+from sqlalchemy import event
+
+# the file system fills up after 30 pages (120 KB) of the new store: SQLite's own "database or disk is full"
+@event.listens_for(sqlalchemy.engine.Engine, "connect")
+def _small_disk(dbapi_con, _record):
+    dbapi_con.execute("PRAGMA max_page_count = 30")
+
+if sys.argv[1] == "mlflow":  # how the store was created before: in place, by MLflow
+    from mlflow.tracking import MlflowClient
+
+    try:
+        MlflowClient(sys.argv[2]).search_experiments()
+    except Exception as exc:
+        print(type(exc).__name__, exc)
+else:
+    from rag.cli import main
+
+    sys.exit(main(["init-store", "--uri", sys.argv[2], "--marker", sys.argv[3]]))
+"""
+
+
+def _rag(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_store_creation_that_fails_on_a_full_disk_leaves_nothing(tmp_path):
+    """The store is built beside and linked into place: a disk that fills up during its creation
+    leaves no half-made results/mlflow.db (MLflow's own creation left one that every later run
+    failed on, "index ... already exists"), the error is one line, and the next run works."""
+    db, marker = tmp_path / "results" / "mlflow.db", tmp_path / "results" / "e" / "mlflow.ready"
+    uri = f"sqlite:///{db}"
+    full = _rag("-c", FULL_DISK, "rag", uri, str(marker), cwd=tmp_path)
+    assert full.returncode == 2, full.stderr[-3000:]
+    assert full.stderr.strip().splitlines()[-1] == (
+        f"error: {db}: No space left on device (SQLite: database or disk is full) (creating the MLflow store failed; "
+        "nothing was left in its place): free space and run again")
+    assert sorted(p.name for p in db.parent.iterdir()) == [], "a partial store or its temporary file was left behind"
+    assert not marker.exists()
+    ok = _rag("-m", "rag", "init-store", "--uri", uri, "--marker", str(marker), cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    ids = _writers(uri, 1, tmp_path)
+    (tmp_path / "dl").mkdir()
+    _check_store(uri, ids, tmp_path / "dl")
+
+
+def test_unusable_store_says_to_move_it_aside(tmp_path):
+    db = tmp_path / "results" / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    broken = _rag("-c", FULL_DISK, "mlflow", uri, cwd=tmp_path)  # MLflow creating it in place on a full disk
+    assert "database or disk is full" in broken.stdout and db.exists(), broken.stdout + broken.stderr[-3000:]
+    proc = _rag("-m", "rag", "init-store", "--uri", uri, "--marker", str(tmp_path / "ready"), cwd=tmp_path)
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {db}: the MLflow store is unusable (OperationalError: "), last
+    assert last.endswith(f"move it aside (mv {db} {db}.broken) and run again: a new store is created "
+                         "(the runs in the old one are not carried over)"), last
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    db.rename(f"{db}.broken")
+    assert _rag("-m", "rag", "init-store", "--uri", uri, "--marker", str(tmp_path / "ready"), cwd=tmp_path).returncode == 0
+
+
+def test_artifacts_go_beside_the_store_not_to_mlruns(tmp_path):
+    """With the default relative URI sqlite:///results/mlflow.db, a run's artifacts go to
+    results/mlartifacts/<experiment>/<run id>/artifacts/, not to ./mlruns of the working directory."""
+    from rag.tracking import init_store
+
+    init_store(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
+    (run_id,) = _writers("sqlite:///results/mlflow.db", 1, tmp_path)
+    art = tmp_path / "results" / "mlartifacts" / "reliability" / "nq" / run_id / "artifacts" / "eval" / "test" / "artifact-0.json"
+    assert json.loads(art.read_text()) == {"worker": 0}
+    assert not (tmp_path / "mlruns").exists()

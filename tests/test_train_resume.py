@@ -66,3 +66,31 @@ def test_checkpoint_identity_is_part_of_the_rule(tmp_path, caplog):
     with caplog.at_level("INFO", logger="rag.train"):
         run_training(tmp_path, steps=2, checkpoint_every=1, identity={"config_hash": "b"})
     assert "resumed from" not in caplog.text and "config_hash: 'a' in the checkpoint, 'b' now" in caplog.text
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("damage", ["truncated", "empty", "not a checkpoint"])
+def test_unreadable_checkpoint_is_set_aside_and_the_run_starts_over(tmp_path, caplog, uninterrupted, damage):
+    """A truncated checkpoint made torch say "PytorchStreamReader failed reading zip archive" (an
+    empty one: EOFError, no message) on every rerun, naming no file. Now one warning names the file,
+    says it is unreadable and where it was set aside; the run starts over and ends as a fresh one."""
+    run_training(tmp_path, steps=N, checkpoint_every=1, stop_after=2)
+    ckpt = tmp_path / CKPT
+    data = ckpt.read_bytes()
+    ckpt.write_bytes({"truncated": data[: len(data) // 2], "empty": b""}.get(damage, b""))
+    if damage == "not a checkpoint":
+        torch.save({"weights": torch.zeros(2)}, ckpt)
+    (tmp_path / f"{CKPT}.corrupt-1").write_bytes(b"an earlier one")  # the first free number is taken
+    damaged = ckpt.read_bytes()
+    with caplog.at_level("WARNING", logger="rag.train"):
+        params, losses = run_training(tmp_path, steps=N, checkpoint_every=1)
+    aside = tmp_path / f"{CKPT}.corrupt-2"
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "\n" not in warnings[0], warnings
+    why = {"truncated": "RuntimeError: PytorchStreamReader failed", "empty": "an empty file",
+           "not a checkpoint": "ValueError: no step, run, optimizer"}[damage]
+    assert warnings[0].startswith(f"checkpoint {ckpt} is unreadable ({why}"), warnings[0]
+    assert warnings[0].endswith(f"truncated or corrupt); set it aside as {aside} and starting this run over from step 0")
+    assert aside.read_bytes() == damaged
+    assert losses == uninterrupted[1] and _same(params, uninterrupted[0]) == 0.0  # as an uninterrupted run
+    assert torch.load(ckpt, map_location="cpu", weights_only=True)["step"] == N

@@ -178,3 +178,63 @@ def test_snakemake_side_switches_off_for_clusters_and_deployed_environments(tmp_
     finally:
         on.stop()
     assert warm.ENV not in os.environ and not os.path.exists(path) and on.proc is None
+
+
+SNAKEMAKE_STANDIN = r"""
+import sys, time
+from rag.warm import WarmStart
+
+w = WarmStart(True, sys.argv[1], preload=())
+w.start()
+w.wait_ready()
+print(w.dir, w.proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.reliability
+def test_no_socket_folder_left_when_snakemake_is_killed(tmp_path):
+    """SIGKILL to snakemake left an empty ragrepro-warm-* folder in the temp folder each time: the
+    server, finding snakemake gone, now removes its folder, and a start removes what a server
+    killed outright left (folders of a process that is gone)."""
+    tmp = Path(tempfile.mkdtemp(prefix="rw"))  # short: AF_UNIX paths are limited to ~100 bytes
+    try:
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        stale = tmp / f"{warm.DIR_PREFIX}{gone.pid}-abcdefgh"
+        stale.mkdir()
+        (stale / "sock").touch()
+        env = {**os.environ, "TMPDIR": str(tmp),
+               "PYTHONPATH": os.pathsep.join(p for p in (str(Path(TESTS).parent), os.environ.get("PYTHONPATH")) if p)}
+        proc = subprocess.Popen([sys.executable, "-c", SNAKEMAKE_STANDIN, str(tmp_path / "warm.log")], env=env,
+                                stdout=subprocess.PIPE, text=True)
+        folder, server = proc.stdout.readline().split()
+        assert os.path.exists(os.path.join(folder, "sock")) and Path(folder).parent == tmp
+        assert not stale.exists(), "the stale folder of a process that is gone was not removed"
+        proc.kill()
+        proc.wait()
+        assert _wait(lambda: not _alive(int(server))), "the server outlived snakemake"
+        assert os.listdir(tmp) == [], os.listdir(tmp)
+    finally:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.reliability
+def test_stale_folder_rules(tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    old = time.time() - 3600
+    folders = {name: tmp_path / name for name in (
+        f"{warm.DIR_PREFIX}{gone.pid}-aaaaaaaa", f"{warm.DIR_PREFIX}{os.getpid()}-bbbbbbbb",  # gone, alive
+        f"{warm.DIR_PREFIX}oldempty", f"{warm.DIR_PREFIX}oldbusy0", f"{warm.DIR_PREFIX}justmade", "other")}
+    for path in folders.values():
+        path.mkdir()
+    (folders[f"{warm.DIR_PREFIX}oldbusy0"] / "sock").touch()  # a server of the older naming serves there
+    for name in (f"{warm.DIR_PREFIX}oldempty", f"{warm.DIR_PREFIX}oldbusy0"):
+        os.utime(folders[name], (old, old))
+    removed = warm.remove_stale_folders(str(tmp_path))
+    assert sorted(removed) == sorted(str(folders[n]) for n in (f"{warm.DIR_PREFIX}{gone.pid}-aaaaaaaa",
+                                                                  f"{warm.DIR_PREFIX}oldempty"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(set(folders) - {Path(r).name for r in removed})

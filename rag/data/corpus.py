@@ -94,7 +94,8 @@ def write_passages(path: str | Path, passages: Iterable[dict | tuple[str, str, s
 
 def iter_passages(path: str | Path, header: bool | None = True) -> Iterator[tuple[int, str, str, str]]:
     """(line number, id, title, text) of every passage of a ``passages.tsv``, strictly: three
-    tab-separated fields a line, a non-empty id, no id twice, at least one passage.
+    tab-separated fields a line, a non-empty id, no id twice, a text that is not only whitespace,
+    at least one passage.
 
     ``header``: True, the first line must be ``id<TAB>title<TAB>text``; None, it may be (a
     user's corpus in this layout)."""
@@ -114,6 +115,8 @@ def iter_passages(path: str | Path, header: bool | None = True) -> Iterator[tupl
             raise DataError(f"{path}:{lineno}: empty passage id")
         if not seen.add(pid):
             raise DataError(f"{path}:{lineno}: duplicate passage id {pid!r}")
+        if not parts[2].strip():
+            raise DataError(f"{path}:{lineno}: {pid!r} has no text (empty or only whitespace)")
         n += 1
         yield lineno, pid, parts[1], parts[2]
     if n == 0:

@@ -173,6 +173,8 @@ def _check_passage(path: Path, lineno: int, seen: IdSet, pid: str, title: str, t
         raise DataError(f"{where}: empty passage id")
     if not seen.add(pid):
         raise DataError(f"{where}: duplicate passage id {pid!r}")
+    if not text.strip():
+        raise DataError(f"{where}: {pid!r} has no text (empty or only whitespace)")
     return {"id": pid, "title": title, "text": text}
 
 
@@ -750,19 +752,26 @@ def prepare_task(fmt: str, src: Path, out: Path, task: str, split: str, **kw) ->
 CORPUS_FORMATS = ("dpr_tsv", "tsv", "jsonl", "documents")
 
 
-def prepare_corpus(fmt: str, src: Path, out: Path, words: int = 100) -> int:
-    """Convert a corpus to ``passages.tsv``; ``documents`` = jsonl {id,title,text} split into ``words``-word passages."""
+def corpus_passages(fmt: str, src: Path, words: int = 100) -> Iterator[dict]:
+    """The passages ({id, title, text}) of the corpus file ``src`` in format ``fmt``, in order, as
+    ``passages.tsv`` will hold them; ``documents`` = jsonl {id,title,text} split into ``words``-word
+    passages."""
     src = Path(src)
     if fmt == "dpr_tsv":
-        passages = parse_dpr_passages(src)
-    elif fmt == "tsv":
-        passages = parse_corpus_tsv(src)
-    elif fmt == "jsonl":
-        passages = parse_corpus_jsonl(src)
-    elif fmt == "documents":
-        passages = chunk_documents(((d["id"], d["title"], d["text"]) for d in parse_corpus_jsonl(src)), words=words)
-    else:
-        raise ConfigError(f"format: unknown corpus format {fmt!r} (known: {', '.join(CORPUS_FORMATS)})")
+        return parse_dpr_passages(src)
+    if fmt == "tsv":
+        return parse_corpus_tsv(src)
+    if fmt == "jsonl":
+        return parse_corpus_jsonl(src)
+    if fmt == "documents":
+        return chunk_documents(((d["id"], d["title"], d["text"]) for d in parse_corpus_jsonl(src)), words=words)
+    raise ConfigError(f"format: unknown corpus format {fmt!r} (known: {', '.join(CORPUS_FORMATS)})")
+
+
+def prepare_corpus(fmt: str, src: Path, out: Path, words: int = 100) -> int:
+    """Convert a corpus to ``passages.tsv`` (:func:`corpus_passages`)."""
+    src = Path(src)
+    passages = corpus_passages(fmt, src, words)
     n = write_passages(out, passages)
     log.info("%s -> %s: %d passages", src, out, n)
     return n

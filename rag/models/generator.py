@@ -66,6 +66,21 @@ def train_tokenizer(texts, vocab_size: int, extra_tokens: list[str], out_dir: Pa
     return fast
 
 
+def save_tokenizer(tokenizer, folder: str | Path, max_length: int) -> None:
+    """Save ``tokenizer`` to ``folder`` in the state the run tokenizes its inputs with: padding to
+    the longest in the batch, truncation at ``max_length``. A fast tokenizer's tokenizer.json
+    records the padding and truncation of its last call, so without this a run resumed at its last
+    step (no call made) wrote another file than the uninterrupted run."""
+    if getattr(tokenizer, "is_fast", False):
+        from transformers.tokenization_utils_base import TruncationStrategy
+        from transformers.utils import PaddingStrategy
+
+        tokenizer.set_truncation_and_padding(PaddingStrategy.LONGEST, TruncationStrategy.LONGEST_FIRST,
+                                             max_length=max_length, stride=0, pad_to_multiple_of=None,
+                                             padding_side=None)
+    tokenizer.save_pretrained(folder)
+
+
 class LocalContextEncoder(BartEncoder):
     """BART's encoder, each token's embedding plus a convolution over the embeddings of the
     ``config.local_context`` tokens on either side of it.

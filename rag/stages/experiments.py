@@ -10,24 +10,26 @@ from rag.evaluate import answer_hits, metric_options, predict, score_predictions
 from rag.io import read_json, read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
 from rag.sections import ExperimentsSection, TrainSection
-from rag.stages.models import load_trained
+from rag.stages.models import check_k, load_trained
 from rag.tasks import TASKS
 
 
 def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant: str, *, model_dir: str | Path,
                files: RetrievalFiles, test: str | Path, out: str | Path) -> None:
-    """Figure 3: decode ``test`` at each test-time K of the sweep (up to the corpus size) with the
-    saved model; write the task metric, answer recall and per-question results."""
+    """Figure 3: decode ``test`` at each test-time K of the sweep with the saved model; write the
+    task metric, answer recall and per-question results. A K larger than the corpus stops it,
+    naming its key, before the model is loaded."""
     from rag import metrics as M
     from rag.tracking import Run
 
     ev = cfg.decoding()
+    check_k(files, [(f"experiments.topk_sweep[{i}]", k) for i, k in enumerate(exp.experiments.topk_sweep)])
     meta = read_json(Path(model_dir) / "meta.json")
     system = load_trained(cfg, variant, model_dir, device, files)
     passages = system.passages
     rows = read_jsonl(test, required=("id", "input", "targets"))
     primary = TASKS[cfg.task_name].primary
-    ks = sorted(k for k in exp.experiments.topk_sweep if k <= len(passages))
+    ks = sorted(exp.experiments.topk_sweep)
     res = {"task": cfg.task_name, "variant": variant, "seed": cfg.seed, "k": ks, "em": [], "answer_recall": [], "metric": primary}
     run = Run(cfg.tracking.uri, "", run_id=meta["mlflow_run_id"])
     res["per_example"] = {}

@@ -3,6 +3,7 @@ a named pretrained one copied, or a tokenizer and BART built and pretrained on t
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -27,8 +28,8 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
     """``generator.init: scratch`` (``cfg``: the generator section): train the tokenizer on the
     passages, build the configured BART on ``device`` and pretrain it
     (:func:`rag.models.generator.pretrain`; with ``restatements``, miniworld's restated facts
-    too); resumable from ``checkpoint_dir``. Writes the folder ``out`` with ``pretrain.json``
-    (steps, seconds, final loss, the loss curve)."""
+    too); resumable from ``checkpoint_dir``, holding its lock (one writer at a time). Writes the
+    folder ``out`` with ``pretrain.json`` (steps, seconds, final loss, the loss curve)."""
     from rag.data.corpus import read_passages
     from rag.models import generator as G
     from rag.tasks import FEVER3_LABELS
@@ -45,13 +46,16 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
     records = read_jsonl(restatements) if restatements else None
     restated = G.Restatements(records, ids) if records is not None else None
     ckpt_path = identity = None
+    hold = contextlib.ExitStack()
     if checkpoint_dir:  # the checkpoint is resumed by the same configuration and inputs only
         from rag.config import config_hash
+        from rag.train import run_lock
 
+        hold.enter_context(run_lock(checkpoint_dir, f"the pretraining of the generator {out}"))
         ckpt_path = Path(checkpoint_dir) / "checkpoint.pt"
         identity = {"config_hash": config_hash({"config": cfg.to_dict(), "passages": [ids, titles, texts],
                                                 "restatements": records})}
-    with atomic_dir(out) as tmp:
+    with hold, atomic_dir(out) as tmp:
         tok = G.train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g.vocab_size,
                                 [G.label_token(lb) for lb in FEVER3_LABELS], tmp)
         model = G.build_bart(tok, g.to_dict()).to(device)
@@ -62,7 +66,7 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
                             restatement_share=g.pretrain_restatements, claim_share=g.pretrain_claims,
                             sentence_share=g.pretrain_sentences, ckpt_path=ckpt_path, identity=identity)
         model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
+        G.save_tokenizer(tok, tmp, g.max_source_len)  # as the run tokenizes, also after a resume at the last step
         write_json(tmp / "pretrain.json", {"init": "scratch", "steps": g.pretrain_steps, "seconds": time.time() - t,
                                            "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
                                            "curve": G.loss_curve(losses)})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ from rag.errors import ConfigError, DataError
 from rag.io import atomic_dir, read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
 from rag.sections import TrainSection
-from rag.stages.models import build_system, trained_question_encoder
+from rag.stages.models import build_system, check_k, trained_question_encoder
 from rag.tasks import TASKS, variant_spec
 
 log = logging.getLogger("rag")
@@ -78,18 +79,43 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
     (WebQuestions and CuratedTrec start from NQ), over the retrieval ``files``; resumable from
     ``checkpoint_dir``; write the model folder ``out`` and log the run to MLflow (tag
     ``config_hash``). ``eval_io`` (split -> data, predictions, metrics files): then decode dev
-    and test with the saved model in this process (:func:`rag.stages.evaluate.evaluate_model`)."""
+    and test with the saved model in this process (:func:`rag.stages.evaluate.evaluate_model`).
+
+    Before anything is built, every K it retrieves with is checked against the passages (naming
+    the key), and it takes the run's lock (``checkpoint_dir/run.lock``): a second process
+    fine-tuning the same run is refused at once."""
+    from rag.train import ddp_setup, run_lock
+
+    name = cfg.task_name
+    vspec, t = variant_spec(variant), cfg.train
+    ks = []  # every K this job retrieves with, checked against the corpus before anything is built
+    if vspec.retriever is not None:
+        ks.append(("train.k", t.k))
+        if eval_io:  # the eval_<task> section is there (cfg.decoding() refuses before training, not after)
+            ks.append((f"tasks.{name}.decode_{vspec.model}.k", cfg.decoding().decode.of(vspec.model).k))
+    elif eval_io:
+        cfg.decoding()
+    check_k(files, ks)
+    rank, world = ddp_setup()  # torchrun (train.ddp_processes > 1): one process per device
+    with contextlib.ExitStack() as hold:
+        if rank == 0:  # one writer of the checkpoint (and the model, the predictions, an MLflow run) at a time
+            hold.enter_context(run_lock(checkpoint_dir, f"fine-tune {name}/{variant} seed {cfg.seed} of experiment {cfg.name}"))
+        _fine_tune(cfg, device, variant, train_data=train_data, generator=generator, checkpoint_dir=checkpoint_dir,
+                   out=out, files=files, init_from=init_from, config_hash=config_hash, eval_io=eval_io, rank=rank,
+                   world=world)
+
+
+def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, generator, checkpoint_dir, out,
+               files: RetrievalFiles, init_from, config_hash: str, eval_io, rank: int, world: int) -> None:
+    """:func:`fine_tune` once its checks passed and it holds the run's lock."""
     import torch
 
     from rag.config import config_hash as hash_of
     from rag.manifest import build_manifest, write_manifest
-    from rag.models.generator import ensure_label_tokens
+    from rag.models.generator import ensure_label_tokens, save_tokenizer
     from rag.tracking import Run
-    from rag.train import ddp_setup, train
+    from rag.train import train
 
-    if eval_io:
-        cfg.decoding()  # the eval_<task> section is there: refuse before training, not after
-    rank, world = ddp_setup()  # torchrun (train.ddp_processes > 1): one process per device
     name = cfg.task_name
     spec, vspec, t = TASKS[name], variant_spec(variant), cfg.train
     rows = read_jsonl(train_data, required=("id", "input", "targets"))
@@ -143,10 +169,11 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
     run.metrics({"train_seconds": seconds, "final_train_loss": sum(losses[-10:]) / max(1, len(losses[-10:]))})
     with atomic_dir(out) as tmp:
         system.generator.save_pretrained(tmp / "generator")
-        system.tokenizer.save_pretrained(tmp / "generator")
+        # in the state the run tokenizes with, whatever the tokenizers did last (a resume at the last step: nothing)
+        save_tokenizer(system.tokenizer, tmp / "generator", cfg.generator.max_source_len)
         if system.question_encoder is not None and vspec.train_question_encoder:
             system.question_encoder.model.save_pretrained(tmp / "question_encoder")
-            system.question_encoder.tokenizer.save_pretrained(tmp / "question_encoder")
+            save_tokenizer(system.question_encoder.tokenizer, tmp / "question_encoder", system.question_encoder.max_length)
         elif q_dir:
             import shutil
 

@@ -138,22 +138,23 @@ def retrieval_inputs(wildcards):
 
 
 def retrieval_args(wildcards, input):
-    """Command-line flags naming the retrieval inputs (paths only: no config value reaches a shell)."""
+    """Command-line flags naming the retrieval inputs, one list item per argument (the shell gets
+    each quoted: {params.retrieval:q})."""
     args = []
     for role, (flag, many) in FILE_ROLES.items():
         if role in input.keys():
             value = getattr(input, role)
             args += [flag, *(value if many else [value])]
-    return " ".join(args)
+    return args
 
 
 def fused_eval_args(wildcards, input, output):
     """evaluate_in_train_job: the train job's flags naming the dev/test files it decodes and writes."""
     if not FUSED_EVAL:
-        return ""
-    return (f"--dev {input.dev} --test {input.test} --dev-predictions {output.dev_predictions} "
-            f"--dev-metrics {output.dev_metrics} --test-predictions {output.test_predictions} "
-            f"--test-metrics {output.test_metrics}")
+        return []
+    return ["--dev", input.dev, "--test", input.test, "--dev-predictions", output.dev_predictions,
+            "--dev-metrics", output.dev_metrics, "--test-predictions", output.test_predictions,
+            "--test-metrics", output.test_metrics]
 
 
 def init_from(wildcards):
@@ -230,4 +231,4 @@ def report_inputs(wildcards):
 
 def train_data_args(wildcards, input):
     """`rag report --train-data task=path ...`: each task's train file (report_inputs lists them in TASK_NAMES order)."""
-    return " ".join(f"{task}={path}" for task, path in zip(TASK_NAMES, input.train_data))
+    return [f"{task}={path}" for task, path in zip(TASK_NAMES, input.train_data)]

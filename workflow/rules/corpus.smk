@@ -18,8 +18,8 @@ if CFG["corpus"]["source"] == "miniworld":
         conda:
             CONDA
         shell:
-            "rag --record {params.record} corpus --config {input.cfg} --snapshot {params.snapshot} --out {output.passages} "
-            "--restatements {output.restatements} 2> {log}"
+            "rag --record {params.record:q} corpus --config {input.cfg:q} --snapshot {params.snapshot:q} --out {output.passages:q} "
+            "--restatements {output.restatements:q} 2> {log:q}"
 
 else:
 
@@ -39,4 +39,4 @@ else:
         conda:
             CONDA
         shell:
-            "rag --record {params.record} corpus --config {input.cfg} --input {input.source} --out {output} 2> {log}"
+            "rag --record {params.record:q} corpus --config {input.cfg:q} --input {input.source:q} --out {output:q} 2> {log:q}"

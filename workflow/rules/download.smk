@@ -1,15 +1,16 @@
 # Downloads (resumable, SHA-256 verified, atomic: `rag download`) of the corpus and the task
 # files into resources/, for the sources `download`; `local` sources name files already on disk;
-# miniworld needs none. URLs come from the config as params and reach the shell quoted.
+# miniworld needs none. URLs come from the config as params and reach the shell quoted, as every
+# value does ({x:q}; a param that is several arguments is a list, each quoted).
 # (Only values and lambdas here, no functions: snakemake --lint wants those in common.smk.)
 import re
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
 CORPUS = CFG["corpus"]
-HTTP_ARG = "--allow-http" if CORPUS["allow_http"] else ""
+HTTP_ARG = ["--allow-http"] if CORPUS["allow_http"] else []
 URL_NAME = lambda url: PurePosixPath(urlsplit(url).path).name  # noqa: E731  the file name a URL is saved under
-SHA_ARG = lambda sha: f"--sha256 {sha}" if sha else ""  # noqa: E731  the schema allows 64 hex digits only
+SHA_ARG = lambda sha: ["--sha256", sha] if sha else []  # noqa: E731  the schema allows 64 hex digits only
 
 # The raw corpus file the conversion reads: downloaded, local, or none (miniworld).
 CORPUS_SOURCE = {
@@ -42,7 +43,7 @@ if CORPUS["source"] == "download":
         output:
             CORPUS_SOURCE,
         params:
-            url=CORPUS["url"],
+            url=lambda w: CORPUS["url"],  # a function: its value is not formatted with wildcards ({...} in a URL)
             sha=SHA_ARG(CORPUS.get("sha256")),
             http=HTTP_ARG,
             record=record("download_corpus"),
@@ -55,7 +56,7 @@ if CORPUS["source"] == "download":
         conda:
             CONDA
         shell:
-            "rag --record {params.record} download --url {params.url:q} --out {output} {params.sha} {params.http} 2> {log}"
+            "rag --record {params.record:q} download --url {params.url:q} --out {output:q} {params.sha:q} {params.http:q} 2> {log:q}"
 
 
 if TASK_DOWNLOADS:
@@ -80,4 +81,4 @@ if TASK_DOWNLOADS:
         conda:
             CONDA
         shell:
-            "rag --record {params.record} download --url {params.url:q} --out {output} {params.sha} {params.http} 2> {log}"
+            "rag --record {params.record:q} download --url {params.url:q} --out {output:q} {params.sha:q} {params.http:q} 2> {log:q}"

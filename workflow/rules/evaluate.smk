@@ -26,10 +26,10 @@ if not FUSED_EVAL:  # otherwise the train rule decodes dev/test itself (config k
         conda:
             CONDA
         shell:
-            "RAG_THREADS={threads} rag --record {params.record} evaluate --seed {wildcards.seed} --config {input.cfg} --variant {wildcards.variant} "
-            "--model-dir {input.model} {params.retrieval} --dev {input.dev} --test {input.test} "
-            "--dev-predictions {output.dev_predictions} --dev-metrics {output.dev_metrics} "
-            "--test-predictions {output.test_predictions} --test-metrics {output.test_metrics} 2> {log}"
+            "RAG_THREADS={threads:q} rag --record {params.record:q} evaluate --seed {wildcards.seed:q} --config {input.cfg:q} --variant {wildcards.variant:q} "
+            "--model-dir {input.model:q} {params.retrieval:q} --dev {input.dev:q} --test {input.test:q} "
+            "--dev-predictions {output.dev_predictions:q} --dev-metrics {output.dev_metrics:q} "
+            "--test-predictions {output.test_predictions:q} --test-metrics {output.test_metrics:q} 2> {log:q}"
 
 
 rule topk_sweep:
@@ -51,9 +51,9 @@ rule topk_sweep:
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} rag --record {params.record} topk-sweep --seed {wildcards.seed} --config {input.cfg} --experiments-config {input.exp} "
-        "--variant {wildcards.variant} --test {input.test} --model-dir {input.model} "
-        "{params.retrieval} --out {output} 2> {log}"
+        "RAG_THREADS={threads:q} rag --record {params.record:q} topk-sweep --seed {wildcards.seed:q} --config {input.cfg:q} --experiments-config {input.exp:q} "
+        "--variant {wildcards.variant:q} --test {input.test:q} --model-dir {input.model:q} "
+        "{params.retrieval:q} --out {output:q} 2> {log:q}"
 
 
 rule oracle:
@@ -73,8 +73,8 @@ rule oracle:
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} rag --record {params.record} oracle --seed {wildcards.seed} --config {input.cfg} --variant {wildcards.variant} --model-dir {input.model} "
-        "--passages {input.passages} --test {input.test} --out {output} 2> {log}"
+        "RAG_THREADS={threads:q} rag --record {params.record:q} oracle --seed {wildcards.seed:q} --config {input.cfg:q} --variant {wildcards.variant:q} --model-dir {input.model:q} "
+        "--passages {input.passages:q} --test {input.test:q} --out {output:q} 2> {log:q}"
 
 
 rule hotswap:
@@ -99,7 +99,7 @@ rule hotswap:
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} rag --record {params.record} hotswap --seed {wildcards.seed} --config {input.cfg} --variant {wildcards.variant} "
-        "--model-dir {input.model} --questions {input.questions} "
-        "--passages-a {input.passages_a} --embeddings-a {input.emb_a} --index-a {input.index_a} "
-        "--passages-b {input.passages_b} --embeddings-b {input.emb_b} --index-b {input.index_b} --out {output} 2> {log}"
+        "RAG_THREADS={threads:q} rag --record {params.record:q} hotswap --seed {wildcards.seed:q} --config {input.cfg:q} --variant {wildcards.variant:q} "
+        "--model-dir {input.model:q} --questions {input.questions:q} "
+        "--passages-a {input.passages_a:q} --embeddings-a {input.emb_a:q} --index-a {input.index_a:q} "
+        "--passages-b {input.passages_b:q} --embeddings-b {input.emb_b:q} --index-b {input.index_b:q} --out {output:q} 2> {log:q}"

@@ -20,8 +20,8 @@ rule encode_shard:
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} rag --record {params.record} encode --config {input.cfg} --passages {input.passages} "
-        "--shard {wildcards.shard} --num-shards {params.shards} --out {output} 2> {log}"
+        "RAG_THREADS={threads:q} rag --record {params.record:q} encode --config {input.cfg:q} --passages {input.passages:q} "
+        "--shard {wildcards.shard:q} --num-shards {params.shards:q} --out {output:q} 2> {log:q}"
 
 
 rule build_index:
@@ -41,7 +41,7 @@ rule build_index:
     conda:
         CONDA
     shell:
-        "rag --record {params.record} index --config {input.cfg} --embeddings {input.shards} --out {output.index} --stats {output.stats} 2> {log}"
+        "rag --record {params.record:q} index --config {input.cfg:q} --embeddings {input.shards:q} --out {output.index:q} --stats {output.stats:q} 2> {log:q}"
 
 
 rule build_bm25:
@@ -56,4 +56,4 @@ rule build_bm25:
     conda:
         CONDA
     shell:
-        "rag --record {params.record} bm25 --passages {input.passages} --out {output} 2> {log}"
+        "rag --record {params.record:q} bm25 --passages {input.passages:q} --out {output:q} 2> {log:q}"

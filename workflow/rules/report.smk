@@ -14,7 +14,7 @@ rule report:
         table5=f"{R}/tables/table5.csv",
         table6=f"{R}/tables/table6.csv",
     params:
-        url=CFG["tracking"]["ui_url"],
+        url=lambda w: CFG["tracking"]["ui_url"],  # a function: not formatted with wildcards
         samples=CFG["report"]["samples_per_task"],
         train_data=train_data_args,
         record=record("report"),
@@ -23,10 +23,10 @@ rule report:
     conda:
         CONDA
     shell:
-        "rag --record {params.record} report --metrics {input.metrics} --predictions {input.predictions} --topk {input.topk} "
-        "--hotswap {input.hotswap} --oracle {input.oracle} --train-data {params.train_data} --passages {input.passages} --scale-json {input.cfg} "
-        "--out {output.html} --table1 {output.table1} --table2 {output.table2} --table5 {output.table5} "
-        "--table6 {output.table6} --tracking-url {params.url:q} --samples-per-task {params.samples} 2> {log}"
+        "rag --record {params.record:q} report --metrics {input.metrics:q} --predictions {input.predictions:q} --topk {input.topk:q} "
+        "--hotswap {input.hotswap:q} --oracle {input.oracle:q} --train-data {params.train_data:q} --passages {input.passages:q} --scale-json {input.cfg:q} "
+        "--out {output.html:q} --table1 {output.table1:q} --table2 {output.table2:q} --table5 {output.table5:q} "
+        "--table6 {output.table6:q} --tracking-url {params.url:q} --samples-per-task {params.samples:q} 2> {log:q}"
 
 
 if CFG["bands"]:  # config key bands: null leaves the experiment without a check target
@@ -44,4 +44,4 @@ if CFG["bands"]:  # config key bands: null leaves the experiment without a check
         conda:
             CONDA
         shell:
-            "rag check --bands {input.bands} --metrics {input.metrics} --predictions {input.predictions} --out {output}"
+            "rag check --bands {input.bands:q} --metrics {input.metrics:q} --predictions {input.predictions:q} --out {output:q}"

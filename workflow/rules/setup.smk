@@ -23,12 +23,12 @@ rule init_store:
     output:
         f"{R}/mlflow.ready",
     params:
-        uri=CFG["tracking"]["uri"],
         record=record("init_store"),
+        uri=lambda w: CFG["tracking"]["uri"],  # a function: not formatted with wildcards
     log:
         f"{R}/logs/init_store.log",
     localrule: True
     conda:
         CONDA
     shell:
-        "rag --record {params.record} init-store --uri {params.uri:q} --marker {output} 2> {log}"
+        "rag --record {params.record:q} init-store --uri {params.uri:q} --marker {output:q} 2> {log:q}"

@@ -22,7 +22,7 @@ if MINIWORLD_TASKS:
         conda:
             CONDA
         shell:
-            "rag --record {params.record} tasks --config {input.cfg} --out-train {output.train} --out-dev {output.dev} --out-test {output.test} 2> {log}"
+            "rag --record {params.record:q} tasks --config {input.cfg:q} --out-train {output.train:q} --out-dev {output.dev:q} --out-test {output.test:q} 2> {log:q}"
 
 
 if FILE_TASKS:
@@ -47,8 +47,8 @@ if FILE_TASKS:
         conda:
             CONDA
         shell:
-            "rag --record {params.record} tasks --config {input.cfg} --in-train {input.src_train} --in-dev {input.src_dev} --in-test {input.src_test} "
-            "--out-train {output.train} --out-dev {output.dev} --out-test {output.test} 2> {log}"
+            "rag --record {params.record:q} tasks --config {input.cfg:q} --in-train {input.src_train:q} --in-dev {input.src_dev:q} --in-test {input.src_test:q} "
+            "--out-train {output.train:q} --out-dev {output.dev:q} --out-test {output.test:q} 2> {log:q}"
 
 
 rule hotswap_data:
@@ -63,4 +63,4 @@ rule hotswap_data:
     params:
         record=record("hotswap_data"),
     shell:
-        "rag --record {params.record} hotswap-data --config {input.cfg} --out {output} 2> {log}"
+        "rag --record {params.record:q} hotswap-data --config {input.cfg:q} --out {output:q} 2> {log:q}"

@@ -10,7 +10,7 @@ rule pretrain_generator:
     output:
         directory(f"{R}/generator/model"),
     params:
-        restatements=lambda w, input: f"--restatements {input.restatements}" if "restatements" in input.keys() else "",
+        restatements=lambda w, input: ["--restatements", input.restatements] if "restatements" in input.keys() else [],
         ckpt=f"{R}/generator/checkpoint",
         record=record("pretrain_generator"),
     priority: 50  # the critical path: every fine-tune waits for it
@@ -24,8 +24,8 @@ rule pretrain_generator:
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} rag --record {params.record} pretrain --config {input.cfg} --passages {input.passages} {params.restatements} "
-        "--checkpoint-dir {params.ckpt} --out {output} 2> {log}"
+        "RAG_THREADS={threads:q} rag --record {params.record:q} pretrain --config {input.cfg:q} --passages {input.passages:q} {params.restatements:q} "
+        "--checkpoint-dir {params.ckpt:q} --out {output:q} 2> {log:q}"
 
 
 rule train:
@@ -43,14 +43,14 @@ rule train:
         **(EVAL_OUTPUTS if FUSED_EVAL else {}),
     params:
         retrieval=lambda w, input: retrieval_args(w, input),
-        init=lambda w, input: f"--init-from {input.init}" if "init" in input.keys() else "",
+        record=record("train"),
+        init=lambda w, input: ["--init-from", input.init] if "init" in input.keys() else [],
         ckpt=f"{RUN}/checkpoint",
         config_hash=train_config_hash,
         evaluate=fused_eval_args,
         # train.ddp_processes > 1: data-parallel training, one process per device, through torchrun
-        launcher=(f"torchrun --standalone --nproc-per-node {CFG['train']['ddp_processes']} -m"
-                  if CFG["train"]["ddp_processes"] > 1 else ""),
-        record=record("train"),
+        launcher=(["torchrun", "--standalone", "--nproc-per-node", str(CFG["train"]["ddp_processes"]), "-m"]
+                  if CFG["train"]["ddp_processes"] > 1 else []),
     priority: train_priority
     threads: CFG["threads"]
     resources:
@@ -62,6 +62,6 @@ rule train:
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads} {params.launcher} rag --record {params.record} train --seed {wildcards.seed} --config {input.cfg} --variant {wildcards.variant} "
-        "--train-data {input.data} --generator {input.generator} {params.retrieval} {params.init} "
-        "--checkpoint-dir {params.ckpt} --config-hash {params.config_hash:q} --out {output.model} {params.evaluate} 2> {log}"
+        "RAG_THREADS={threads:q} {params.launcher:q} rag --record {params.record:q} train --seed {wildcards.seed:q} --config {input.cfg:q} --variant {wildcards.variant:q} "
+        "--train-data {input.data:q} --generator {input.generator:q} {params.retrieval:q} {params.init:q} "
+        "--checkpoint-dir {params.ckpt:q} --config-hash {params.config_hash:q} --out {output.model:q} {params.evaluate:q} 2> {log:q}"

@@ -1,0 +1,313 @@
+"""Reliability of fine-tuning runs on a bring-your-own corpus of 4 passages (``examples/byo``):
+one writer per fine-tune, K checked against the corpus before any training, and a resume at the
+last step that leaves every output byte-identical to an uninterrupted run.
+
+The upstream (corpus, task files, passage embeddings, index, a generator pretrained for 2 steps,
+the MLflow store) is built once by the ``rag`` commands the rules run, in this process; the
+fine-tunes then run as ``rag train`` (in this process, or as processes of their own where two
+must run at once).
+
+Fault / bad input tried                          | what the harness does (and the test checking it)
+------------------------------------------------ | ------------------------------------------------------------------
+A second ``rag train`` of a fine-tune that is    | refused at once, exit 2, one line naming the fine-tune, the process
+  training (``snakemake --unlock`` let a second  | holding it and the lock file (checkpoint/run.lock, fcntl.flock,
+  run of the experiment in)                      | released when the process ends however it ends); it creates no
+                                                 | MLflow run and writes nothing
+K larger than the corpus (4 passages): train.k,  | load_config (so ``snakemake -n`` too) counts the local corpus'
+  tasks.nq.decode_token.k,                       | passages (up to the largest K) and names the key; ``rag train``,
+  experiments.topk_sweep: [1, 9]                 | ``rag evaluate`` and ``rag topk-sweep`` check the passages they are
+                                                 | given before they build anything, naming the key (the sweep used to
+                                                 | drop K = 9 silently; train failed after training, naming no key)
+Interrupted after the last checkpoint, before    | the rerun resumes at the last step; every output file (weights,
+  the model was written                          | tokenizer files, predictions) is byte-identical to an
+                                                 | uninterrupted run's; meta.json and metrics.json differ only in
+                                                 | timings and the MLflow run id
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.reliability
+
+ROOT = Path(__file__).resolve().parents[1]
+BYO = ROOT / "examples" / "byo"
+SPLITS = ("train", "dev", "test")
+
+
+def _config(tmp: Path) -> dict:
+    with open(BYO / "config.yaml", encoding="utf-8") as fh:
+        cfg = yaml.safe_load(fh)
+    cfg["name"] = "runs"
+    cfg["corpus"]["path"] = str(BYO / "documents.jsonl")
+    cfg["tasks"]["nq"]["files"] = {s: str(BYO / f"qa-{s}.jsonl") for s in SPLITS}
+    cfg["tracking"] = {"uri": f"sqlite:///{tmp / 'results' / 'mlflow.db'}"}
+    cfg["generator"].update(pretrain_steps=2)
+    cfg["train"].update(steps=4, checkpoint_every=2, log_every=1)
+    cfg["experiments"]["topk_sweep"] = [1, 2]
+    return cfg
+
+
+class Upstream:
+    """The inputs of a fine-tune, built by the rag commands under ``root``."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.out = root / "results" / "runs"
+        self.passages = self.out / "corpus" / "byo" / "passages.tsv"
+        self.emb = self.out / "index" / "byo" / "emb-0.npy"
+        self.index = self.out / "index" / "byo" / "flat.faiss"
+        self.generator = self.out / "generator" / "model"
+        self.data = {s: self.out / "data" / "nq" / f"{s}.jsonl" for s in SPLITS}
+        self.uri = f"sqlite:///{root / 'results' / 'mlflow.db'}"
+
+    def write_sections(self, cfg: dict, folder: Path) -> dict[str, Path]:
+        from rag.config import load_config, sections
+
+        folder.mkdir(parents=True, exist_ok=True)
+        out = {}
+        for name, value in sections(load_config(cfg, check_files=False)).items():
+            out[name] = folder / f"{name}.json"
+            out[name].write_text(json.dumps(value))
+        return out
+
+    def train_argv(self, sections: dict[str, Path], run: Path, variant: str = "rag_token", fused: bool = True) -> list[str]:
+        argv = ["train", "--config", str(sections["train_nq"]), *([str(sections["eval_nq"])] if fused else []),
+                "--variant", variant, "--train-data", str(self.data["train"]), "--generator", str(self.generator),
+                "--checkpoint-dir", str(run / "checkpoint"), "--out", str(run / "model")]
+        if variant != "bart":
+            argv += ["--passages", str(self.passages), "--embeddings", str(self.emb), "--index", str(self.index)]
+        if fused:
+            for split in ("dev", "test"):
+                argv += [f"--{split}", str(self.data[split]), f"--{split}-predictions", str(run / split / "predictions.jsonl"),
+                         f"--{split}-metrics", str(run / split / "metrics.json")]
+        return argv
+
+
+def _main(argv: list[str]) -> None:
+    from rag.cli import main
+
+    assert main(argv) == 0, argv
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory) -> Upstream:
+    import torch
+
+    torch.set_num_threads(1)
+    up = Upstream(tmp_path_factory.mktemp("runs"))
+    cfg = _config(up.root)
+    sec = up.write_sections(cfg, up.out / "config")
+    up.cfg, up.sections = cfg, sec
+    _main(["init-store", "--uri", up.uri, "--marker", str(up.out / "mlflow.ready")])
+    _main(["corpus", "--config", str(sec["corpus"]), "--input", cfg["corpus"]["path"], "--out", str(up.passages)])
+    _main(["tasks", "--config", str(sec["data_nq"]), *[a for s in SPLITS for a in (f"--in-{s}", cfg["tasks"]["nq"]["files"][s])],
+           *[a for s in SPLITS for a in (f"--out-{s}", str(up.data[s]))]])
+    _main(["encode", "--config", str(sec["encode"]), "--passages", str(up.passages), "--shard", "0", "--num-shards", "1",
+           "--out", str(up.emb)])
+    _main(["index", "--config", str(sec["index"]), "--embeddings", str(up.emb), "--out", str(up.index),
+           "--stats", str(up.index.with_suffix(".stats.json"))])
+    _main(["pretrain", "--config", str(sec["generator"]), "--passages", str(up.passages), "--checkpoint-dir",
+           str(up.out / "generator" / "checkpoint"), "--out", str(up.generator)])
+    assert sum(1 for _ in open(up.passages)) - 1 == 4
+    return up
+
+
+# ------------------------------------------------------------------------------------ resume at the last step
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+RUN_SPECIFIC = {"meta.json": ("train_seconds", "mlflow_run_id"), "metrics.json": ("decode_seconds", "mlflow_run_id"),
+                "pretrain.json": ("seconds",)}
+
+
+def _comparable(name: str, data: bytes):
+    """A file's bytes; for meta.json and metrics.json, their JSON without the timings and the run id."""
+    keys = RUN_SPECIFIC.get(Path(name).name)
+    if keys is None:
+        return data
+    obj = json.loads(data)
+    return {k: v for k, v in obj.items() if k not in keys}
+
+
+def test_resume_at_the_last_step_writes_the_same_files(upstream, tmp_path, caplog):
+    """An interruption after the last checkpoint, before the model was written: the rerun resumes at
+    the last step and writes every file as the uninterrupted run did, tokenizer files included (the
+    generator's tokenizer.json had truncation null instead of max_length, the question encoder's
+    padding Fixed instead of BatchLongest)."""
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    _main(upstream.train_argv(upstream.sections, full))
+    shutil.copytree(full / "checkpoint", resumed / "checkpoint")  # what a kill after the last save leaves
+    with caplog.at_level("INFO", logger="rag.train"):
+        _main(upstream.train_argv(upstream.sections, resumed))
+    assert f"resumed from {resumed / 'checkpoint' / 'checkpoint.pt'} at step 4" in caplog.text
+    a, b = _files(full), _files(resumed)
+    assert a.keys() == b.keys()
+    assert any(name.endswith("tokenizer.json") for name in a) and "model/question_encoder/tokenizer.json" in a
+    different = [name for name in a if _comparable(name, a[name]) != _comparable(name, b[name])]
+    assert not different, different
+
+
+def test_pretraining_resumed_at_the_last_step_writes_the_same_files(upstream, tmp_path, caplog):
+    """The same for the generator's pretraining (its tokenizer.json too)."""
+    shutil.copytree(upstream.out / "generator" / "checkpoint", tmp_path / "checkpoint")
+    with caplog.at_level("INFO", logger="rag.train"):
+        _main(["pretrain", "--config", str(upstream.sections["generator"]), "--passages", str(upstream.passages),
+               "--checkpoint-dir", str(tmp_path / "checkpoint"), "--out", str(tmp_path / "model")])
+    assert "at step 2" in caplog.text
+    a, b = _files(upstream.generator), _files(tmp_path / "model")
+    assert a.keys() == b.keys() and "tokenizer.json" in a
+    assert [name for name in a if _comparable(name, a[name]) != _comparable(name, b[name])] == []
+
+
+# ------------------------------------------------------------------------------------ one writer per fine-tune
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+
+
+def _runs(uri: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("runs/nq")
+    return client.search_runs([exp.experiment_id], max_results=1000) if exp is not None else []
+
+
+def test_second_writer_of_a_fine_tune_is_refused(upstream, tmp_path):
+    """Two processes fine-tune the same run (what a second snakemake of the experiment did once
+    ``snakemake --unlock`` had removed the first one's locks): the second is refused at once with
+    one line naming the run, the first process and the lock file; it opens no MLflow run; the
+    lock ends with the first process."""
+    import fcntl
+
+    cfg = copy.deepcopy(upstream.cfg)
+    cfg["train"].update(steps=1_000_000, checkpoint_every=1_000_000)  # still training when the second comes
+    sections = upstream.write_sections(cfg, tmp_path / "config")
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "rag", *upstream.train_argv(sections, run)]
+    lock = run / "checkpoint" / "run.lock"
+    first = subprocess.Popen(argv, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 600
+        while not (lock.exists() and lock.read_text().startswith(f"pid {first.pid} ")):
+            assert first.poll() is None, first.stderr.read()[-3000:]
+            assert time.time() < deadline, "the first process never took the lock"
+            time.sleep(0.2)
+        while not any(r.info.status == "RUNNING" for r in _runs(upstream.uri)):  # it is training
+            assert first.poll() is None and time.time() < deadline, first.stderr.read()[-3000:]
+            time.sleep(0.5)
+        before = len(_runs(upstream.uri))
+        second = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out = second.communicate(timeout=300)  # refused before it builds anything: a start-up's time
+        except subprocess.TimeoutExpired:
+            second.kill()
+            second.communicate()
+            pytest.fail("the second process was not refused: it is training the same run")
+        second = subprocess.CompletedProcess(argv, second.returncode, *out)
+        assert second.returncode == 2, second.stderr[-3000:]
+        assert second.stderr.strip().splitlines()[-1] == (
+            f"error: fine-tune nq/rag_token of experiment runs is being written by another process (pid {first.pid} "
+            f"on {socket.gethostname()}): {lock} is locked; wait for that process to end (or stop it), then run this again")
+        assert len(_runs(upstream.uri)) == before, "the refused process opened an MLflow run"
+        assert first.poll() is None, "the first process was disturbed"
+    finally:
+        first.send_signal(signal.SIGTERM)
+        try:
+            first.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            first.kill()
+            first.communicate()
+    with open(lock) as fh:  # released with its process
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+# ------------------------------------------------------------------------------------ K against the corpus
+def _error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    return err[-1] if err else ""
+
+
+K_FAULTS = [  # (key, how to set it, the command that checks it in a job)
+    ("train.k", lambda c: c["train"].update(k=6), "train"),
+    ("tasks.nq.decode_token.k", lambda c: c["tasks"]["nq"]["decode_token"].update(k=10), "train"),
+    ("tasks.nq.decode_token.k", lambda c: c["tasks"]["nq"]["decode_token"].update(k=10), "evaluate"),
+    ("experiments.topk_sweep[1]", lambda c: c["experiments"].update(topk_sweep=[1, 9]), "topk-sweep"),
+]
+
+
+@pytest.mark.parametrize("key, mutate, command", K_FAULTS, ids=[f"{f[0]}-{f[2]}" for f in K_FAULTS])
+def test_k_beyond_the_corpus_is_refused_by_the_job_before_anything_is_built(upstream, tmp_path, capsys, key, mutate, command):
+    """With 4 passages, a K of 6, 10 or a sweep of [1, 9]: the job stops before it loads a model,
+    naming the key (train used to fail after training with "the index returned fewer than K=10
+    passages", the sweep dropped K = 9 silently)."""
+    from rag.cli import main
+
+    cfg = copy.deepcopy(upstream.cfg)
+    mutate(cfg)
+    sections = upstream.write_sections(cfg, tmp_path / "config")
+    run = tmp_path / "run"
+    retrieval = ["--passages", str(upstream.passages), "--embeddings", str(upstream.emb), "--index", str(upstream.index)]
+    common = ["--config", str(sections["train_nq"]), str(sections["eval_nq"]), "--variant", "rag_token", *retrieval]
+    before = len(_runs(upstream.uri))
+    if command == "train":
+        argv = upstream.train_argv(sections, run)
+    elif command == "evaluate":
+        argv = ["evaluate", *common, "--model-dir", str(run / "model"), "--dev", str(upstream.data["dev"]),
+                "--test", str(upstream.data["test"])] + [a for s in ("dev", "test") for a in (
+                    f"--{s}-predictions", str(run / s / "p.jsonl"), f"--{s}-metrics", str(run / s / "m.json"))]
+    else:
+        argv = ["topk-sweep", *common, "--experiments-config", str(sections["experiments"]), "--model-dir",
+                str(run / "model"), "--test", str(upstream.data["test"]), "--out", str(run / "topk.json")]
+    assert main(argv) == 2
+    k = {"train.k": 6, "tasks.nq.decode_token.k": 10}.get(key, 9)
+    assert _error(capsys) == f"error: config key '{key}': K={k} exceeds the 4 passages of {upstream.passages}"
+    assert not run.exists(), "the refused job wrote something"
+    assert len(_runs(upstream.uri)) == before
+
+
+@pytest.mark.parametrize("key, mutate", [(f[0], f[1]) for f in K_FAULTS[::2]] + [(K_FAULTS[1][0], K_FAULTS[1][1])])
+def test_k_beyond_a_local_corpus_is_refused_when_the_config_loads(key, mutate, monkeypatch):
+    """Before any job: load_config counts the passages of the local corpus file (4 documents of
+    fewer than 100 words), as far as the largest K."""
+    from rag.config import load_config
+    from rag.errors import ConfigError
+
+    monkeypatch.chdir(ROOT)  # the config's paths are relative to the directory Snakemake runs in
+    with open(BYO / "config.yaml", encoding="utf-8") as fh:
+        cfg = yaml.safe_load(fh)
+    load_config(copy.deepcopy(cfg))  # the example as it ships is valid
+    mutate(cfg)
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg)
+    k = {"train.k": 6, "tasks.nq.decode_token.k": 10}.get(key, 9)
+    assert str(err.value) == f"config key '{key}': K={k} exceeds the 4 passages of corpus.path examples/byo/documents.jsonl"
+
+
+def test_k_beyond_a_local_corpus_stops_a_dry_run(tmp_path):
+    from conftest import snakemake_bin
+
+    shutil.copytree(BYO, tmp_path / "examples" / "byo")
+    with open(BYO / "config.yaml", encoding="utf-8") as fh:
+        cfg = yaml.safe_load(fh)
+    cfg["train"]["k"] = 6
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([snakemake_bin(), "-n", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
+                           "--configfile", str(tmp_path / "bad.yaml")], capture_output=True, text=True, timeout=600)
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert proc.returncode != 0 and "Traceback" not in proc.stdout + proc.stderr
+    assert errors == ["error: config key 'train.k': K=6 exceeds the 4 passages of corpus.path examples/byo/documents.jsonl"]
