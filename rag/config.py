@@ -316,6 +316,8 @@ def _check_file_names(cfg: dict) -> None:
             raise ConfigError(f"config key '{key}': path {value!r:.80} must match {_SAFE_PATH.pattern} and not start with '-'")
 
     corpus = cfg["corpus"]
+    if cfg.get("bands") is not None:
+        check("bands", cfg["bands"], False)
     if corpus.get("url") is not None:
         check("corpus.url", corpus["url"], True)
     if corpus.get("path") is not None:
