@@ -149,12 +149,21 @@ def _cmd_bands(args) -> int:
     center, n_of = experiment_values(args.center)
     others = [experiment_values(o)[0] for o in args.others]
     bands = make_bands(center, others, n_of)
-    method = (f"Centred on {args.center} (mean over its seeds); spread from it and {len(others)} more experiments of the "
-              "same config under other top-level seeds: " + ", ".join(args.others) + ". A several-seed cell's tolerance is "
+    def described(root: str) -> str:
+        """An experiment by its top-level seed (its corpus section records it), else its folder's name."""
+        from rag.io import read_json
+
+        section = Path(root) / "config" / "corpus.json"
+        seed = read_json(section).get("seed") if section.is_file() else None
+        return f"top-level seed {seed}" if seed is not None else Path(root).name
+
+    method = (f"Centred on the experiment of {described(args.center)} (each cell the mean over its fine-tune seeds); "
+              f"spread from it and {len(others)} more of the same config: "
+              + ", ".join(described(o) for o in args.others) + ". A several-seed cell's tolerance is "
               "4 SD of the difference between two means over that many seeds, the SD of one fine-tune pooled within "
               "experiments (the test set fixed, only training varying: what another machine's floats do); a one-seed "
               "cell's, 4 SD of a difference of two runs, its SD taken across the experiments (world and training "
-              "varying: wider). Each at least two test examples' worth. 4 SD: about 80 cells are checked at once, so "
+              "varying: wider). Each at least two test examples' worth. 4 SD: about 150 cells are checked at once, so "
               "a band must rarely miss by chance (a normal variable leaves 4 SD once in 16,000).")
     write_bands(args.out, bands, {"version": 1, "name": args.name, "method": method})
     print(f"wrote {len(bands)} bands to {args.out}")
