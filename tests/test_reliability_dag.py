@@ -122,7 +122,7 @@ def baseline(upstream, tmp_path_factory) -> dict:
     ran = set(re.findall(r"^(?:local)?rule (\w+):", proc.stdout + proc.stderr, re.M))
     assert ran <= {"train", "evaluate"}, f"the copied upstream re-ran: {ran}"
     for v in VARIANTS:
-        assert "resumed from" not in (wd / OUT / "logs" / "train" / f"nq-{v}.log").read_text()
+        assert "resumed from" not in (wd / OUT / "logs" / "train" / f"nq-{v}-seed1.log").read_text()
     return _results(wd, VARIANTS)
 
 

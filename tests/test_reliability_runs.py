@@ -131,16 +131,28 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 
 RUN_SPECIFIC = {"meta.json": ("train_seconds", "mlflow_run_id"), "metrics.json": ("decode_seconds", "mlflow_run_id"),
-                "pretrain.json": ("seconds",)}
+                "pretrain.json": ("seconds",), "manifest.json": ()}
+
+
+def _manifest(m: dict) -> dict:
+    """A run's manifest without when it was written and its MLflow run id (a new run for the rerun)."""
+    return {**{k: v for k, v in m.items() if k != "created"},
+            "run": {k: v for k, v in m["run"].items() if k != "mlflow_run_id"}}
 
 
 def _comparable(name: str, data: bytes):
-    """A file's bytes; for meta.json and metrics.json, their JSON without the timings and the run id."""
+    """A file's bytes; for meta.json, metrics.json and manifest.json, their JSON without the timings,
+    the run id and the manifest's time of writing."""
     keys = RUN_SPECIFIC.get(Path(name).name)
     if keys is None:
         return data
     obj = json.loads(data)
-    return {k: v for k, v in obj.items() if k not in keys}
+    if Path(name).name == "manifest.json":
+        return _manifest(obj)
+    out = {k: v for k, v in obj.items() if k not in keys}
+    if "manifest" in out:
+        out["manifest"] = _manifest(out["manifest"])
+    return out
 
 
 def test_resume_at_the_last_step_writes_the_same_files(upstream, tmp_path, caplog):
@@ -221,7 +233,7 @@ def test_second_writer_of_a_fine_tune_is_refused(upstream, tmp_path):
         second = subprocess.CompletedProcess(argv, second.returncode, *out)
         assert second.returncode == 2, second.stderr[-3000:]
         assert second.stderr.strip().splitlines()[-1] == (
-            f"error: fine-tune nq/rag_token of experiment runs is being written by another process (pid {first.pid} "
+            f"error: fine-tune nq/rag_token seed 13 of experiment runs is being written by another process (pid {first.pid} "
             f"on {socket.gethostname()}): {lock} is locked; wait for that process to end (or stop it), then run this again")
         assert len(_runs(upstream.uri)) == before, "the refused process opened an MLflow run"
         assert first.poll() is None, "the first process was disturbed"
