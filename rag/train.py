@@ -157,8 +157,8 @@ class Checkpoint:
                 raise ValueError(f"no {', '.join(missing)} in it")
         except Exception as exc:  # torch: RuntimeError (zip archive), EOFError (an empty file), UnpicklingError
             size = self.path.stat().st_size
-            lines = str(exc).strip().splitlines()
-            why = "an empty file" if size == 0 else f"{type(exc).__name__}: {lines[0][:200] if lines else ''}"
+            first = " ".join(str(exc).split()).split(". ")[0][:160]  # torch adds sentences of advice
+            why = "an empty file" if size == 0 else f"{type(exc).__name__}: {first}"
             aside = self._set_aside()
             log.warning("checkpoint %s is unreadable (%s; truncated or corrupt); set it aside as %s and starting this "
                         "run over from step 0", self.path, why, aside)
