@@ -434,7 +434,7 @@ def test_cells_and_claims_are_means_over_seeds(tmp_path):
             files_m.append(d / "metrics.json")
             files_p.append(d / "predictions.jsonl")
     inputs = ReportInputs.from_files(metrics=files_m, predictions=files_p)
-    assert inputs.seeds(("nq", "rag_token", "test")) == [1, 2, 3]
+    assert sorted(inputs.metrics[("nq", "rag_token", "test")]) == [1, 2, 3]
     out = tmp_path / "report.html"
     build_report(inputs, None, {}, out, {"table1": tmp_path / "t1.csv"}, tracking_url=TRACKING)
     html = htmlmod.unescape(out.read_text())

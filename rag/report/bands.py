@@ -152,8 +152,8 @@ Z_BAND = 4.0  # tolerance = Z_BAND standard deviations of the difference between
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
 
 
-def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[float]]], n_of: dict[tuple[str, str, str], int],
-               cells: list[Cell] | None = None) -> list[Band]:
+def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[float]]],
+               n_of: dict[tuple[str, str, str], int]) -> list[Band]:
     """Bands centred on the ``center`` experiment's mean over seeds.
 
     Several-seed cells: σ, the SD of one fine-tune, pooled from the seeds of every experiment
@@ -163,7 +163,7 @@ def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[flo
     seeds: the world and the training vary, so it is wider than training alone), and the tolerance
     ``Z_BAND · σ · sqrt(2)``. Every tolerance is at least two test examples' worth (200 / n points)."""
     bands = []
-    for cell in cells or sorted(center):
+    for cell in sorted(center):
         vals = center.get(cell)
         if not vals:
             continue

@@ -164,9 +164,6 @@ class Runs:
         self.tasks = list(tasks) if tasks is not None else _ordered({k[0] for k in self.metrics}, TASKS)
         self.variants = list(variants) if variants is not None else _ordered({k[1] for k in self.metrics}, VARIANTS)
 
-    def seeds(self, key: tuple[str, str, str]) -> list[int]:
-        return sorted(self.by_seed.get(key, {}))
-
     def link(self, key: tuple[str, str, str]) -> str | None:
         """The MLflow run of a one-seed cell; for several seeds, the experiment's runs of this cell
         (tag ``cell``), which the UI lists side by side."""

@@ -78,9 +78,6 @@ class ReportInputs:
     def experiment_keys(self, kind: str) -> list[tuple[str, ...]]:
         return sorted(self.experiments.get(kind, {}))
 
-    def seeds(self, key: RunKey) -> list[int]:
-        return sorted(self.metrics.get(key, {}))
-
 
 def _object(path: Path) -> dict:
     data = read_json(path)
