@@ -197,7 +197,9 @@ def schema_text() -> str:
     """:func:`json_schema` as the YAML text of ``workflow/schemas/config.schema.yaml``."""
     import yaml
 
-    return _HEADER + yaml.safe_dump(json_schema(), sort_keys=False, allow_unicode=True, width=100)
+    # one line per key whose schema holds no nested object (as a reader looks a key up), no wrapping
+    return _HEADER + yaml.safe_dump(json_schema(), sort_keys=False, allow_unicode=True, width=1_000_000,
+                                    default_flow_style=None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,11 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     text = schema_text()
     current = SCHEMA_FILE.read_text(encoding="utf-8") if SCHEMA_FILE.exists() else None
     if "--check" in argv:
-        if current != text:
+        if current != text or SCHEMA_FILE.is_symlink():
             print(f"{SCHEMA_FILE} is stale: run python -m rag.config_keys", file=sys.stderr)
             return 1
         return 0
-    if current != text:
+    if current != text or SCHEMA_FILE.is_symlink():
+        SCHEMA_FILE.parent.mkdir(parents=True, exist_ok=True)
+        SCHEMA_FILE.unlink(missing_ok=True)  # a link to another copy becomes the file itself
         SCHEMA_FILE.write_text(text, encoding="utf-8")
         print(f"wrote {SCHEMA_FILE}")
     return 0
