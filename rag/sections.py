@@ -75,6 +75,8 @@ class Section:
         keys: dict[str, Read] = {n: v for n, v in cls.__dict__.items() if isinstance(v, Read)}
         if every_key_of is not None:
             group = keyspec.lookup(config_keys.CONFIG, every_key_of)
+            if not isinstance(group, keyspec.Group) or set(exclude) - set(group.keys):
+                raise TypeError(f"{cls.__name__}: {every_key_of} is no group of keys, or lacks one of {exclude}")
             known = {f.name for f in fields(cls)} | set(keys) | set(own)
             for name, node in group.keys.items():
                 if name in known or name in exclude:
@@ -91,8 +93,8 @@ class Section:
         for name, tp in own.items():
             annotations[name] = tp
             value = cls.__dict__.get(name, MISSING)
-            if isinstance(value, dataclasses.Field):  # attached (not a key of the file)
-                continue
+            if isinstance(value, dataclasses.Field) and value.metadata.get("key") is False:
+                continue  # attached by a reader, not a key of the file
             part = _part(tp)
             if part is None:
                 raise TypeError(f"{cls.__name__}.{name}: a section field is read(<config key>) or a nested "
@@ -111,11 +113,6 @@ class Section:
     def pick(cls, data: Mapping, omit: tuple = ()) -> dict:
         """The keys of ``data`` (a group of the resolved config) this class reads, but ``omit``."""
         return {k: data[k] for k in cls.keys() if k in data and k not in omit}
-
-    @classmethod
-    def declared(cls) -> dict[str, Read]:
-        """Each key field (nested sections apart) with its declaration."""
-        return {f.name: f.metadata["read"] for f in fields(cls) if "read" in f.metadata}
 
     @classmethod
     def json_schema(cls) -> dict:
