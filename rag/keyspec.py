@@ -208,7 +208,9 @@ class Group(Node):
 
     def schema(self) -> dict:
         out = super().schema()
-        out["properties"] = out.pop("properties")  # after default and description: easier to read
+        for last in ("properties", "required"):  # after default and description: easier to read
+            if last in out:
+                out[last] = out.pop(last)
         return out
 
 
