@@ -1,9 +1,11 @@
 """Load, validate and resolve the configuration.
 
-The schema (``rag/schemas/config.schema.yaml``, also at ``workflow/schemas/``) is the single
-source of truth for keys, types and defaults. ``load_config`` validates a mapping, fills in the
-defaults and checks what a schema cannot (references between keys); every problem becomes one
-:class:`~rag.errors.ConfigError` naming the key.
+Every key is declared once, in :mod:`rag.config_keys` (type, default, bounds or choices,
+description); :func:`schema` is the JSON schema generated from those declarations (written out at
+``workflow/schemas/config.schema.yaml``). ``load_config`` validates a mapping against it, fills in
+the defaults and checks what a schema cannot (references between keys, input files); every problem
+becomes one :class:`~rag.errors.ConfigError` naming the key. :func:`sections` splits the resolved
+config into the pieces each stage reads (the typed classes of :mod:`rag.sections`).
 """
 
 from __future__ import annotations
@@ -18,64 +20,19 @@ from typing import Any
 
 import yaml
 
+from rag import config_keys, keyspec
+from rag.config_keys import INDEX_PARAMS
 from rag.errors import ConfigError
-from rag.sections import INDEX_PARAMS, ContextEncoder, GeneratorLengths, QuestionEncoder, TaskData
-from rag.tasks import TASKS, VARIANTS
-
-SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
+from rag.sections import (ContextEncoder, CorpusOptions, GeneratorLengths, GeneratorOptions, MetricOptions, Miniworld,
+                          QuestionEncoder, TaskData, TaskOptions, Tracking, TrainOptions)
+from rag.tasks import TASKS
 
 
 @lru_cache(maxsize=1)
 def schema() -> dict:
-    """The config schema, its task and variant enums (and the default variant list) generated
-    from the registry (rag/tasks.py)."""
-    with open(SCHEMA_PATH, encoding="utf-8") as fh:
-        sch = yaml.safe_load(fh)
-    defs = sch["definitions"]
-    defs["variant"]["enum"] = list(VARIANTS)
-    defs["task_name"]["enum"] = list(TASKS)
-    sch["properties"]["variants"]["default"] = list(VARIANTS)
-    return sch
-
-
-def _validator_with_defaults():
-    from jsonschema import Draft7Validator, ValidationError, validators
-
-    def set_defaults(validator, properties, instance, sch):
-        if isinstance(instance, dict):
-            for key, sub in properties.items():
-                if isinstance(sub, dict) and "default" in sub and key not in instance:
-                    instance[key] = copy.deepcopy(sub["default"])
-        yield from Draft7Validator.VALIDATORS["properties"](validator, properties, instance, sch)
-
-    def full_pattern(validator, pattern, instance, sch):
-        # the whole string must match: jsonschema's re.search lets "$" match before a trailing
-        # newline ("nl\n" passed "^[a-z0-9_]+$"), and names and paths reach file names and commands
-        if validator.is_type(instance, "string") and re.fullmatch(pattern, instance) is None:
-            yield ValidationError(f"{instance!r:.80} does not match {pattern}")
-
-    return validators.extend(Draft7Validator, {"properties": set_defaults, "pattern": full_pattern})
-
-
-def _key(path) -> str:
-    parts = [str(p) for p in path]
-    return ".".join(parts) if parts else "<top level>"
-
-
-def _describe(err) -> str:
-    key = _key(err.absolute_path)
-    if err.validator == "additionalProperties":
-        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-        where = f"{key}." if err.absolute_path else ""
-        # repr keeps the message on one line whatever characters the key holds
-        return f"unknown config key {where + str(extra[0])!r}" if extra else f"{key}: {err.message}"
-    if err.validator == "propertyNames":
-        return f"{key}: unknown name {err.instance!r} ({err.message})"
-    if err.validator == "enum":
-        return f"config key '{key}': {err.instance!r} is not one of {err.validator_value}"
-    if err.validator == "type":
-        return f"config key '{key}': expected {err.validator_value}, got {type(err.instance).__name__} {err.instance!r}"
-    return f"config key '{key}': {err.message}"
+    """The config's JSON schema, generated from the declarations (:mod:`rag.config_keys`); its
+    task and variant enums (and the default variant list) come from the registry (rag/tasks.py)."""
+    return config_keys.json_schema()
 
 
 def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
@@ -102,10 +59,9 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
         raise ConfigError(f"config must be a mapping of keys, got {type(data).__name__}")
     cfg = copy.deepcopy(data)
     _command_line_booleans(cfg, schema())
-    validator = _validator_with_defaults()(schema())
-    errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), _key(e.absolute_path)))
-    if errors:
-        raise ConfigError(_describe(errors[0]))
+    err = keyspec.first_error(keyspec.validator_class(fill_defaults=True)(schema()), cfg)
+    if err is not None:
+        raise ConfigError(keyspec.describe(err, schema()))
     _check_control_characters(cfg)
     _check_references(cfg)
     if check_files:
@@ -147,7 +103,7 @@ def _check_control_characters(node: Any, path: tuple = ()) -> None:
         for i, value in enumerate(node):
             _check_control_characters(value, path[:-1] + (f"{path[-1]}[{i}]",) if path else (f"[{i}]",))
     elif isinstance(node, str) and _CONTROL.search(node):
-        raise ConfigError(f"config key '{_key(path)}': {node!r:.80} holds a control character (newline, tab, ...)")
+        raise ConfigError(f"config key '{keyspec.dotted(path)}': {node!r:.80} holds a control character (newline, tab, ...)")
 
 
 def input_files(cfg: dict) -> list[tuple[str, str]]:
@@ -231,10 +187,6 @@ def _check_references(cfg: dict) -> None:
         raise ConfigError("config key 'corpus.path': required when corpus.source is local")
     if cfg["generator"]["init"] == "pretrained" and not cfg["generator"].get("name_or_path"):
         raise ConfigError("config key 'generator.name_or_path': required when generator.init is pretrained")
-    exp = cfg["experiments"]
-    if exp["topk_task"] not in tasks and any(v.startswith("rag_") for v in cfg["variants"]):
-        # the sweep only runs when its task is configured; nothing to check otherwise
-        pass
     if corpus["source"] == "miniworld":
         mw = cfg["miniworld"]
         if mw["people"] < 2 * mw["countries"]:
@@ -396,45 +348,40 @@ def run_seeds(cfg: dict, task: str, variant: str) -> list[int]:
     return list(chosen[:1] if variant in cfg["one_seed_variants"] else chosen)
 
 
-# the test-time keys of tasks.<task>: in eval_<task>, not in train_<task>
-DECODE_KEYS = ("decode_sequence", "decode_token")
-# which runs a task has (the Snakefile reads it): in no section, so adding a variant or a seed to a
-# task does not re-run the task's existing jobs
-RUN_KEYS = ("variants", "seeds")
-
 
 def _sections(cfg: dict) -> dict[str, dict]:
+    # each piece holds the keys its typed section reads (Class.pick: the class' keys the config has)
     corpus, r, g = cfg["corpus"], cfg["retriever"], cfg["generator"]
     miniworld = corpus["source"] == "miniworld"
     run = {"name": cfg["name"], "seed": cfg["seed"], "device": cfg["device"], "precision": cfg["precision"]}
     out = {
         "corpus": {"seed": cfg["seed"],
-                   "corpus": {k: corpus[k] for k in (("source", "passage_words") if miniworld else ("source", "format", "passage_words"))},
-                   **({"miniworld": cfg["miniworld"]} if miniworld else {})},
-        "encode": {"device": cfg["device"], "precision": cfg["precision"], "retriever": {k: r[k] for k in ContextEncoder.keys()}},
+                   "corpus": CorpusOptions.pick(corpus, omit=("format",) if miniworld else ()),  # miniworld: no file to convert
+                   **({"miniworld": Miniworld.pick(cfg["miniworld"])} if miniworld else {})},
+        "encode": {"device": cfg["device"], "precision": cfg["precision"], "retriever": ContextEncoder.pick(r)},
         "index": {"device": cfg["device"], "retriever": {k: r[k] for k in ("index", *INDEX_PARAMS[r["index"]])}},
-        "generator": {"seed": cfg["seed"], "device": cfg["device"], "precision": cfg["precision"], "generator": g},
+        "generator": {"seed": cfg["seed"], "device": cfg["device"], "precision": cfg["precision"], "generator": GeneratorOptions.pick(g)},
         "experiments": {"experiments": {"topk_sweep": cfg["experiments"]["topk_sweep"]}},
         "report": {"report": cfg["report"], "variants": cfg["variants"], "tasks": sorted(cfg["tasks"]),
                    "scale": scale_summary(cfg)},
     }
     for name, task in cfg["tasks"].items():
-        data = {"task_name": name, "task": {k: task[k] for k in TaskData.keys() if k in task}}
+        data = {"task_name": name, "task": TaskData.pick(task)}
         if task["source"] == "miniworld":  # gold passages depend on how the corpus is cut
-            data.update(seed=cfg["seed"], miniworld={**cfg["miniworld"], "passage_words": corpus["passage_words"]})
+            data.update(seed=cfg["seed"], miniworld={**Miniworld.pick(cfg["miniworld"]), "passage_words": corpus["passage_words"]})
         out[f"data_{name}"] = data
         out[f"train_{name}"] = {
             **run,
-            "tracking": {"uri": cfg["tracking"]["uri"]},
+            "tracking": Tracking.pick(cfg["tracking"]),
             "task_name": name,
-            "task": {k: v for k, v in task.items() if k not in DECODE_KEYS + RUN_KEYS},
-            "train": {**cfg["train"], **({"steps": task["steps"]} if "steps" in task else {})},
-            "generator": {k: g[k] for k in GeneratorLengths.keys()},
-            "retriever": {k: r[k] for k in QuestionEncoder.keys()},
+            "task": TaskOptions.pick(task),  # all but the decoding keys and which runs it has
+            "train": {**TrainOptions.pick(cfg["train"]), **({"steps": task["steps"]} if "steps" in task else {})},
+            "generator": GeneratorLengths.pick(g),
+            "retriever": QuestionEncoder.pick(r),
         }
         out[f"eval_{name}"] = {"task_name": name, "decode": {m: task_decode(cfg, name, m) for m in ("sequence", "token", "bart")}}
         if set(TASKS[name].metrics) & {"bleu1", "rougeL", "qbleu1"}:  # only these read metrics options
-            out[f"eval_{name}"]["metrics"] = cfg["metrics"]
+            out[f"eval_{name}"]["metrics"] = MetricOptions.pick(cfg["metrics"])
     return out
 
 

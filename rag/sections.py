@@ -2,25 +2,34 @@
 
 Snakemake writes each section of the resolved config (:func:`rag.config.sections`) to
 ``results/<name>/config/<section>.json``; a command reads its file(s) into the section's class
-here (:func:`read_section`, :func:`read_task_sections`) and calls its stage function. Parsing
-raises :class:`~rag.errors.ConfigError` with one line naming the file and the dotted key of a
-missing key, an unknown key or a value of the wrong type. ``to_dict`` gives back the section's
-mapping exactly as it was read (a key absent stays absent, an explicit ``null`` stays ``null``).
+here (:func:`read_section`, :func:`read_task_sections`) and calls its stage function.
 
-The fields of these classes are the keys each consumer reads: :func:`rag.config.sections` takes
-them from here (``keys()``, :data:`INDEX_PARAMS`) when it builds the sections.
+A class is a projection of the declared config (:mod:`rag.config_keys`), not a second declaration:
+it names the keys its stage reads (``batch_size = read("retriever.batch_size")``, or
+``every_key_of="train"``) and the nested sections it holds (``corpus: CorpusOptions``); each key's
+type, bounds, choices and description come from its declaration. A key with a default is always in
+the section file, one without may be absent (``read(..., optional=...)`` says otherwise where the
+section leaves a defaulted key out or always fills one in). Parsing validates a file against the
+JSON schema of the class (built from the same declarations, :mod:`rag.keyspec`) and raises
+:class:`~rag.errors.ConfigError` with one line naming the file and the dotted key of a missing key,
+an unknown key or a wrong value. Lists become tuples and objects read-only mappings; ``to_dict``
+gives back the section's mapping exactly as it was read (a key absent stays absent, an explicit
+``null`` stays ``null``).
+
+:func:`rag.config.sections` builds each section from the classes' keys (``pick``).
 """
 
-from __future__ import annotations
-
+import dataclasses
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, TypeVar, Union, get_args, get_origin
 
+from rag import config_keys, keyspec
+from rag.config_keys import DECODE_KEYS, INDEX_PARAMS, RUN_KEYS, TASK_NAME
 from rag.errors import ConfigError
 
 S = TypeVar("S", bound="Section")
@@ -30,11 +39,70 @@ _ATTACHED = {"key": False}
 
 
 @dataclass(frozen=True)
+class Read:
+    """A section field that is a declared config key (:func:`read`)."""
+
+    path: str | None  # the dotted config key; None: a key only sections have (task_name)
+    node: keyspec.Node
+    optional: bool | None
+
+    def required(self) -> bool:
+        return self.optional is False or (self.optional is None and self.node.has_default())
+
+
+def read(key: "str | config_keys.Definition", *, optional: bool | None = None) -> Any:
+    """The section field holding the config key ``key`` (dotted, "train.k"; or a definition of
+    :mod:`rag.config_keys` for a key only sections have). ``optional``: whether the section may
+    leave it out (default: a config key without default, which the resolved config may lack; a key
+    only sections have is always written)."""
+    if isinstance(key, str):
+        return Read(key, config_keys.key(key), optional)
+    return Read(None, key.ref(), False if optional is None else optional)
+
+
+@dataclass(frozen=True)
 class Section:
-    """Base of the typed sections: a field without default is a required key, one with a default
-    may be absent (absent: the default)."""
+    """Base of the typed sections. A subclass lists its keys as ``name = read("dotted.key")`` (or
+    ``every_key_of="group"``, less ``exclude``) and its nested sections as annotations
+    (``corpus: CorpusOptions``; ``X | None = None``: may be absent); it becomes a frozen,
+    keyword-only dataclass whose field types are the declared ones."""
 
     _given: frozenset = field(default=frozenset(), kw_only=True, repr=False, compare=False, metadata=_ATTACHED)
+
+    def __init_subclass__(cls, every_key_of: str | None = None, exclude: tuple = (), **kw) -> None:
+        super().__init_subclass__(**kw)
+        own = dict(cls.__dict__.get("__annotations__", {}))
+        keys: dict[str, Read] = {n: v for n, v in cls.__dict__.items() if isinstance(v, Read)}
+        if every_key_of is not None:
+            group = keyspec.lookup(config_keys.CONFIG, every_key_of)
+            if not isinstance(group, keyspec.Group) or set(exclude) - set(group.keys):
+                raise TypeError(f"{cls.__name__}: {every_key_of} is no group of keys, or lacks one of {exclude}")
+            known = {f.name for f in fields(cls)} | set(keys) | set(own)
+            for name, node in group.keys.items():
+                if name in known or name in exclude:
+                    continue
+                if isinstance(node.target(), keyspec.Group):
+                    raise TypeError(f"{cls.__name__}: {every_key_of}.{name} is a group of keys: "
+                                    "annotate it with its own Section class")
+                keys[name] = Read(f"{every_key_of}.{name}", node, None)
+        annotations = {}
+        for name, r in keys.items():
+            annotations[name] = r.node.py_type() if r.required() else r.node.py_type() | None
+            meta = {"key": True, "read": r}
+            setattr(cls, name, field(metadata=meta) if r.required() else field(default=None, metadata=meta))
+        for name, tp in own.items():
+            annotations[name] = tp
+            value = cls.__dict__.get(name, MISSING)
+            if isinstance(value, dataclasses.Field) and value.metadata.get("key") is False:
+                continue  # attached by a reader, not a key of the file
+            part = _part(tp)
+            if part is None:
+                raise TypeError(f"{cls.__name__}.{name}: a section field is read(<config key>) or a nested "
+                                "Section class, not a type of its own")
+            meta = {"key": True, "part": part}
+            setattr(cls, name, field(metadata=meta) if value is MISSING else field(default=value, metadata=meta))
+        cls.__annotations__ = annotations
+        dataclass(frozen=True, kw_only=True)(cls)
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -42,25 +110,40 @@ class Section:
         return tuple(f.name for f in fields(cls) if f.metadata.get("key", True))
 
     @classmethod
+    def pick(cls, data: Mapping, omit: tuple = ()) -> dict:
+        """The keys of ``data`` (a group of the resolved config) this class reads, but ``omit``."""
+        return {k: data[k] for k in cls.keys() if k in data and k not in omit}
+
+    @classmethod
+    def json_schema(cls) -> dict:
+        """The JSON schema of the section's mapping, from the declarations of its keys."""
+        props, required = {}, []
+        for f in fields(cls):
+            if not f.metadata.get("key", True):
+                continue
+            props[f.name] = f.metadata["read"].node.schema() if "read" in f.metadata else f.metadata["part"].json_schema()
+            if _required(f):
+                required.append(f.name)
+        return {"type": "object", "additionalProperties": False, "properties": props,
+                **({"required": required} if required else {})}
+
+    @classmethod
     def from_dict(cls: type[S], data: Any, where: str, prefix: str = "") -> S:
         """Parse the mapping ``data`` read from ``where`` (``prefix``: its dotted key in there)."""
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{where}: config key {prefix or '<top level>'!r}: expected an object, "
-                              f"got {type(data).__name__} {data!r:.80}")
-        known = cls.keys()
-        unknown = [k for k in data if k not in known]
-        if unknown:
-            raise ConfigError(f"{where}: unknown config key {_dotted(prefix, unknown[0])!r}")
-        hints = _hints(cls)
+        sch = _schema(cls)
+        err = keyspec.first_error(_validator(cls), data)
+        if err is not None:
+            raise ConfigError(f"{where}: {keyspec.describe(err, sch, prefix)}")
+        return cls._build(data, where, prefix)
+
+    @classmethod
+    def _build(cls: type[S], data: Mapping, where: str, prefix: str) -> S:
         values = {}
         for f in fields(cls):
-            if f.name not in known:
-                continue
-            key = _dotted(prefix, f.name)
-            if f.name in data:
-                values[f.name] = _parse(hints[f.name], data[f.name], where, key)
-            elif _required(f):
-                raise ConfigError(f"{where}: config key {key!r} is missing")
+            if f.metadata.get("key", True) and f.name in data:
+                part = f.metadata.get("part")
+                value = data[f.name]
+                values[f.name] = part._build(value, where, _dotted(prefix, f.name)) if part else _frozen(value)
         obj = cls(**values, _given=frozenset(values))
         obj._check(where, prefix)
         return obj
@@ -80,69 +163,41 @@ class Section:
         return {k: out[k] for k in sorted(out)}
 
 
+def _part(tp) -> type | None:
+    """The Section class of a nested section's annotation (``X`` or ``X | None``), else None."""
+    if isinstance(tp, type) and issubclass(tp, Section):
+        return tp
+    if get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if len(args) == 1 and isinstance(args[0], type) and issubclass(args[0], Section):
+            return args[0]
+    return None
+
+
+@lru_cache(maxsize=None)
+def _schema(cls) -> dict:
+    return {**cls.json_schema(), "definitions": config_keys.D.schema()}
+
+
+@lru_cache(maxsize=None)
+def _validator(cls):
+    return keyspec.validator_class(fill_defaults=False)(_schema(cls))
+
+
 def _dotted(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else str(key)
 
 
 def _required(f) -> bool:
-    from dataclasses import MISSING
-
     return f.default is MISSING and f.default_factory is MISSING
 
 
-@lru_cache(maxsize=None)
-def _hints(cls) -> dict:
-    return get_type_hints(cls)
-
-
-_TYPE_NAMES = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}
-
-
-def _type_name(tp) -> str:
-    if tp in _TYPE_NAMES:
-        return _TYPE_NAMES[tp]
-    origin = get_origin(tp)
-    if origin in (Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in get_args(tp))
-    if origin is tuple:
-        return f"a list of {_type_name(get_args(tp)[0])}"
-    return "an object"
-
-
-def _parse(tp, value: Any, where: str, key: str) -> Any:
-    origin = get_origin(tp)
-    if origin in (Union, types.UnionType):
-        for alt in get_args(tp):
-            try:
-                return _parse(alt, value, where, key)
-            except ConfigError:
-                if len(get_args(tp)) == 2 and type(None) in get_args(tp) and value is not None:
-                    raise  # X | None and a value: X's own message names what is wrong inside it
-        raise _type_error(tp, value, where, key)
-    if isinstance(tp, type) and issubclass(tp, Section):
-        return tp.from_dict(value, where, key)
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise _type_error(tp, value, where, key)
-        return tuple(_parse(get_args(tp)[0], v, where, f"{key}[{i}]") for i, v in enumerate(value))
-    if origin is Mapping:
-        if not isinstance(value, Mapping):
-            raise _type_error(tp, value, where, key)
-        return MappingProxyType({k: _parse(get_args(tp)[1], v, where, _dotted(key, k)) for k, v in value.items()})
-    ok = {
-        bool: lambda v: isinstance(v, bool),
-        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-        float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-        str: lambda v: isinstance(v, str),
-        type(None): lambda v: v is None,
-    }[tp](value)
-    if not ok:
-        raise _type_error(tp, value, where, key)
+def _frozen(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
     return value
-
-
-def _type_error(tp, value: Any, where: str, key: str) -> ConfigError:
-    return ConfigError(f"{where}: config key {key!r}: expected {_type_name(tp)}, got {type(value).__name__} {value!r:.80}")
 
 
 def _dump(value: Any) -> Any:
@@ -156,72 +211,54 @@ def _dump(value: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------ parts
-@dataclass(frozen=True)
-class Miniworld(Section):
+class Miniworld(Section, every_key_of="miniworld"):
     """miniworld: the generated world (rag.data.miniworld.build_world)."""
 
-    countries: int
-    people: int
-    cities: int
-    changed_fraction: float
-    test_fraction: float
 
-
-@dataclass(frozen=True)
 class MiniworldCut(Miniworld):
     """The world and how its corpus is cut: a miniworld task's gold passages depend on both."""
 
-    passage_words: int
+    passage_words = read("corpus.passage_words")
 
 
-@dataclass(frozen=True)
 class CorpusOptions(Section):
-    source: str
-    passage_words: int
-    format: str | None = None  # converted corpora only
+    source = read("corpus.source")
+    passage_words = read("corpus.passage_words")
+    format = read("corpus.format", optional=True)  # converted corpora only
 
 
-@dataclass(frozen=True)
 class EncoderOptions(Section):
     """What the context and the question encoder share."""
 
-    pooling: str
-    normalize: bool
-    max_length: int
+    pooling = read("retriever.pooling")
+    normalize = read("retriever.normalize")
+    max_length = read("retriever.max_length")
 
 
-@dataclass(frozen=True)
 class ContextEncoder(EncoderOptions):
     """Passage encoding (rag.stages.index.encode_shard)."""
 
-    context_encoder: str
-    batch_size: int
+    context_encoder = read("retriever.context_encoder")
+    batch_size = read("retriever.batch_size")
 
 
-@dataclass(frozen=True)
 class QuestionEncoder(EncoderOptions):
     """The dense retriever's question side (rag.retrieval.dense)."""
 
-    question_encoder: str
-    score_scale: float
+    question_encoder = read("retriever.question_encoder")
+    score_scale = read("retriever.score_scale")
 
 
-# the parameters each index type reads (the index section holds those of its type only)
-INDEX_PARAMS = {"flat": (), "hnsw": ("hnsw_m", "hnsw_ef_search"), "ivfpq": ("ivf_lists", "pq_m")}
-
-
-@dataclass(frozen=True)
 class IndexOptions(Section):
-    index: str
-    hnsw_m: int | None = None
-    hnsw_ef_search: int | None = None
-    ivf_lists: int | None = None
-    pq_m: int | None = None  # given and null: the embedding size / 8
+    """The index type and that type's parameters (:data:`INDEX_PARAMS`), the others absent."""
+
+    index = read("retriever.index")
+    hnsw_m = read("retriever.hnsw_m", optional=True)
+    hnsw_ef_search = read("retriever.hnsw_ef_search", optional=True)
+    ivf_lists = read("retriever.ivf_lists", optional=True)
+    pq_m = read("retriever.pq_m", optional=True)  # given and null: the embedding size / 8
 
     def _check(self, where: str, prefix: str) -> None:
-        if self.index not in INDEX_PARAMS:
-            raise ConfigError(f"{where}: config key {_dotted(prefix, 'index')!r}: {self.index!r} is not one of "
-                              f"{list(INDEX_PARAMS)}")
         for name in INDEX_PARAMS[self.index]:
             if name not in self._given:
                 raise ConfigError(f"{where}: config key {_dotted(prefix, name)!r} is missing")
@@ -232,94 +269,56 @@ class IndexOptions(Section):
         return {k: v for k, v in named.items() if v is not None}
 
 
-@dataclass(frozen=True)
 class GeneratorLengths(Section):
     """What building a RAG system reads of the generator configuration."""
 
-    max_source_len: int
-    max_target_len: int
-    chunk_overhead: int | None  # null: the device's default
+    max_source_len = read("generator.max_source_len")
+    max_target_len = read("generator.max_target_len")
+    chunk_overhead = read("generator.chunk_overhead")  # null: the device's default
 
 
-@dataclass(frozen=True)
-class GeneratorOptions(GeneratorLengths):
+class GeneratorOptions(GeneratorLengths, every_key_of="generator"):
     """The whole generator configuration (construction and pretraining)."""
 
-    init: str
-    d_model: int
-    layers: int
-    heads: int
-    ffn: int
-    vocab_size: int
-    dropout: float
-    copy: bool
-    local_context: int
-    exact_match: bool
-    pretrain_steps: int
-    pretrain_restatements: float
-    pretrain_claims: float
-    pretrain_sentences: float
-    pretrain_batch_size: int
-    pretrain_lr: float
-    name_or_path: str | None = None  # init: pretrained
 
-
-@dataclass(frozen=True)
 class TaskData(Section):
     """What a task's data files depend on."""
 
-    source: str
-    well_formed_only: bool | tuple[str, ...]  # msmarco: every split, or the splits named
-    train: int | None = None  # miniworld: examples per split
-    dev: int | None = None
-    test: int | None = None
-    format: str | None = None
-    formats: Mapping[str, str] | None = None  # split -> parser
+    source = read("tasks.*.source")
+    well_formed_only = read("tasks.*.well_formed_only")  # msmarco: every split, or the splits named
+    train = read("tasks.*.train")  # miniworld: examples per split
+    dev = read("tasks.*.dev")
+    test = read("tasks.*.test")
+    format = read("tasks.*.format")
+    formats = read("tasks.*.formats")  # split -> parser
 
     def keeps_well_formed_only(self, split: str) -> bool:
         wf = self.well_formed_only
         return split in wf if isinstance(wf, tuple) else wf
 
 
-@dataclass(frozen=True)
-class TaskOptions(TaskData):
-    """A task's configuration but its test-time decoding."""
-
-    init_from: str | None = None
-    steps: int | None = None
-    files: Mapping[str, str] | None = None
-    sha256: Mapping[str, str] | None = None
+class TaskOptions(TaskData, every_key_of="tasks.*", exclude=DECODE_KEYS + RUN_KEYS):
+    """A task's configuration but its test-time decoding and which runs it has."""
 
 
-@dataclass(frozen=True)
-class TrainOptions(Section):
-    k: int
-    batch_size: int
-    steps: int
-    lr: float
-    question_encoder_lr: float
-    question_encoder_layers: int | None  # null: all layers
-    warmup_steps: int
-    label_smoothing: float
-    checkpoint_every: int
-    log_every: int
-    ddp_processes: int
+class TrainOptions(Section, every_key_of="train"):
+    """Fine-tuning (train.*; a task's ``steps`` replaces train.steps in its section)."""
 
 
-@dataclass(frozen=True)
 class Tracking(Section):
-    uri: str
+    uri = read("tracking.uri")
 
 
-@dataclass(frozen=True)
 class DecodeOptions(Section):
-    k: int
-    method: str
-    beams: int
-    max_new_tokens: int
+    """One model kind's test-time decoding: the task's decode_* keys over the registry's defaults
+    (rag.config.task_decode), all four always given."""
+
+    k = read("tasks.*.decode_sequence.k")
+    method = read("tasks.*.decode_sequence.method", optional=False)
+    beams = read("tasks.*.decode_sequence.beams", optional=False)
+    max_new_tokens = read("tasks.*.decode_sequence.max_new_tokens", optional=False)
 
 
-@dataclass(frozen=True)
 class Decode(Section):
     """Test-time decoding per model kind (rag.tasks VariantSpec.model)."""
 
@@ -331,31 +330,23 @@ class Decode(Section):
         return {"sequence": self.sequence, "token": self.token, "bart": self.bart}[model]
 
 
-@dataclass(frozen=True)
-class QBleuWeights(Section):
-    w_ner: float
-    w_qt: float
-    w_re: float
-    delta: float
+class QBleuWeights(Section, every_key_of="metrics.qbleu1"):
+    """The Q-BLEU-1 weights."""
 
 
-@dataclass(frozen=True)
-class MetricOptions(Section):
-    tokenizer: str
+class MetricOptions(Section, every_key_of="metrics"):
     qbleu1: QBleuWeights
 
 
-@dataclass(frozen=True)
 class ExperimentOptions(Section):
-    topk_sweep: tuple[int, ...]
+    topk_sweep = read("experiments.topk_sweep")
 
 
 # ------------------------------------------------------------------------------------ sections
-@dataclass(frozen=True)
 class CorpusSection(Section):
     """``corpus``: the corpus and the hot-swap questions."""
 
-    seed: int
+    seed = read("seed")
     corpus: CorpusOptions
     miniworld: Miniworld | None = None  # corpus.source: miniworld
 
@@ -366,63 +357,57 @@ class CorpusSection(Section):
         return self.miniworld
 
 
-@dataclass(frozen=True)
 class EncodeSection(Section):
     """``encode``: passage encoding."""
 
-    device: str
-    precision: str
+    device = read("device")
+    precision = read("precision")
     retriever: ContextEncoder
 
 
-@dataclass(frozen=True)
 class IndexSection(Section):
     """``index``: the FAISS index."""
 
-    device: str
+    device = read("device")
     retriever: IndexOptions
 
 
-@dataclass(frozen=True)
 class GeneratorSection(Section):
     """``generator``: generator construction and pretraining."""
 
-    seed: int
-    device: str
-    precision: str
+    seed = read("seed")
+    device = read("device")
+    precision = read("precision")
     generator: GeneratorOptions
 
 
-@dataclass(frozen=True)
 class DataSection(Section):
     """``data_<task>``: one task's train/dev/test files."""
 
-    task_name: str
+    task_name = read(TASK_NAME)
     task: TaskData
-    seed: int | None = None  # miniworld tasks
+    seed = read("seed", optional=True)  # miniworld tasks
     miniworld: MiniworldCut | None = None
 
 
-@dataclass(frozen=True)
 class EvalSection(Section):
     """``eval_<task>``: test-time decoding and the metric options (only for tasks whose metrics read them)."""
 
-    task_name: str
+    task_name = read(TASK_NAME)
     decode: Decode
     metrics: MetricOptions | None = None
 
 
-@dataclass(frozen=True)
 class TrainSection(Section):
     """``train_<task>``: fine-tuning; ``evaluation``: the task's ``eval_<task>`` section when a
     command that decodes read it too (:func:`read_task_sections`)."""
 
-    name: str
-    seed: int
-    device: str
-    precision: str
+    name = read("name")
+    seed = read("seed")
+    device = read("device")
+    precision = read("precision")
+    task_name = read(TASK_NAME)
     tracking: Tracking
-    task_name: str
     task: TaskOptions
     train: TrainOptions
     generator: GeneratorLengths
@@ -437,7 +422,6 @@ class TrainSection(Section):
         return self.evaluation
 
 
-@dataclass(frozen=True)
 class ExperimentsSection(Section):
     """``experiments``: Figure 3's K sweep."""
 

