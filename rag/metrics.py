@@ -14,6 +14,11 @@ name               definition
 ``trigram_distinct`` Table 5: distinct / total word tri-grams over all predictions
 =================  ===========================================================================
 
+Each is a :class:`Metric` class in :data:`METRICS`, found by name (:func:`metric_spec`): its
+corpus-level score, its per-example scores where it is their mean, whether it reads the metric
+options (tokenizer, Q-BLEU weights) and whether a report cell's interval resamples it. A new metric
+is one such class, decorated with ``@register_metric``.
+
 Tokenization for the coco-caption scorers (``bleu1``, ``rougeL``, ``qbleu1``): see
 :mod:`rag.scoring.ptb_tokenizer` (``tokenizer="python"``, the default, or ``"ptb"``, Java's).
 The scorers live in :mod:`rag.scoring`; this module names the metrics and scores with them.
@@ -23,18 +28,19 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
 from rag.errors import ConfigError, DataError
-from rag.scoring.coco import _check_pairs, _cooked_bleu, _tokenize_pairs, bleu1, rouge_l, rouge_l_scores
+from rag.scoring.coco import _check_pairs, _cooked_bleu, _tokenize_pairs, bleu1, rouge_l_scores
 from rag.scoring.answer_match import exact_match, regex_match
-from rag.scoring.qbleu import qbleu1, qbleu1_scores
+from rag.scoring.qbleu import qbleu1_scores
 
 # the scorers' names callers read from here (rag.metrics is the one import of scoring)
 from rag.scoring.answer_match import answer_in_text, compile_regex, normalize_answer  # noqa: F401,E402
+from rag.scoring.coco import rouge_l  # noqa: F401,E402
 from rag.scoring.ptb_tokenizer import TOKENIZERS, ptb_tokenize, tokenize_batch  # noqa: F401,E402
 from rag.scoring.qbleu import (QBLEU_DEFAULT_WEIGHTS, QBLEU_WEIGHT_KEYS, QBLEU_WEIGHT_SETS,  # noqa: F401,E402
-                               check_qbleu_weights, qbleu_components)
+                               check_qbleu_weights, qbleu1, qbleu_components)
 
 # ---------------------------------------------------------------------------------------------
 # Accuracy and tri-gram diversity
@@ -43,8 +49,7 @@ from rag.scoring.qbleu import (QBLEU_DEFAULT_WEIGHTS, QBLEU_WEIGHT_KEYS, QBLEU_W
 
 def accuracy(predictions: Sequence[str], golds: Sequence[Sequence[str]]) -> float:
     """Label accuracy in percent: prediction equals the first gold label (exact string)."""
-    _check_pairs(predictions, golds, "gold labels")
-    return 100.0 * sum(p == g[0] for p, g in zip(predictions, golds)) / len(predictions)
+    return Accuracy().score(predictions, golds)
 
 
 def trigram_distinct(texts: Sequence[str]) -> float:
@@ -58,57 +63,124 @@ def trigram_distinct(texts: Sequence[str]) -> float:
     return 100.0 * len(grams) / total if total else 0.0
 
 
-
 # ---------------------------------------------------------------------------------------------
-# Dispatch and CLI
+# The metrics, by name
 # ---------------------------------------------------------------------------------------------
 
 
-def _mean_bool(fn: Callable[[str, Sequence[str]], bool], predictions, targets) -> float:
-    _check_pairs(predictions, targets, "gold answers")
-    return 100.0 * sum(bool(fn(p, t)) for p, t in zip(predictions, targets)) / len(predictions)
+class Metric:
+    """A metric: the score of predictions against their golds (one list per example), in percent.
+
+    A subclass is found by its ``name`` in :data:`METRICS` (``@register_metric``); what the harness
+    asks of a metric it reads here, never from the metric's name:
+
+    * ``display``: its name for readers (the report's notes);
+    * ``reads_tokenizer`` / ``reads_weights``: it reads config key ``metrics.tokenizer`` (coco-caption
+      tokenization) / ``metrics.qbleu1`` (Q-BLEU weights); a task's eval_<task> section carries the
+      metrics options only when one of its metrics reads them, and metrics.json records them;
+    * ``bootstrap``: a report cell's interval scores bootstrap resamples (:meth:`subset`); False:
+      the score is the mean of per-example 0/100 scores (one example scored alone), whose interval
+      is a mean's;
+    * ``needs_targets``: it compares with the golds (False: it reads the predictions alone).
+    """
+
+    name: ClassVar[str] = ""
+    display: ClassVar[str] = ""
+    reads_tokenizer: ClassVar[bool] = False
+    reads_weights: ClassVar[bool] = False
+    bootstrap: ClassVar[bool] = True
+    needs_targets: ClassVar[bool] = True
+
+    def __init__(self, tokenizer: str = "python", qbleu_weights: dict | None = None):
+        self.tokenizer = tokenizer
+        self.qbleu_weights = qbleu_weights
+
+    def score(self, predictions: Sequence[str], targets: Sequence[Sequence[str]]) -> float:
+        """The corpus-level score in percent."""
+        raise NotImplementedError
+
+    def subset(self, predictions: Sequence[str], targets: Sequence[Sequence[str]]) -> Callable[[Sequence[int]], float]:
+        """``fn(indices)``: :meth:`score` of the examples at ``indices`` (repeats allowed), to the last
+        bit; here scored afresh each time (a metric counted over the whole resample)."""
+        return lambda ix: self.score([predictions[i] for i in ix], [targets[i] for i in ix])
 
 
-# metric name -> scorer(predictions, targets, tokenizer, qbleu_weights) -> score in [0, 100]
-SCORERS: dict[str, Callable[..., float]] = {
-    "em": lambda p, t, tokenizer, qbleu_weights: _mean_bool(exact_match, p, t),
-    "em_regex": lambda p, t, tokenizer, qbleu_weights: _mean_bool(regex_match, p, t),
-    "bleu1": lambda p, t, tokenizer, qbleu_weights: bleu1(p, t, tokenizer),
-    "rougeL": lambda p, t, tokenizer, qbleu_weights: rouge_l(p, t, tokenizer),
-    "qbleu1": lambda p, t, tokenizer, qbleu_weights: qbleu1(p, t, tokenizer=tokenizer, **(qbleu_weights or {})),
-    "accuracy": lambda p, t, tokenizer, qbleu_weights: accuracy(p, t),
-    "trigram_distinct": lambda p, t, tokenizer, qbleu_weights: trigram_distinct(p),
-}
-METRICS = tuple(SCORERS)
+class MeanMetric(Metric):
+    """A metric that is the mean of per-example scores: each example is scored once (:meth:`each`),
+    a subset averages its examples' scores (:meth:`mean`, summed in order as the score sums them)."""
+
+    def each(self, predictions: Sequence[str], targets: Sequence[Sequence[str]]) -> list:
+        raise NotImplementedError
+
+    def mean(self, values: list) -> float:
+        return 100.0 * sum(values) / len(values)
+
+    def score(self, predictions, targets) -> float:
+        return self.mean(self.each(predictions, targets))
+
+    def subset(self, predictions, targets) -> Callable[[Sequence[int]], float]:
+        each = self.each(predictions, targets)
+        return lambda ix: self.mean([each[i] for i in ix])
 
 
-def compute(metric: str, predictions: Sequence[str], targets: Sequence[Sequence[str]],
-            tokenizer: str = "python", qbleu_weights: dict | None = None) -> float:
-    """Score ``predictions`` against ``targets`` (one list of golds per example) with ``metric``.
+class HitMetric(MeanMetric):
+    """The share of examples whose prediction is right (:meth:`hit`), in percent."""
 
-    ``tokenizer`` (python|ptb) is used by bleu1, rougeL and qbleu1; ``qbleu_weights`` (keys of
-    ``QBLEU_WEIGHT_KEYS``) by qbleu1 only (default ``QBLEU_DEFAULT_WEIGHTS``)."""
-    if metric not in SCORERS:
-        raise ConfigError(f"unknown metric {metric!r}; valid metrics: {', '.join(METRICS)}")
-    if len(predictions) == 0:
-        raise DataError(f"metric {metric}: no predictions to score (empty list)")
-    return SCORERS[metric](predictions, targets, tokenizer, qbleu_weights)
+    bootstrap = False
+    golds = "gold answers"  # what the golds are, for the error on mismatched lists
+
+    def hit(self, prediction: str, golds: Sequence[str]) -> bool:
+        raise NotImplementedError
+
+    def each(self, predictions, targets) -> list[bool]:
+        _check_pairs(predictions, targets, self.golds)
+        return [bool(self.hit(p, t)) for p, t in zip(predictions, targets)]
 
 
-def subset_scorer(metric: str, predictions: Sequence[str], targets: Sequence[Sequence[str]],
-                  tokenizer: str = "python", qbleu_weights: dict | None = None) -> Callable[[Sequence[int]], float]:
-    """``fn(indices)``: :func:`compute` of the examples at ``indices`` (repeats allowed), equal to
-    it to the last bit, with what each example costs on its own done once, here: tokenizing,
-    BLEU's n-gram counts, the per-example scores that ROUGE-L, Q-BLEU-1 and EM average. A
-    bootstrap scores hundreds of resamples of the same predictions (the report's ± cells)."""
-    if metric not in SCORERS:
-        raise ConfigError(f"unknown metric {metric!r}; valid metrics: {', '.join(METRICS)}")
-    if len(predictions) == 0:
-        raise DataError(f"metric {metric}: no predictions to score (empty list)")
-    if metric != "trigram_distinct":
-        _check_pairs(predictions, targets)
-    if metric == "bleu1":
-        hyps, refs = _tokenize_pairs(predictions, targets, tokenizer)
+# metric name -> its class, in the order of the module docstring
+METRICS: dict[str, type[Metric]] = {}
+
+
+def register_metric(cls: type[Metric]) -> type[Metric]:
+    """Class decorator: ``cls`` is the metric named ``cls.name``."""
+    METRICS[cls.name] = cls
+    return cls
+
+
+def metric_spec(name: str) -> type[Metric]:
+    """The class of metric ``name``; ConfigError naming the valid ones when there is none."""
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise ConfigError(f"unknown metric {name!r}; valid metrics: {', '.join(METRICS)}") from None
+
+
+@register_metric
+class ExactMatch(HitMetric):
+    name, display = "em", "exact match"
+
+    def hit(self, prediction, golds):
+        return exact_match(prediction, golds)
+
+
+@register_metric
+class RegexMatch(HitMetric):
+    name, display = "em_regex", "regex match"
+
+    def hit(self, prediction, golds):
+        return regex_match(prediction, golds)
+
+
+@register_metric
+class Bleu1(Metric):
+    name, display = "bleu1", "BLEU-1"
+    reads_tokenizer = True
+
+    def score(self, predictions, targets):
+        return bleu1(predictions, targets, self.tokenizer)
+
+    def subset(self, predictions, targets):
+        hyps, refs = _tokenize_pairs(predictions, targets, self.tokenizer)
         cooked = _cooked_bleu(hyps, refs, 4)
 
         def score(ix: Sequence[int]) -> float:
@@ -116,27 +188,74 @@ def subset_scorer(metric: str, predictions: Sequence[str], targets: Sequence[Seq
             part.ctest = [cooked.ctest[i] for i in ix]
             part.crefs = [cooked.crefs[i] for i in ix]
             return 100.0 * float(part.compute_score(option="closest", verbose=0)[0][0])
-    elif metric == "rougeL":  # means of per-example scores, summed in order as rouge_l and qbleu1 sum them
-        each = rouge_l_scores(predictions, targets, tokenizer)
 
-        def score(ix: Sequence[int]) -> float:
-            picked = [each[i] for i in ix]
-            return 100.0 * float(sum(picked) / len(picked))
-    elif metric == "qbleu1":
-        each = qbleu1_scores(predictions, targets, tokenizer=tokenizer, **(qbleu_weights or {}))
+        return score
 
-        def score(ix: Sequence[int]) -> float:
-            picked = [each[i] for i in ix]
-            return 100.0 * sum(picked) / len(picked)
-    elif metric in ("em", "em_regex", "accuracy"):
-        hit = [SCORERS[metric]([p], [t], tokenizer, qbleu_weights) > 0 for p, t in zip(predictions, targets)]
 
-        def score(ix: Sequence[int]) -> float:
-            return 100.0 * sum(hit[i] for i in ix) / len(ix)
-    else:  # trigram_distinct: counted over the resample as a whole
+@register_metric
+class RougeL(MeanMetric):
+    name, display = "rougeL", "ROUGE-L"
+    reads_tokenizer = True
 
-        def score(ix: Sequence[int]) -> float:
-            return compute(metric, [predictions[i] for i in ix], [targets[i] for i in ix], tokenizer, qbleu_weights)
+    def each(self, predictions, targets):
+        return rouge_l_scores(predictions, targets, self.tokenizer)
+
+    def mean(self, values):  # as rag.scoring.coco.rouge_l
+        return 100.0 * float(sum(values) / len(values))
+
+
+@register_metric
+class QBleu1(MeanMetric):
+    name, display = "qbleu1", "Q-BLEU-1"
+    reads_tokenizer = reads_weights = True
+
+    def each(self, predictions, targets):
+        return qbleu1_scores(predictions, targets, tokenizer=self.tokenizer, **(self.qbleu_weights or {}))
+
+
+@register_metric
+class Accuracy(HitMetric):
+    name, display = "accuracy", "accuracy"
+    golds = "gold labels"
+
+    def hit(self, prediction, golds):
+        return prediction == golds[0]
+
+
+@register_metric
+class TrigramDistinct(Metric):
+    name, display = "trigram_distinct", "distinct tri-grams"
+    needs_targets = False
+
+    def score(self, predictions, targets):
+        return trigram_distinct(predictions)
+
+
+def compute(metric: str, predictions: Sequence[str], targets: Sequence[Sequence[str]],
+            tokenizer: str = "python", qbleu_weights: dict | None = None) -> float:
+    """Score ``predictions`` against ``targets`` (one list of golds per example) with ``metric``.
+
+    ``tokenizer`` (python|ptb) is used by the metrics that read it (``reads_tokenizer``: bleu1,
+    rougeL, qbleu1); ``qbleu_weights`` (keys of ``QBLEU_WEIGHT_KEYS``) by those that read weights
+    (qbleu1; default ``QBLEU_DEFAULT_WEIGHTS``)."""
+    cls = metric_spec(metric)
+    if len(predictions) == 0:
+        raise DataError(f"metric {metric}: no predictions to score (empty list)")
+    return cls(tokenizer, qbleu_weights).score(predictions, targets)
+
+
+def subset_scorer(metric: str, predictions: Sequence[str], targets: Sequence[Sequence[str]],
+                  tokenizer: str = "python", qbleu_weights: dict | None = None) -> Callable[[Sequence[int]], float]:
+    """``fn(indices)``: :func:`compute` of the examples at ``indices`` (repeats allowed), equal to
+    it to the last bit, with what each example costs on its own done once (the metric's
+    :meth:`Metric.subset`: tokenizing, BLEU's n-gram counts, the per-example scores a mean
+    averages). A bootstrap scores hundreds of resamples of the same predictions (the report's ± cells)."""
+    m = metric_spec(metric)(tokenizer, qbleu_weights)
+    if len(predictions) == 0:
+        raise DataError(f"metric {metric}: no predictions to score (empty list)")
+    if m.needs_targets:
+        _check_pairs(predictions, targets)
+    score = m.subset(predictions, targets)
 
     def checked(ix: Sequence[int]) -> float:
         if len(ix) == 0:
@@ -161,8 +280,7 @@ def _index_by_id(rows: list[dict], path, field: str) -> dict:
 def score_files(metric: str, predictions_path, references_path) -> tuple[float, int]:
     from rag.io import read_jsonl
 
-    if metric not in METRICS:
-        raise ConfigError(f"unknown metric {metric!r}; valid metrics: {', '.join(METRICS)}")
+    spec = metric_spec(metric)
     preds = _index_by_id(read_jsonl(predictions_path, required=("id", "prediction")), predictions_path, "prediction")
     refs = _index_by_id(read_jsonl(references_path, required=("id", "targets")), references_path, "targets")
     for key in preds:
@@ -178,7 +296,7 @@ def score_files(metric: str, predictions_path, references_path) -> tuple[float, 
         t = refs[key]
         if not isinstance(t, list) or not all(isinstance(x, str) for x in t):
             raise DataError(f"{references_path}: id {key!r}: targets must be a list of strings")
-        if not t and metric != "trigram_distinct":
+        if not t and spec.needs_targets:
             raise DataError(f"{references_path}: id {key!r}: empty targets")
     score = compute(metric, [preds[k] for k in ids], [refs[k] for k in ids])
     return score, len(ids)

@@ -3,7 +3,7 @@
 The config schema's enums (``rag.config.schema``), the Snakemake wildcard constraints, the CLI
 choices, the report's labels and the Table 7 checks are all read from here
 (tests/test_registry.py walks every entry). Adding a task, a variant or a retriever means adding
-an entry here (plus its data, or its class); a metric is a scorer in ``rag.metrics.SCORERS``.
+an entry here (plus its data, or its class); a metric is a class in ``rag.metrics.METRICS``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 class TaskSpec:
     name: str
     kind: str  # qa | regex | generation | classification
-    metrics: tuple[str, ...]  # names of rag.metrics.SCORERS
+    metrics: tuple[str, ...]  # names of rag.metrics.METRICS
     primary: str  # the metric Tables 1/2/6 report
     # decoding at test time (paper, appendix B): QA -> greedy / thorough, generation -> beam 4 / fast;
     # the test-time K is configuration (schema default: tasks.<task>.decode_*.k)
@@ -25,6 +25,13 @@ class TaskSpec:
     display: str = ""  # the report's name of the task
     table7_row: str = ""  # its row of table7 in rag/data/paper_results.yaml (the paper's dataset sizes)
     format: str = ""  # the default parser (rag.data.formats.PARSERS) of downloaded/local files
+
+    @property
+    def reads_metric_options(self) -> bool:
+        """Does one of its metrics read config key ``metrics`` (tokenizer, Q-BLEU weights)?"""
+        from rag.metrics import metric_spec
+
+        return any(metric_spec(m).reads_tokenizer or metric_spec(m).reads_weights for m in self.metrics)
 
 
 @dataclass(frozen=True)

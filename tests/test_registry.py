@@ -23,7 +23,7 @@ def test_task_entry(name):
     spec = TASKS[name]
     assert spec.name == name
     assert spec.kind in ("qa", "regex", "generation", "classification")
-    assert spec.metrics and all(m in M.SCORERS for m in spec.metrics) and spec.primary in spec.metrics
+    assert spec.metrics and all(m in M.METRICS for m in spec.metrics) and spec.primary in spec.metrics
     assert spec.display and build.TASK_NAMES[name] == spec.display
     assert spec.format in PARSERS
     assert (spec.kind == "classification") == bool(spec.labels)
@@ -66,7 +66,7 @@ def test_retriever_entry(name):
     assert issubclass(cls, Retriever) and callable(getattr(cls, method))
 
 
-@pytest.mark.parametrize("name", list(M.SCORERS))
+@pytest.mark.parametrize("name", list(M.METRICS))
 def test_metric_entry(name):
     assert M.compute(name, ["a b c d"], [["a b c d"]]) == pytest.approx(100.0) or name == "trigram_distinct"
 

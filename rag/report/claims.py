@@ -352,7 +352,7 @@ def cell_interval(metric: str, per_seed: list[list[dict]], options: dict | None 
         return None
     options = options or {}
     tok, weights = options.get("tokenizer", "python"), options.get("qbleu1")
-    if metric in ("em", "em_regex", "accuracy"):
+    if not M.metric_spec(metric).bootstrap:  # a mean of per-example 0/100 scores
         score = partial(M.compute, metric, tokenizer=tok, qbleu_weights=weights)
         return mean_interval([(1, np.array([[score([x["prediction"]], [x["targets"]]) for x in preds] for preds in per_seed]))])
     # corpus-level metrics: recomputed on resamples, each example's own work done once per seed
