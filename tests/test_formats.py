@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rag.data import formats as F
-from rag.data.corpus import IdSet
+from rag.data.corpus import IdSet, chunk_documents
 from rag.errors import ConfigError, DataError
 from rag.io import read_jsonl
 
@@ -308,14 +308,14 @@ def test_non_utf8_json_document_raises(tmp_path):
 
 def test_chunk_documents():
     text = " ".join(f"w{i}" for i in range(250))
-    out = list(F.chunk_documents([("doc", "Title", text), ("empty", "E", "   ")]))
+    out = list(chunk_documents([("doc", "Title", text), ("empty", "E", "   ")]))
     assert [len(p["text"].split()) for p in out] == [100, 100, 50]
     assert [p["id"] for p in out] == ["doc_0", "doc_1", "doc_2"]
     assert out[1]["text"].split()[0] == "w100" and out[2]["text"].split()[-1] == "w249"
     assert all(p["title"] == "Title" for p in out)
-    assert [len(p["text"].split()) for p in F.chunk_documents([("d", "T", text)], words=200)] == [200, 50]
+    assert [len(p["text"].split()) for p in chunk_documents([("d", "T", text)], words=200)] == [200, 50]
     with pytest.raises(ConfigError):
-        list(F.chunk_documents([("d", "T", text)], words=0))
+        list(chunk_documents([("d", "T", text)], words=0))
 
 
 # --------------------------------------------------------------------------- Table 7, prepare_task, CLI
