@@ -366,6 +366,33 @@ def test_prepare_task_failure_leaves_no_output(tmp_path):
     assert not out.exists()
 
 
+def test_local_task_without_format_reads_the_registry_format(tmp_path):
+    """tasks.nq: {source: local, files: ...} without format: the task's registry format (NQ-open
+    jsonl) parses every split; the task's name is no format. fever2 without format gets its
+    parser's options too (NOT ENOUGH INFO dropped)."""
+    from rag.config import load_config, sections
+    from rag.sections import DataSection
+    from rag.stages.data import build_task
+    from rag.tasks import TASKS
+
+    assert TASKS["nq"].format == "nq_open" and "nq" not in F.PARSERS
+    files = {split: str(_jsonl(tmp_path / f"NQ-open.{split}.jsonl", [
+        {"question": f"who wrote {split} {i}", "answer": [f"Author {i}", "A."]} for i in range(2)])) for split in F.SPLITS}
+    fever = {split: str(_jsonl(tmp_path / f"fever.{split}.jsonl", FEVER_ROWS)) for split in F.SPLITS}
+    cfg = load_config({"tasks": {"nq": {"source": "local", "files": files},
+                                 "fever2": {"source": "local", "files": fever}}}, check_files=False)
+    for task, n in (("nq", 2), ("fever2", 2)):
+        data = sections(cfg)[f"data_{task}"]
+        assert "format" not in data["task"]
+        outs = {split: tmp_path / "out" / task / f"{split}.jsonl" for split in F.SPLITS}
+        build_task(DataSection.from_dict(data, f"data_{task}"), outs, cfg["tasks"][task]["files"])
+        rows = read_jsonl(outs["test"])
+        assert len(rows) == n
+    assert rows[0]["targets"] == ["SUPPORTS"] and rows[1]["targets"] == ["REFUTES"]
+    rows = read_jsonl(tmp_path / "out" / "nq" / "dev.jsonl")
+    assert rows[1] == {"id": "nq-dev-1", "input": "who wrote dev 1", "targets": ["Author 1", "A."], "meta": {}}
+
+
 def test_cli_prepare_task(tmp_path, capsys):
     from rag.cli import main
 
