@@ -380,7 +380,7 @@ def _sections(cfg: dict) -> dict[str, dict]:
             "retriever": QuestionEncoder.pick(r),
         }
         out[f"eval_{name}"] = {"task_name": name, "decode": {m: task_decode(cfg, name, m) for m in ("sequence", "token", "bart")}}
-        if set(TASKS[name].metrics) & {"bleu1", "rougeL", "qbleu1"}:  # only these read metrics options
+        if TASKS[name].reads_metric_options:  # only these read metrics options
             out[f"eval_{name}"]["metrics"] = MetricOptions.pick(cfg["metrics"])
     return out
 

@@ -40,12 +40,12 @@ def metric_options(cfg: EvalSection) -> dict:
     """The scorer options this task's metrics use (recorded in metrics.json, shown by the report)."""
     from rag import metrics as M
 
-    spec = TASKS[cfg.task_name]
+    specs = [M.metric_spec(m) for m in TASKS[cfg.task_name].metrics]
     given = cfg.metrics
     opts = {}
-    if set(spec.metrics) & {"bleu1", "rougeL", "qbleu1"}:
+    if any(s.reads_tokenizer for s in specs):
         opts["tokenizer"] = given.tokenizer if given else "python"
-    if "qbleu1" in spec.metrics:
+    if any(s.reads_weights for s in specs):
         w = M.check_qbleu_weights(given.qbleu1.to_dict() if given else {})
         opts["qbleu1"] = {k: w[k] for k in M.QBLEU_WEIGHT_KEYS}
     return opts

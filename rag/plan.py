@@ -315,7 +315,7 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
               dim: int | None = None, workflow: Path | None = None) -> dict:
     from rag.config import task_variants
     from rag.retrieval.index import index_bytes, ivf_lists_for, pq_bytes
-    from rag.tasks import variant_spec
+    from rag.tasks import ROLES, variant_spec
 
     r, device = cfg["retriever"], cfg["device"]
     p = passages_of(cfg, results, passages)
@@ -351,7 +351,7 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
     variants = {t: task_variants(cfg, t) for t in tasks}
     runs = [(t, v) for t in tasks for v in variants[t]]
     miniworld = cfg["corpus"]["source"] == "miniworld"
-    hotswap = cfg["experiments"]["hotswap"] and miniworld and "nq" in cfg["tasks"]
+    hotswap = cfg["experiments"]["hotswap"] and miniworld and ROLES.hotswap in cfg["tasks"]
     topk_task = cfg["experiments"]["topk_task"]
     rag_variants = lambda t: [v for v in ("rag_sequence", "rag_token") if v in variants.get(t, ())]  # noqa: E731
     oracle = cfg["experiments"]["oracle"] and miniworld and topk_task in cfg["tasks"]
@@ -366,7 +366,7 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
         "train": len(runs),
         "evaluate": 0 if cfg["evaluate_in_train_job"] else len(runs),
         "topk_sweep": len(rag_variants(topk_task)),
-        "hotswap": len(rag_variants("nq")) if hotswap else 0,
+        "hotswap": len(rag_variants(ROLES.hotswap)) if hotswap else 0,
         "oracle": len(rag_variants(topk_task)) if oracle else 0,
         "report": 1,
     }

@@ -1,9 +1,12 @@
 """The registry: every task, variant, retriever and metric the harness knows, declared once.
 
 The config schema's enums (``rag.config.schema``), the Snakemake wildcard constraints, the CLI
-choices, the report's labels and the Table 7 checks are all read from here
-(tests/test_registry.py walks every entry). Adding a task, a variant or a retriever means adding
-an entry here (plus its data, or its class); a metric is a scorer in ``rag.metrics.SCORERS``.
+choices, the report's labels and tables, the claims, the parsers a task's files are read with and
+the Table 7 checks are all read from here (tests/test_registry.py walks every entry). Logic asks an
+entry what it needs (a task's format, regex targets, labels, paper columns; the tasks the paper's
+experiments use, :data:`ROLES`), never compares task names. Adding a task, a variant or a retriever
+means adding an entry here (plus its data, its parser or its class); a metric is a class in
+``rag.metrics.METRICS``.
 """
 
 from __future__ import annotations
@@ -12,10 +15,20 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class PaperColumn:
+    """A column the task fills in the paper's tables: its label there (rag/data/paper_results.yaml),
+    the metric measured for it and the tables that have it."""
+
+    label: str
+    metric: str  # a name of rag.metrics.METRICS
+    tables: tuple[str, ...]  # table1 | table2 | table5 | table6
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     name: str
     kind: str  # qa | regex | generation | classification
-    metrics: tuple[str, ...]  # names of rag.metrics.SCORERS
+    metrics: tuple[str, ...]  # names of rag.metrics.METRICS
     primary: str  # the metric Tables 1/2/6 report
     # decoding at test time (paper, appendix B): QA -> greedy / thorough, generation -> beam 4 / fast;
     # the test-time K is configuration (schema default: tasks.<task>.decode_*.k)
@@ -23,8 +36,33 @@ class TaskSpec:
     decode_token: dict = field(default_factory=dict)
     labels: tuple[str, ...] = ()
     display: str = ""  # the report's name of the task
+    short: str = ""  # its short name in the paper's text (the claims)
+    figure3_label: str = ""  # its name on Figure 3's axes, where the paper's differs from display
+    paper_columns: tuple[PaperColumn, ...] = ()  # the report's tables place its runs by these
     table7_row: str = ""  # its row of table7 in rag/data/paper_results.yaml (the paper's dataset sizes)
-    format: str = ""  # the default parser (rag.data.formats.PARSERS) of downloaded/local files
+    format: str = ""  # the default parser (rag.data.formats.PARSERS) of downloaded/local files (config key tasks.<task>.format)
+    format_options: dict = field(default_factory=dict)  # options of that parser for this task
+    # Table 7 may list this many examples more than the task's published files hold (then no warning)
+    table7_offset: int = 0
+
+    def column(self, table: str) -> PaperColumn:
+        """Its first column in the paper's table ``table``."""
+        for col in self.paper_columns:
+            if table in col.tables:
+                return col
+        raise KeyError(f"task {self.name} has no column in {table}")
+
+    @property
+    def regex_targets(self) -> bool:
+        """Are its gold answers regular expressions (matched with ``em_regex``, checked to compile)?"""
+        return self.kind == "regex"
+
+    @property
+    def reads_metric_options(self) -> bool:
+        """Does one of its metrics read config key ``metrics`` (tokenizer, Q-BLEU weights)?"""
+        from rag.metrics import metric_spec
+
+        return any(metric_spec(m).reads_tokenizer or metric_spec(m).reads_weights for m in self.metrics)
 
 
 @dataclass(frozen=True)
@@ -60,25 +98,72 @@ def _tasks(*specs: TaskSpec) -> dict[str, TaskSpec]:
     return {s.name: s for s in specs}
 
 
-# in the paper's order (the report's tables follow it)
+QA_TABLES = ("table1", "table6")  # Table 1 (test) and Table 6 (dev ablations)
+GEN_TABLES = ("table2", "table6")  # Table 2 (test) and Table 6
+DIVERSITY = ("table5",)  # Table 5: distinct tri-grams of the generations
+
+
+# in the paper's order (the report's tables follow it). Table 7 lists one more example than DPR's
+# files hold for every split of NQ, TriviaQA and WebQuestions (79,168 / 8,757 / 3,610,
+# 78,785 / 8,837 / 11,313 and 3,417 / 361 / 2,032: the files' counts, also DPR's Table 1): a known
+# offset, not a wrong file (table7_offset). FEVER-2's parser drops the NOT ENOUGH INFO claims.
 TASKS: dict[str, TaskSpec] = _tasks(
-    TaskSpec("nq", "qa", ("em",), "em", QA_SEQ, QA_TOK, display="Natural Questions", table7_row="Natural Questions",
-             format="nq_open"),
-    TaskSpec("triviaqa", "qa", ("em",), "em", QA_SEQ, QA_TOK, display="TriviaQA", table7_row="TriviaQA",
-             format="triviaqa"),
-    TaskSpec("webquestions", "qa", ("em",), "em", QA_SEQ, QA_TOK, display="WebQuestions", table7_row="WebQuestions",
-             format="webquestions"),
-    TaskSpec("curatedtrec", "regex", ("em_regex",), "em_regex", QA_SEQ, QA_TOK, display="CuratedTrec",
+    TaskSpec("nq", "qa", ("em",), "em", QA_SEQ, QA_TOK, display="Natural Questions", short="NQ", figure3_label="NQ",
+             paper_columns=(PaperColumn("NQ", "em", QA_TABLES),),
+             table7_row="Natural Questions", format="nq_open", table7_offset=1),
+    TaskSpec("triviaqa", "qa", ("em",), "em", QA_SEQ, QA_TOK, display="TriviaQA", short="TQA",
+             # one TriviaQA test split here: the paper's TQA-Wiki column shows the same number
+             paper_columns=(PaperColumn("TQA", "em", QA_TABLES), PaperColumn("TQA-Wiki", "em", ("table1",))),
+             table7_row="TriviaQA", format="triviaqa", table7_offset=1),
+    TaskSpec("webquestions", "qa", ("em",), "em", QA_SEQ, QA_TOK, display="WebQuestions", short="WQ",
+             paper_columns=(PaperColumn("WQ", "em", QA_TABLES),),
+             table7_row="WebQuestions", format="webquestions", table7_offset=1),
+    TaskSpec("curatedtrec", "regex", ("em_regex",), "em_regex", QA_SEQ, QA_TOK, display="CuratedTrec", short="CT",
+             paper_columns=(PaperColumn("CT", "em_regex", QA_TABLES),),
              table7_row="CuratedTrec", format="curatedtrec"),
     TaskSpec("msmarco", "generation", ("rougeL", "bleu1", "trigram_distinct"), "rougeL", GEN_SEQ, GEN_TOK,
-             display="MS-MARCO", table7_row="MS-MARCO", format="msmarco"),
+             display="MS-MARCO", short="MS-MARCO",
+             paper_columns=(PaperColumn("MS-MARCO R-L", "rougeL", GEN_TABLES), PaperColumn("MS-MARCO B-1", "bleu1", GEN_TABLES),
+                            PaperColumn("MS-MARCO", "trigram_distinct", DIVERSITY)),
+             table7_row="MS-MARCO", format="msmarco"),
     TaskSpec("jeopardy", "generation", ("bleu1", "qbleu1", "trigram_distinct"), "qbleu1", GEN_SEQ, GEN_TOK,
-             display="Jeopardy QGen", table7_row="Jeopardy QGen", format="jeopardy"),
+             display="Jeopardy QGen", short="Jeopardy",
+             paper_columns=(PaperColumn("Jeopardy B-1", "bleu1", GEN_TABLES), PaperColumn("Jeopardy QB-1", "qbleu1", GEN_TABLES),
+                            PaperColumn("Jeopardy QGen", "trigram_distinct", DIVERSITY)),
+             table7_row="Jeopardy QGen", format="jeopardy"),
     TaskSpec("fever3", "classification", ("accuracy",), "accuracy", CLS, CLS, FEVER3_LABELS, display="FEVER-3",
+             short="FEVER-3", paper_columns=(PaperColumn("FEVER-3 acc", "accuracy", GEN_TABLES),),
              table7_row="FEVER-3-way", format="fever"),
     TaskSpec("fever2", "classification", ("accuracy",), "accuracy", CLS, CLS, FEVER2_LABELS, display="FEVER-2",
-             table7_row="FEVER-2-way", format="fever"),
+             short="FEVER-2", paper_columns=(PaperColumn("FEVER-2 acc", "accuracy", GEN_TABLES),),
+             table7_row="FEVER-2-way", format="fever", format_options={"two_way": True}),
 )
+
+
+def paper_column(table: str, label: str) -> tuple[str, str]:
+    """(task, metric) measured for the column ``label`` of the paper's table ``table``."""
+    for name, spec in TASKS.items():
+        for col in spec.paper_columns:
+            if col.label == label and table in col.tables:
+                return name, col.metric
+    raise KeyError(f"no registered task fills column {label!r} of {table}")
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The tasks the paper's experiments and claims are about."""
+
+    hotswap: str  # Section 4.5: the index hot-swap asks this task's questions (miniworld's world leaders)
+    topk: str  # Figure 3: the top-K sweep's task (the default of config key experiments.topk_task) and the oracle's
+    qa: str  # the claims on open-domain QA: answer recall at K, dense vs BM25 (Table 6), RAG vs closed-book (Table 1)
+    fine_tuning: tuple[str, ...]  # Table 6: fine-tuning the question encoder helps (recall and answers)
+    fine_tuning_strict: tuple[str, ...]  # ... where the answers' interval must also exclude 0
+    classification: tuple[str, ...]  # Table 2: RAG beats BART and the majority label
+    diversity: str  # Table 5: RAG's generations are more diverse than BART's
+
+
+ROLES = Roles(hotswap="nq", topk="nq", qa="nq", fine_tuning=("nq", "triviaqa"), fine_tuning_strict=("nq",),
+              classification=("fever3", "fever2"), diversity="jeopardy")
 
 RETRIEVERS: dict[str, RetrieverSpec] = {
     "dense": RetrieverSpec("dense", ("passages", "embeddings", "index"), "rag.retrieval.dense:DenseRetriever.from_files",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rag.data import formats as F
-from rag.data.corpus import IdSet
+from rag.data.corpus import IdSet, chunk_documents
 from rag.errors import ConfigError, DataError
 from rag.io import read_jsonl
 
@@ -308,14 +308,14 @@ def test_non_utf8_json_document_raises(tmp_path):
 
 def test_chunk_documents():
     text = " ".join(f"w{i}" for i in range(250))
-    out = list(F.chunk_documents([("doc", "Title", text), ("empty", "E", "   ")]))
+    out = list(chunk_documents([("doc", "Title", text), ("empty", "E", "   ")]))
     assert [len(p["text"].split()) for p in out] == [100, 100, 50]
     assert [p["id"] for p in out] == ["doc_0", "doc_1", "doc_2"]
     assert out[1]["text"].split()[0] == "w100" and out[2]["text"].split()[-1] == "w249"
     assert all(p["title"] == "Title" for p in out)
-    assert [len(p["text"].split()) for p in F.chunk_documents([("d", "T", text)], words=200)] == [200, 50]
+    assert [len(p["text"].split()) for p in chunk_documents([("d", "T", text)], words=200)] == [200, 50]
     with pytest.raises(ConfigError):
-        list(F.chunk_documents([("d", "T", text)], words=0))
+        list(chunk_documents([("d", "T", text)], words=0))
 
 
 # --------------------------------------------------------------------------- Table 7, prepare_task, CLI
@@ -364,6 +364,33 @@ def test_prepare_task_failure_leaves_no_output(tmp_path):
     with pytest.raises(DataError, match="duplicate example id '75397'"):
         F.prepare_task("fever", dup, out, "fever3", "dev")
     assert not out.exists()
+
+
+def test_local_task_without_format_reads_the_registry_format(tmp_path):
+    """tasks.nq: {source: local, files: ...} without format: the task's registry format (NQ-open
+    jsonl) parses every split; the task's name is no format. fever2 without format gets its
+    parser's options too (NOT ENOUGH INFO dropped)."""
+    from rag.config import load_config, sections
+    from rag.sections import DataSection
+    from rag.stages.data import build_task
+    from rag.tasks import TASKS
+
+    assert TASKS["nq"].format == "nq_open" and "nq" not in F.PARSERS
+    files = {split: str(_jsonl(tmp_path / f"NQ-open.{split}.jsonl", [
+        {"question": f"who wrote {split} {i}", "answer": [f"Author {i}", "A."]} for i in range(2)])) for split in F.SPLITS}
+    fever = {split: str(_jsonl(tmp_path / f"fever.{split}.jsonl", FEVER_ROWS)) for split in F.SPLITS}
+    cfg = load_config({"tasks": {"nq": {"source": "local", "files": files},
+                                 "fever2": {"source": "local", "files": fever}}}, check_files=False)
+    for task, n in (("nq", 2), ("fever2", 2)):
+        data = sections(cfg)[f"data_{task}"]
+        assert "format" not in data["task"]
+        outs = {split: tmp_path / "out" / task / f"{split}.jsonl" for split in F.SPLITS}
+        build_task(DataSection.from_dict(data, f"data_{task}"), outs, cfg["tasks"][task]["files"])
+        rows = read_jsonl(outs["test"])
+        assert len(rows) == n
+    assert rows[0]["targets"] == ["SUPPORTS"] and rows[1]["targets"] == ["REFUTES"]
+    rows = read_jsonl(tmp_path / "out" / "nq" / "dev.jsonl")
+    assert rows[1] == {"id": "nq-dev-1", "input": "who wrote dev 1", "targets": ["Author 1", "A."], "meta": {}}
 
 
 def test_cli_prepare_task(tmp_path, capsys):

@@ -344,7 +344,7 @@ def test_answer_in_text():
 
 
 def test_compute_dispatch_and_errors():
-    assert M.METRICS == ("em", "em_regex", "bleu1", "rougeL", "qbleu1", "accuracy", "trigram_distinct")
+    assert tuple(M.METRICS) == ("em", "em_regex", "bleu1", "rougeL", "qbleu1", "accuracy", "trigram_distinct")
     assert M.compute("bleu1", ["the cat sat on the mat"], [["the cat is on the mat"]]) == pytest.approx(
         500 / 6, rel=1e-6
     )
@@ -360,7 +360,7 @@ def test_compute_dispatch_and_errors():
         M.compute("em", ["a", "b"], [["a"]])
 
 
-@pytest.mark.parametrize("metric", M.METRICS)
+@pytest.mark.parametrize("metric", list(M.METRICS))
 def test_subset_scorer_equals_compute_on_the_subset(metric):
     """The bootstrap's scorer of resamples (each example counted once) gives compute()'s score of
     the resample to the last bit, repeats, one reference or several, empty predictions included."""
@@ -392,15 +392,21 @@ def test_subset_scorer_unknown_metric():
 
 
 def test_compute_never_falls_back_to_accuracy(monkeypatch):
-    """Scoring goes through the name -> scorer map: every listed metric has its own scorer, and a
-    name added to METRICS alone (without a scorer) raises, naming the metric."""
-    for name in M.METRICS:
+    """Scoring goes through the name -> metric class map: every listed metric has its own class,
+    an unknown name raises, naming the metric, and a class registered under a name scores it."""
+    for name, cls in M.METRICS.items():
+        assert cls.name == name and issubclass(cls, M.Metric)
         M.compute(name, ["a b c d"], [["a b c d"]])
-    assert M.METRICS == tuple(M.SCORERS)
-    monkeypatch.setattr(M, "METRICS", M.METRICS + ("f1",))
     with pytest.raises(ConfigError, match="'f1'"):
         M.compute("f1", ["A"], [["A"]])
-    monkeypatch.setitem(M.SCORERS, "f1", lambda p, t, tokenizer, qbleu_weights: 42.0)
+
+    class Constant(M.Metric):
+        name = "f1"
+
+        def score(self, predictions, targets):
+            return 42.0
+
+    monkeypatch.setitem(M.METRICS, "f1", Constant)
     assert M.compute("f1", ["A"], [["A"]]) == 42.0
 
 

@@ -9,10 +9,10 @@ import pytest
 from rag import metrics as M
 from rag.config import schema
 from rag.data import paper_results
-from rag.data.formats import PARSERS, TABLE7_ROWS, table7
+from rag.data.formats import PARSERS, table7, table7_rows
 from rag.report import build
 from rag.retrieval import FILE_ROLES, Retriever
-from rag.tasks import RETRIEVERS, TASKS, VARIANTS, variant_spec
+from rag.tasks import RETRIEVERS, TASKS, VARIANTS, paper_column, variant_spec
 from tests.conftest import ROOT
 
 DECODE_METHODS = {"sequence": {"thorough", "fast", "greedy", "beam"}, "token": {"greedy", "beam"}}
@@ -23,14 +23,14 @@ def test_task_entry(name):
     spec = TASKS[name]
     assert spec.name == name
     assert spec.kind in ("qa", "regex", "generation", "classification")
-    assert spec.metrics and all(m in M.SCORERS for m in spec.metrics) and spec.primary in spec.metrics
-    assert spec.display and build.TASK_NAMES[name] == spec.display
+    assert spec.metrics and all(m in M.METRICS for m in spec.metrics) and spec.primary in spec.metrics
+    assert spec.display and build._task_name(name) == spec.display
     assert spec.format in PARSERS
     assert (spec.kind == "classification") == bool(spec.labels)
     assert spec.decode_sequence["method"] in DECODE_METHODS["sequence"]
     assert spec.decode_token["method"] in DECODE_METHODS["token"]
     # its Table 7 row exists in paper_results.yaml, with a count per split
-    assert spec.table7_row in paper_results()["table7"]["rows"] and TABLE7_ROWS[name] == spec.table7_row
+    assert spec.table7_row in paper_results()["table7"]["rows"] and table7_rows()[name] == spec.table7_row
     assert set(table7()[name]) == {"train", "dev", "test"}
 
 
@@ -66,7 +66,7 @@ def test_retriever_entry(name):
     assert issubclass(cls, Retriever) and callable(getattr(cls, method))
 
 
-@pytest.mark.parametrize("name", list(M.SCORERS))
+@pytest.mark.parametrize("name", list(M.METRICS))
 def test_metric_entry(name):
     assert M.compute(name, ["a b c d"], [["a b c d"]]) == pytest.approx(100.0) or name == "trigram_distinct"
 
@@ -111,8 +111,14 @@ def test_report_rows_name_registered_variants_and_paper_rows():
     for table, rows in build.ROW_VARIANTS.items():
         for label, variant in rows.items():
             assert variant in VARIANTS and label in paper[table]["rows"], (table, label)
-    for column, (task, metric) in build.COLUMN_SOURCES.items():
-        assert task in TASKS and metric in TASKS[task].metrics, column
+    # every column of the paper's tables is filled by one registered task, with one of its metrics
+    for table in ("table1", "table2", "table5", "table6"):
+        for column in paper[table]["columns"]:
+            task, metric = paper_column(table, column)
+            assert metric in TASKS[task].metrics, (table, column)
+    for name, spec in TASKS.items():
+        for col in spec.paper_columns:
+            assert all(col.label in paper[t]["columns"] for t in col.tables), (name, col)
 
 
 def test_a_toy_retriever_is_one_class_and_one_registry_entry(monkeypatch, tmp_path):
@@ -145,3 +151,184 @@ def test_a_toy_retriever_is_one_class_and_one_registry_entry(monkeypatch, tmp_pa
     r = build_retriever(variant_spec("rag_token_firstk").retriever, RetrievalFiles(passages="p.tsv"), None, "cpu")
     got = r.retrieve(["q1", "q2"], 2)
     assert got.ids.tolist() == [[0, 1], [0, 1]] and tuple(got.scores.shape) == (2, 2)
+
+
+def test_retriever_missing_file_role_is_named(monkeypatch):
+    """The toy retriever's registry entry names the files it reads: the factory refuses a missing one."""
+    from rag.errors import ConfigError
+    from rag.retrieval import RetrievalFiles, build_retriever
+    from rag.tasks import RetrieverSpec
+
+    monkeypatch.setitem(RETRIEVERS, "needs_bm25", RetrieverSpec("needs_bm25", ("passages", "bm25"), "nowhere:Nothing"))
+    with pytest.raises(ConfigError, match="retriever needs_bm25 needs --bm25"):
+        build_retriever("needs_bm25", RetrievalFiles(passages="p.tsv"), None, "cpu")
+
+
+# ------------------------------------------------------------------ extending the registry
+
+
+@pytest.fixture
+def fresh_schema():
+    """The config schema's task enum is read from the registry when the schema is first built."""
+    schema.cache_clear()
+    yield
+    schema.cache_clear()
+
+
+def test_a_toy_task_with_its_own_format_is_three_places(monkeypatch, tmp_path, fresh_schema):
+    """Adding a task with its own file format: its registry entry, its parser and its column in the
+    paper's table; nothing else. A local file goes through the config, the real conversion
+    (rag.stages.data.build_task), scoring and the report's Table 2 and its CSV."""
+    import json
+
+    import pandas as pd
+
+    import rag.data
+    from rag.config import load_config, sections
+    from rag.evaluate import score_predictions
+    from rag.report.build import build_report
+    from rag.report.inputs import ReportInputs
+    from rag.sections import DataSection, EvalSection
+    from rag.stages.data import build_task
+    from rag.tasks import QA_SEQ, QA_TOK, PaperColumn, TaskSpec
+
+    def parse_toy(path, id_prefix=None):  # the toy format, arrow_lines: "question => answer | answer" lines
+        for n, line in enumerate(open(path, encoding="utf-8").read().splitlines()):
+            question, answers = line.split(" => ")
+            yield {"id": f"{id_prefix}-{n}", "input": question, "targets": answers.split(" | "), "meta": {}}
+
+    paper = paper_results()
+    paper["table2"]["columns"].append("Toy EM")
+    for values in paper["table2"]["rows"].values():
+        values.append(12.5)
+    touched = [
+        # 1. the registry entry: its format, its metrics and the paper column it fills
+        lambda: monkeypatch.setitem(TASKS, "toy", TaskSpec(
+            "toy", "qa", ("em",), "em", QA_SEQ, QA_TOK, display="Toy QA", format="arrow_lines",
+            paper_columns=(PaperColumn("Toy EM", "em", ("table2",)),))),
+        # 2. its parser, under the format's name
+        lambda: monkeypatch.setitem(PARSERS, "arrow_lines", parse_toy),
+        # 3. its column in the paper's table (rag/data/paper_results.yaml)
+        lambda: monkeypatch.setattr(rag.data, "paper_results", lambda: paper),
+    ]
+    for touch in touched:
+        touch()
+    assert len(touched) <= 3
+
+    files = {}
+    for split in ("train", "dev", "test"):
+        files[split] = str(tmp_path / f"toy.{split}.txt")
+        (tmp_path / f"toy.{split}.txt").write_text("capital of Ziglal => Morvan | Morvan City\nwho wrote Velora => Ada\n",
+                                                  encoding="utf-8")
+    cfg = load_config({"tasks": {"toy": {"source": "local", "files": files}}, "variants": ["rag_token", "bart"],
+                       "experiments": {"topk_task": "toy", "hotswap": False, "oracle": False}}, check_files=False)
+    data = sections(cfg)["data_toy"]
+    outs = {split: tmp_path / "data" / f"{split}.jsonl" for split in files}
+    build_task(DataSection.from_dict(data, "data_toy"), outs, files)
+    rows = [json.loads(x) for x in outs["test"].read_text().splitlines()]
+    assert rows[0] == {"id": "toy-test-0", "input": "capital of Ziglal", "targets": ["Morvan", "Morvan City"], "meta": {}}
+
+    preds = [{**r, "prediction": answer, "doc_ids": []} for r, answer in zip(rows, ["Morvan City", "Bob"])]
+    scores, _ = score_predictions(EvalSection.from_dict(sections(cfg)["eval_toy"], "eval_toy"), preds, None)
+    assert scores == {"em": 50.0}
+    run = tmp_path / "runs" / "metrics.json"
+    run.parent.mkdir()
+    run.write_text(json.dumps({"task": "toy", "variant": "rag_token", "split": "test", "metrics": scores}))
+    out = tmp_path / "report.html"
+    build_report(ReportInputs.from_files(metrics=[run]), None, {}, out, {"table2": tmp_path / "table2.csv"})
+    table2 = pd.read_csv(tmp_path / "table2.csv", index_col=0)
+    assert list(table2.columns)[-1] == "Toy EM" and table2.loc["RAG-Token", "Toy EM"] == 50.0
+    table2_html = out.read_text(encoding="utf-8").split(">Table 2<", 1)[1].split("</table>", 1)[0]
+    assert "Toy EM" in table2_html and "50.0" in table2_html and "12.5" in table2_html
+
+
+def test_a_toy_metric_is_one_class(monkeypatch):
+    """Adding a metric: one class registered by its name. compute, the per-example scores, the
+    bootstrap's subset scorer, a report cell's interval and a task's scoring use it."""
+    from rag.evaluate import metric_options, score_predictions
+    from rag.report.claims import cell_interval
+    from rag.sections import EvalSection
+    from rag.tasks import QA_SEQ, QA_TOK, TaskSpec
+
+    class FirstWord(M.HitMetric):  # the toy: the first word of the prediction is a gold's first word
+        name, display = "first_word", "first-word match"
+
+        def hit(self, prediction, golds):
+            return prediction.split()[:1] in [g.split()[:1] for g in golds]
+
+    monkeypatch.setitem(M.METRICS, FirstWord.name, FirstWord)
+    preds, golds = ["Paris France", "cat dog", "Rome"], [["Paris"], ["a cat"], ["Rome", "Roma"]]
+    assert M.compute("first_word", preds, golds) == pytest.approx(200 / 3)
+    assert FirstWord().each(preds, golds) == [True, False, True]
+    scorer = M.subset_scorer("first_word", preds, golds)
+    for ix in ([0, 0, 1], [2], [1, 1]):
+        assert scorer(ix) == M.compute("first_word", [preds[i] for i in ix], [golds[i] for i in ix])
+    with monkeypatch.context() as m:  # not bootstrapped (FirstWord.bootstrap is False): a mean of 0/100 scores
+        m.setattr(M, "subset_scorer", lambda *a, **k: pytest.fail("a mean's interval rescored resamples"))
+        iv = cell_interval("first_word", [[{"prediction": p, "targets": g} for p, g in zip(preds, golds)]])
+    assert iv.estimate == pytest.approx(200 / 3)
+
+    monkeypatch.setitem(TASKS, "toy", TaskSpec("toy", "qa", ("first_word", "em"), "first_word", QA_SEQ, QA_TOK))
+    cfg = EvalSection.from_dict({"task_name": "toy", "decode": {m: {"k": 1, "method": "greedy", "beams": 1, "max_new_tokens": 4}
+                                                                for m in ("sequence", "token", "bart")}}, "eval_toy")
+    assert metric_options(cfg) == {} and not TASKS["toy"].reads_metric_options
+    rows = [{"prediction": p, "targets": g, "doc_ids": []} for p, g in zip(preds, golds)]
+    assert score_predictions(cfg, rows, None)[0] == {"first_word": pytest.approx(200 / 3), "em": pytest.approx(100 / 3)}
+
+    class TokenizedFirstWord(FirstWord):  # a metric that reads config key metrics.tokenizer
+        name, reads_tokenizer = "first_word_tok", True
+
+    monkeypatch.setitem(M.METRICS, TokenizedFirstWord.name, TokenizedFirstWord)
+    monkeypatch.setitem(TASKS, "toy", TaskSpec("toy", "qa", ("first_word_tok",), "first_word_tok", QA_SEQ, QA_TOK))
+    assert TASKS["toy"].reads_metric_options and metric_options(cfg) == {"tokenizer": "python"}
+
+
+def test_roles_name_registered_tasks_and_the_schema_default():
+    from rag.tasks import ROLES
+
+    for role in ("hotswap", "topk", "qa", "diversity"):
+        assert getattr(ROLES, role) in TASKS, role
+    for role in ("fine_tuning", "fine_tuning_strict", "classification"):
+        assert set(getattr(ROLES, role)) <= set(TASKS), role
+    assert set(ROLES.fine_tuning_strict) <= set(ROLES.fine_tuning)
+    # Figure 3's task is the default of config key experiments.topk_task
+    assert schema()["properties"]["experiments"]["properties"]["topk_task"]["default"] == ROLES.topk
+    # the claims' labels and columns: every role task has them
+    for task in (ROLES.qa, ROLES.topk, *ROLES.fine_tuning):
+        assert TASKS[task].short and TASKS[task].column("table6")
+    for task in ROLES.classification:
+        assert TASKS[task].labels and TASKS[task].column("table2")
+    assert M.metric_spec(TASKS[ROLES.diversity].column("table5").metric).needs_targets is False
+
+
+def _task_names_in_strings(path):
+    """(line, string) of each string literal in ``path`` that names a task: the whole string, a path
+    segment of it ("runs/<task>/...") or a config section's suffix ("train_<task>")."""
+    import io
+    import tokenize
+
+    names = set(TASKS)
+    suffixes = tuple(f"_{n}" for n in names)
+    found = []
+    for tok in tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline):
+        if tok.type != tokenize.STRING:
+            continue
+        body = re.sub(r"^[rbfuRBFU]*('''|\"\"\"|'|\")", "", tok.string)[:-1].strip("'\"")
+        if body in names or any(seg in names or seg.endswith(suffixes) for seg in body.split("/")):
+            found.append((tok.start[0], tok.string))
+    return found
+
+
+def test_no_task_names_outside_the_registry_and_miniworld(tmp_path):
+    """Logic asks the registry; outside rag/tasks.py (the registry) and rag/data/miniworld.py (the
+    generators of each task's miniworld data), no file of the package or the workflow names a task."""
+    allowed = {"rag/tasks.py", "rag/data/miniworld.py"}
+    files = [*ROOT.glob("rag/**/*.py"), *ROOT.glob("workflow/**/*.smk"), *ROOT.glob("workflow/**/*.py"), ROOT / "Snakefile"]
+    assert len(files) > 40
+    found = {f"{p.relative_to(ROOT).as_posix()}:{line}": s for p in files if p.relative_to(ROOT).as_posix() not in allowed
+             for line, s in _task_names_in_strings(p)}
+    assert found == {}
+    # the scan finds what it looks for
+    probe = tmp_path / "probe.py"
+    probe.write_text('a = "nq"\nb = f"{R}/runs/fever2/x"\nc = section("train_jeopardy")\nd = "nq-base model"\n')
+    assert [line for line, _ in _task_names_in_strings(probe)] == [1, 2, 3]

@@ -256,7 +256,7 @@ def test_report_shows_qbleu_weights(report):
 
 
 def test_report_qbleu_weights_differing_or_unrecorded(tmp_path, gold_calls):
-    from rag.report.build import Runs, qbleu_note
+    from rag.report.build import Runs, weights_notes
 
     for variant, opts in (("bart", None), ("rag_token", {"tokenizer": "ptb", "qbleu1": {"w_ner": 0.6, "w_qt": 0.2, "w_re": 0.1, "delta": 0.7}})):
         d = tmp_path / "runs" / "jeopardy" / variant / "test"
@@ -265,7 +265,9 @@ def test_report_qbleu_weights_differing_or_unrecorded(tmp_path, gold_calls):
                 **({"metric_options": opts} if opts else {})}
         (d / "metrics.json").write_text(json.dumps(data), encoding="utf-8")
     inputs = ReportInputs.from_files(metrics=sorted((tmp_path / "runs").glob("*/*/*/metrics.json")))
-    note = qbleu_note(Runs(inputs, TRACKING, None, None))
+    notes = weights_notes(Runs(inputs, TRACKING, None, None))
+    assert list(notes) == ["Jeopardy QB-1"]
+    note = notes["Jeopardy QB-1"]
     assert "differing weights" in note
     assert "not recorded (metrics.json written before the weights were configurable) (bart/test)" in note
     assert "ner 0.6, qt 0.2, re 0.1, stop words 0.1, delta 0.7, tokenizer ptb (rag_token/test)" in note

@@ -1,705 +1,37 @@
-"""Strict parsers of the official dataset formats into the project's common records.
+"""Converting official dataset files to the project's common records: a task split
+(``prepare_task``: its parser, the task's parser options, its regex targets checked, ids unique,
+the count against the paper's Table 7) and a corpus (``prepare_corpus``: ``passages.tsv``).
 
-Task record (one JSON line each)::
-
-    {"id": str, "input": str, "targets": [str, ...], "meta": {...}}
-
-* FEVER: ``targets == [label]`` with label SUPPORTS / REFUTES / NOT ENOUGH INFO; the 2-way
-  variant drops NOT ENOUGH INFO claims.
-* CuratedTrec: targets are regular expressions (DrQA / DPR convention).
-
-Corpus record: ``{"id": str, "title": str, "text": str}`` (one passage).
-
-Every parser is a generator ``parse_<fmt>(path, ...)``. Parsing is strict: a malformed record
-raises :class:`DataError` naming ``file:line`` (or, for formats that are one JSON document,
-the file and the record's position in it) and what is wrong; an empty file raises; nothing is
-skipped silently. Sources without their own ids get ``f"{id_prefix}-{n}"`` (n counts from 0;
-``prepare_task`` passes ``id_prefix=f"{task}-{split}"``).
-
-Format facts (checked against public loaders, see each parser):
-
-* NQ-open: jsonl ``{"question": str, "answer": [str, ...]}``.
-* DPR ``*.qa.csv``: read by DPR with ``csv.reader(delimiter="\\t")``; column 0 the question,
-  column 1 a Python-literal list of answers (DPR uses ``eval``; here ``ast.literal_eval``).
-* DPR ``psgs_w100.tsv``: header ``id\\ttext\\ttitle``; written with csv quoting, so a text with
-  quotes is enclosed in ``"..."`` with inner quotes doubled.
-* TriviaQA: ``{"Data": [{"Question", "QuestionId", "Answer": {"Value", "Aliases", ...}}]}``.
-* WebQuestions: JSON list of ``{"url", "targetValue", "utterance"}``; ``targetValue`` is an
-  s-expression ``(list (description "Jazmine Sullivan") (description Jamaica))``.
-* CuratedTrec as distributed by DrQA (``CuratedTrec-{train,test}.txt``): JSON lines
-  ``{"question": str, "answer": [regex, ...]}``; the curators' ``curated-{train,test}.tsv``
-  (``id\\ttype\\tquestion\\tregex``) and a ``question\\tregex`` TSV are accepted too.
-* MS MARCO v2.1: one JSON object of columns (``query``, ``query_id``, ``answers``,
-  ``wellFormedAnswers``, ``query_type``, ``passages``) keyed by row number strings; an absent
-  well-formed answer is the *string* ``"[]"``.
-* FEVER: jsonl ``{"id": int, "verifiable", "label", "claim", "evidence"}``; NOT ENOUGH INFO
-  claims carry evidence like ``[[[annotation_id, null, null, null]]]``.
+The parsers are :mod:`rag.data.parsers` (a format is named after its parser); the Table 7 checks
+:mod:`rag.data.table7`. Both are read from here too, under the names callers use.
 """
 
 from __future__ import annotations
 
-import ast
-import csv
-import json
 import logging
-import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Iterable, Iterator
 
+from rag.data.corpus import write_passages
+from rag.data.parsers import (CORPUS_FORMATS, PARSERS, check_regex_targets, corpus_passages,  # noqa: F401
+                              takes_option)
+from rag.data.parsers import (FEVER_LABELS, clean_jeopardy_text, parse_corpus_jsonl, parse_corpus_tsv,  # noqa: F401
+                              parse_curatedtrec, parse_dpr_biencoder, parse_dpr_passages, parse_dpr_qa_csv, parse_fever,
+                              parse_jeopardy, parse_jsonl, parse_msmarco, parse_nq_open, parse_triviaqa,
+                              parse_webquestions, webquestions_answers)
+from rag.data.table7 import SPLITS, check_counts, table7, table7_rows  # noqa: F401
 from rag.errors import ConfigError, DataError
-from rag.data import paper_results
-from rag.data.corpus import IdSet, chunk_documents, iter_passages, write_passages
-from rag.io import iter_jsonl, iter_lines
-from rag.tasks import FEVER3_LABELS
 from rag.tasks import TASKS as TASK_SPECS
 
 log = logging.getLogger(__name__)
 
-FEVER_LABELS = FEVER3_LABELS
-SPLITS = ("train", "dev", "test")
-# task name -> row name of table7 in rag/data/paper_results.yaml (declared in the registry, rag/tasks.py)
-TABLE7_ROWS = {name: spec.table7_row for name, spec in TASK_SPECS.items()}
 TASKS = tuple(TASK_SPECS)
-
-_TABLE7: dict[str, dict[str, int]] | None = None
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _where(path: Path, lineno: int | None = None) -> str:
-    return f"{path}:{lineno}" if lineno is not None else f"{path}"
-
-
-def _default_prefix(path: Path) -> str:
-    name = Path(path).name
-    for suffix in (".gz", ".jsonl", ".json", ".tsv", ".csv", ".txt"):
-        name = name.removesuffix(suffix)
-    return name
-
-
-def _require(obj: dict, key: str, kind: type | tuple, where: str, what: str = "field") -> Any:
-    if key not in obj:
-        raise DataError(f"{where}: missing {what} {key!r}")
-    value = obj[key]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise DataError(f"{where}: {what} {key!r} must be {names}, got {type(value).__name__}")
-    return value
-
-
-def _str_list(value: Any, where: str, name: str, nonempty: bool = True) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise DataError(f"{where}: {name!r} must be a list of strings, got {value!r:.80}")
-    if nonempty and not value:
-        raise DataError(f"{where}: {name!r} is empty (no answers)")
-    return value
-
-
-def _question(value: str, where: str, name: str = "question") -> str:
-    """A question/input string: refused when empty or whitespace only."""
-    if not value.strip():
-        raise DataError(f"{where}: empty {name}")
-    return value
-
-
-def _targets(values: list[str], where: str, name: str) -> list[str]:
-    """Gold answers: non-empty list without empty or whitespace-only strings, deduplicated in order."""
-    if not values:
-        raise DataError(f"{where}: {name!r} is empty (no answers)")
-    for i, v in enumerate(values):
-        if not v.strip():
-            raise DataError(f"{where}: {name!r}[{i}] is an empty answer")
-    return _dedupe(values)
-
-
-def _dedupe(items: Iterable[str]) -> list[str]:
-    seen: set[str] = set()
-    out = []
-    for item in items:
-        if item not in seen:
-            seen.add(item)
-            out.append(item)
-    return out
-
-
-def _load_json(path: Path) -> Any:
-    """Load one JSON document (gzip by suffix) strictly; errors name the file and line."""
-    import gzip
-    import zlib
-
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as fh:
-                raw = fh.read()
-        else:
-            raw = path.read_bytes()
-    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
-        raise DataError(f"{path}: unreadable ({type(exc).__name__}: {exc}); truncated or corrupt file?") from None
-    if not raw.strip():
-        raise DataError(f"{path}: empty file (no records)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        lineno = raw.count(b"\n", 0, exc.start) + 1
-        raise DataError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason})") from None
-    del raw
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})") from None
-
-
-def _tsv_rows(path: Path, quoting: bool) -> Iterator[tuple[int, list[str]]]:
-    """(lineno, fields) of a tab-separated file; ``quoting`` parses csv-style double quotes."""
-    path = Path(path)
-    for lineno, line in iter_lines(path):
-        if quoting:
-            try:
-                row = next(csv.reader([line], delimiter="\t", strict=True), [])
-            except csv.Error as exc:
-                raise DataError(f"{path}:{lineno}: malformed quoted field ({exc})") from None
-        else:
-            row = line.split("\t")
-        yield lineno, row
-
-
-def _check_passage(path: Path, lineno: int, seen: IdSet, pid: str, title: str, text: str) -> dict:
-    where = _where(path, lineno)
-    if not pid.strip():
-        raise DataError(f"{where}: empty passage id")
-    if not seen.add(pid):
-        raise DataError(f"{where}: duplicate passage id {pid!r}")
-    if not text.strip():
-        raise DataError(f"{where}: {pid!r} has no text (empty or only whitespace)")
-    return {"id": pid, "title": title, "text": text}
-
-
-# --------------------------------------------------------------------------- QA tasks
-
-
-def parse_nq_open(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """NQ-open jsonl (google-research-datasets/natural-questions, ``nq_open``)."""
-    prefix = id_prefix or _default_prefix(path)
-    for n, (lineno, obj) in enumerate(iter_jsonl(path)):
-        where = _where(path, lineno)
-        question = _question(_require(obj, "question", str, where), where)
-        answers = _str_list(_require(obj, "answer", list, where), where, "answer")
-        rid = obj.get("id")
-        yield {
-            "id": str(rid) if rid is not None else f"{prefix}-{n}",
-            "input": question,
-            "targets": _targets(answers, where, "answer"),
-            "meta": {},
-        }
-
-
-def parse_dpr_qa_csv(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """DPR ``*.qa.csv``: ``question<TAB>['answer', ...]`` without header (nq/trivia/webq/curatedtrec)."""
-    path = Path(path)
-    prefix = id_prefix or _default_prefix(path)
-    n = 0
-    for lineno, row in _tsv_rows(path, quoting=True):
-        where = _where(path, lineno)
-        if len(row) != 2:
-            raise DataError(f"{where}: expected 2 tab-separated columns (question, answer list), got {len(row)}")
-        question, literal = row
-        if not question.strip():
-            raise DataError(f"{where}: empty question")
-        try:
-            answers = ast.literal_eval(literal)
-        except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError) as exc:
-            raise DataError(f"{where}: answer column is not a Python list literal ({type(exc).__name__}): {literal!r:.80}") from None
-        answers = _str_list(answers, where, "answers")
-        yield {"id": f"{prefix}-{n}", "input": question, "targets": _targets(answers, where, "answers"), "meta": {}}
-        n += 1
-    if n == 0:
-        raise DataError(f"{path}: empty file (no records)")
-
-
-def parse_dpr_biencoder(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """DPR's ``biencoder-*-{train,dev}.json(.gz)``: a JSON list of ``{"question", "answers", ...}``
-    (the only published train/dev split of WebQuestions and CuratedTrec; CT answers are regexes)."""
-    path = Path(path)
-    prefix = id_prefix or _default_prefix(path)
-    data = _load_json(path)
-    if not isinstance(data, list):
-        raise DataError(f"{path}: expected a JSON list of examples, got {type(data).__name__}")
-    if not data:
-        raise DataError(f"{path}: empty list (no records)")
-    for i, item in enumerate(data):
-        where = f"{path}: [{i}]"
-        if not isinstance(item, dict):
-            raise DataError(f"{where}: expected an object, got {type(item).__name__}")
-        question = _question(_require(item, "question", str, where), where)
-        answers = _str_list(_require(item, "answers", list, where), where, "answers")
-        yield {"id": f"{prefix}-{i}", "input": question, "targets": _targets(answers, where, "answers"), "meta": {}}
-
-
-def parse_jsonl(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """The project's own task format (bring your own task): ``{"id", "input", "targets": [...], "meta"?}``."""
-    from rag.io import read_jsonl
-
-    path = Path(path)
-    for lineno, row in enumerate(read_jsonl(path, required=("input", "targets")), start=1):
-        where = _where(path, lineno)
-        if not isinstance(row["input"], str) or not row["input"].strip():
-            raise DataError(f"{where}: 'input' must be a non-empty string")
-        targets = _targets(_str_list(row["targets"], where, "targets"), where, "targets")
-        rid = row.get("id", f"{id_prefix or _default_prefix(path)}-{lineno - 1}")
-        if not isinstance(rid, (str, int)) or isinstance(rid, bool):
-            raise DataError(f"{where}: 'id' must be a string or integer")
-        meta = row.get("meta", {})
-        if not isinstance(meta, dict):
-            raise DataError(f"{where}: 'meta' must be an object")
-        yield {"id": str(rid), "input": row["input"], "targets": targets, "meta": meta}
-
-
-def parse_triviaqa(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """TriviaQA (unfiltered or rc) JSON; targets = Answer.Value + Answer.Aliases, deduplicated in order."""
-    path = Path(path)
-    data = _load_json(path)
-    if not isinstance(data, dict):
-        raise DataError(f"{path}: expected a JSON object with key 'Data', got {type(data).__name__}")
-    items = _require(data, "Data", list, f"{path}", "top-level key")
-    if not items:
-        raise DataError(f"{path}: 'Data' is empty (no records)")
-    for i, item in enumerate(items):
-        where = f"{path}: Data[{i}]"
-        if not isinstance(item, dict):
-            raise DataError(f"{where}: expected an object, got {type(item).__name__}")
-        question = _question(_require(item, "Question", str, where), where, "'Question'")
-        qid = _require(item, "QuestionId", str, where)
-        if "Answer" not in item:
-            raise DataError(f"{where}: missing field 'Answer' (a test file without answers cannot be used)")
-        answer = _require(item, "Answer", dict, where)
-        value = _require(answer, "Value", str, where + ".Answer")
-        aliases = _str_list(answer.get("Aliases", []), where + ".Answer", "Aliases", nonempty=False)
-        meta = {}
-        if "NormalizedAliases" in answer:
-            meta["normalized_aliases"] = _str_list(answer["NormalizedAliases"], where + ".Answer", "NormalizedAliases", nonempty=False)
-        yield {"id": qid, "input": question, "targets": _targets([value, *aliases], where + ".Answer", "Value/Aliases"), "meta": meta}
-
-
-_WQ_ITEM = re.compile(r"\(description (.+?)\)(?=\s*\(description |\s*$)", re.DOTALL)
-
-
-def webquestions_answers(target_value: str) -> list[str]:
-    """Descriptions from a WebQuestions ``targetValue`` such as ``(list (description "A B") (description C))``.
-
-    Real files hold descriptions with unescaped inner quotes, ``(description "Temperance
-    "Tempie" Fitzgerald")`` (5 of 2,032 test and 5 of 3,778 train questions), which no
-    s-expression reader splits correctly. As DrQA's ``scripts/convert/webquestions.py``, an item
-    runs from ``(description `` to the ``)`` before the next ``(description`` or the end of the
-    list, and its double quotes are dropped: ``Temperance Tempie Fitzgerald``.
-    """
-    text = target_value.strip()
-    if not (text.startswith("(list") and text.endswith(")")):
-        raise ValueError("targetValue is not a (list ...) expression")
-    body = text[len("(list"):-1].strip()
-    answers, pos = [], 0
-    while pos < len(body):
-        m = _WQ_ITEM.match(body, pos)
-        if not m:
-            raise ValueError(f"unexpected text at {pos}: {body[pos:pos + 30]!r} (expected (description ...))")
-        item = m.group(1).strip()
-        if len(item) >= 2 and item[0] == item[-1] == '"':
-            item = re.sub(r"\\(.)", r"\1", item[1:-1])
-        answer = " ".join(item.replace('"', "").split())
-        if not answer:
-            raise ValueError(f"empty description at {pos}")
-        answers.append(answer)
-        pos = m.end()
-        while pos < len(body) and body[pos].isspace():
-            pos += 1
-    if not answers:
-        raise ValueError("targetValue lists no answers")
-    return answers
-
-
-def parse_webquestions(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """WebQuestions JSON (list of {url, targetValue, utterance}); answers from the targetValue s-expression."""
-    path = Path(path)
-    prefix = id_prefix or _default_prefix(path)
-    data = _load_json(path)
-    if not isinstance(data, list):
-        raise DataError(f"{path}: expected a JSON list of examples, got {type(data).__name__}")
-    if not data:
-        raise DataError(f"{path}: empty list (no records)")
-    for i, item in enumerate(data):
-        where = f"{path}: example [{i}]"
-        if not isinstance(item, dict):
-            raise DataError(f"{where}: expected an object, got {type(item).__name__}")
-        question = _question(_require(item, "utterance", str, where), where, "'utterance'")
-        target = _require(item, "targetValue", str, where)
-        try:
-            answers = webquestions_answers(target)
-        except ValueError as exc:
-            raise DataError(f"{where}: bad targetValue {target!r:.80}: {exc}") from None
-        meta = {"url": item["url"]} if isinstance(item.get("url"), str) else {}
-        yield {"id": f"{prefix}-{i}", "input": question, "targets": _targets(answers, where, "targetValue"), "meta": meta}
-
-
-def check_regex_targets(patterns: list[str], where: str) -> None:
-    """Refuse a CuratedTrec answer pattern that Python's ``re`` cannot compile, naming where it is.
-
-    One behaviour everywhere: the parsers, ``prepare_task`` (any format of the curatedtrec task),
-    the training-target search and ``rag score --metric em_regex`` all stop with a DataError on
-    such a pattern (DrQA would log it and count it as no match; here nothing is skipped silently).
-    """
-    from rag.metrics import compile_regex
-
-    for pattern in patterns:
-        try:
-            compile_regex(pattern)
-        except DataError as exc:
-            raise DataError(f"{where}: {exc}") from None
-
-
-def parse_curatedtrec(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """CuratedTrec, in one of three layouts (fixed by the first line; every line must follow it):
-
-    * DrQA's ``CuratedTrec-{train,test}.txt``: JSON lines ``{"question", "answer": [regex, ...]}``;
-    * the curators' TSV (brmson/dataset-factoid-curated ``curated-train.tsv`` / ``curated-test.tsv``):
-      4 columns ``id<TAB>type<TAB>question<TAB>regex`` (type e.g. ``factoid``); the record id is the
-      file's id, the type goes to ``meta["type"]``;
-    * a plain 2-column TSV ``question<TAB>regex``.
-
-    Any other number of columns is refused with file:line, as is a regex that does not compile.
-    """
-    path = Path(path)
-    prefix = id_prefix or _default_prefix(path)
-    layout = None
-    n = 0
-    seen_ids: set[str] = set()
-    for lineno, line in iter_lines(path):
-        where = _where(path, lineno)
-        if not line.strip():
-            raise DataError(f"{where}: empty line")
-        if line.lstrip().startswith("{"):
-            this = "json"
-        else:
-            cols = len(line.split("\t"))
-            this = {2: "tsv2", 4: "tsv4"}.get(cols)
-            if this is None:
-                raise DataError(
-                    f"{where}: expected 2 tab-separated columns (question, regex) or 4 (id, type, question, regex; "
-                    f"the curators' curated-*.tsv), got {cols}")
-        layout = layout or this
-        if this != layout:
-            names = {"json": "JSON", "tsv2": "2-column TSV", "tsv4": "4-column TSV"}
-            raise DataError(f"{where}: {names[this]} line in a {names[layout]} CuratedTrec file (layout set by line 1)")
-        rid, meta = f"{prefix}-{n}", {"regex": True}
-        if layout == "json":
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
-            if not isinstance(obj, dict):
-                raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-            question = _require(obj, "question", str, where)
-            patterns = _str_list(_require(obj, "answer", list, where), where, "answer")
-        elif layout == "tsv2":
-            question, pattern = line.split("\t")
-            patterns = [pattern]
-        else:
-            qid, qtype, question, pattern = line.split("\t")
-            if not qid.strip():
-                raise DataError(f"{where}: empty id (column 1)")
-            if qid in seen_ids:
-                raise DataError(f"{where}: duplicate id {qid!r} (column 1)")
-            seen_ids.add(qid)
-            rid, patterns = qid, [pattern]
-            meta["type"] = qtype
-        question = _question(question, where)
-        patterns = _targets(patterns, where, "answer regex")
-        check_regex_targets(patterns, where)
-        yield {"id": rid, "input": question, "targets": patterns, "meta": meta}
-        n += 1
-    if n == 0:
-        raise DataError(f"{path}: empty file (no records)")
-
-
-def parse_msmarco(path: Path, id_prefix: str | None = None, well_formed_only: bool = False) -> Iterator[dict]:
-    """MS MARCO QnA v2.1 (column-oriented JSON, optionally gzipped).
-
-    Targets are the ``wellFormedAnswers`` when the row has some (the column holds the string
-    ``"[]"`` when it has none), else the ``answers``. Rows whose answer is
-    ``["No Answer Present."]`` are KEPT (the RAG paper does not say it dropped them) and marked
-    ``meta["no_answer"] = True`` so a later step can filter them. With ``well_formed_only`` only
-    rows with well-formed answers are yielded (the NLGEN subset; Table 7's 153,726 training
-    examples match its size, not the 808,731 rows of train_v2.1).
-    """
-    path = Path(path)
-    data = _load_json(path)
-    if not isinstance(data, dict):
-        raise DataError(f"{path}: expected a column-oriented JSON object (MS MARCO v2.1), got {type(data).__name__}")
-    queries = _require(data, "query", dict, f"{path}", "column")
-    if "answers" not in data:
-        raise DataError(f"{path}: missing column 'answers' (the public eval file has no answers)")
-    answers_col = _require(data, "answers", dict, f"{path}", "column")
-    ids_col = _require(data, "query_id", dict, f"{path}", "column")
-    wf_col = data.get("wellFormedAnswers", {})
-    types_col = data.get("query_type", {})
-    if not isinstance(wf_col, dict) or not isinstance(types_col, dict):
-        raise DataError(f"{path}: columns 'wellFormedAnswers' and 'query_type' must be objects keyed by row")
-    if not queries:
-        raise DataError(f"{path}: column 'query' is empty (no records)")
-    n = 0
-    for key, query in queries.items():
-        where = f"{path}: row {key!r}"
-        if not isinstance(query, str):
-            raise DataError(f"{where}: 'query' must be a string, got {type(query).__name__}")
-        if key not in answers_col:
-            raise DataError(f"{where}: missing in column 'answers'")
-        if key not in ids_col:
-            raise DataError(f"{where}: missing in column 'query_id'")
-        answers = _str_list(answers_col[key], where, "answers")
-        well_formed = wf_col.get(key, "[]")
-        if well_formed == "[]" or well_formed == []:
-            well_formed = []
-        else:
-            well_formed = _str_list(well_formed, where, "wellFormedAnswers")
-        if well_formed_only and not well_formed:
-            continue
-        no_answer = answers == ["No Answer Present."]
-        qid = ids_col[key]
-        if not isinstance(qid, (int, str)) or isinstance(qid, bool):
-            raise DataError(f"{where}: 'query_id' must be an integer, got {type(qid).__name__}")
-        meta = {
-            "answer_source": "wellFormedAnswers" if well_formed else "answers",
-            "no_answer": no_answer and not well_formed,
-        }
-        if isinstance(types_col.get(key), str):
-            meta["query_type"] = types_col[key]
-        yield {"id": str(qid), "input": query, "targets": _dedupe(well_formed or answers), "meta": meta}
-        n += 1
-    if n == 0:
-        raise DataError(f"{path}: no rows with well-formed answers" if well_formed_only else f"{path}: no records")
-
-
-_HTML_TAG = re.compile(r"<[^>]*>")
-
-
-def clean_jeopardy_text(text: str) -> str:
-    """A J! Archive clue or answer as SearchQA has it: HTML tags removed, whitespace collapsed,
-    and the single quotes the raw dump wraps every clue in dropped (``'This man...'`` ->
-    ``This man...``). Text that is already clean (SearchQA's own files) is unchanged."""
-    text = " ".join(_HTML_TAG.sub(" ", text).split())
-    if len(text) >= 2 and text[0] == text[-1] == "'":
-        text = text[1:-1].strip()
-    return text
-
-
-def _jeopardy_record(obj: Any, where: str, fallback_id: str) -> dict:
-    if not isinstance(obj, dict):
-        raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-    question = clean_jeopardy_text(_require(obj, "question", str, where))
-    answer = clean_jeopardy_text(_require(obj, "answer", str, where))
-    if not answer.strip() or not question.strip():
-        raise DataError(f"{where}: empty 'question' or 'answer'")
-    meta = {k: obj[k] for k in ("category", "air_date", "value", "round", "show_number") if k in obj}
-    rid = obj.get("id")
-    return {"id": str(rid) if rid is not None else fallback_id, "input": answer, "targets": [question], "meta": meta}
-
-
-def parse_jeopardy(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """Jeopardy question generation (SearchQA-derived): input = answer entity, target = question.
-
-    Accepts JSON lines of ``{"question", "answer", ...}``, one SearchQA JSON file (an object
-    with ``question``/``answer``/``search_results``), a JSON list of such objects (e.g. the raw
-    J! Archive dump ``JEOPARDY_QUESTIONS1.json`` SearchQA links to), or a directory of SearchQA
-    ``*.json`` files (read in sorted name order). Clues and answers go through
-    ``clean_jeopardy_text`` (the raw dump's wrapping quotes and HTML removed, as SearchQA's loader).
-    """
-    path = Path(path)
-    prefix = id_prefix or _default_prefix(path)
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.name.endswith((".json", ".json.gz")))
-        if not files:
-            raise DataError(f"{path}: directory holds no .json files")
-        n = 0
-        for f in files:
-            for rec in parse_jeopardy(f, id_prefix=f"{prefix}-{_default_prefix(f)}"):
-                yield rec
-                n += 1
-        return
-    # JSON lines if the first line is a complete JSON object; otherwise one JSON document.
-    first = None
-    for _, line in iter_lines(path):
-        if line.strip():
-            first = line
-            break
-    if first is None:
-        raise DataError(f"{path}: empty file (no records)")
-    try:
-        first_obj = json.loads(first)
-    except json.JSONDecodeError:
-        first_obj = None
-    if isinstance(first_obj, dict):
-        for n, (lineno, obj) in enumerate(iter_jsonl(path)):
-            yield _jeopardy_record(obj, _where(path, lineno), f"{prefix}-{n}")
-        return
-    data = _load_json(path)
-    if isinstance(data, dict):
-        yield _jeopardy_record(data, f"{path}", f"{prefix}-0")
-    elif isinstance(data, list):
-        if not data:
-            raise DataError(f"{path}: empty list (no records)")
-        for i, obj in enumerate(data):
-            yield _jeopardy_record(obj, f"{path}: item [{i}]", f"{prefix}-{i}")
-    else:
-        raise DataError(f"{path}: expected JSON object(s), got {type(data).__name__}")
-
-
-def _evidence_pages(evidence: Any, where: str) -> list[str]:
-    """Wikipedia page titles named in FEVER evidence ``[[[annotation_id, evidence_id, page, line], ...], ...]``."""
-    if not isinstance(evidence, list):
-        raise DataError(f"{where}: 'evidence' must be a list of evidence sets, got {type(evidence).__name__}")
-    pages = []
-    for eset in evidence:
-        if not isinstance(eset, list):
-            raise DataError(f"{where}: each evidence set must be a list, got {type(eset).__name__}")
-        for item in eset:
-            if not isinstance(item, list) or len(item) != 4:
-                raise DataError(f"{where}: each evidence item must be [annotation_id, evidence_id, page, line], got {item!r:.80}")
-            page = item[2]
-            if page is not None and not isinstance(page, str):
-                raise DataError(f"{where}: evidence page must be a string or null, got {page!r:.80}")
-            if page is not None:
-                pages.append(page)
-    return _dedupe(pages)
-
-
-def parse_fever(path: Path, two_way: bool = False, id_prefix: str | None = None) -> Iterator[dict]:
-    """FEVER jsonl; targets = [label]. ``two_way`` drops NOT ENOUGH INFO claims (FEVER-2, logged)."""
-    path = Path(path)
-    n = dropped = 0
-    for lineno, obj in iter_jsonl(path):
-        where = _where(path, lineno)
-        rid = _require(obj, "id", (int, str), where)
-        claim = _require(obj, "claim", str, where)
-        if "label" not in obj:
-            raise DataError(f"{where}: missing field 'label' (unlabelled test file?)")
-        label = _require(obj, "label", str, where)
-        if label not in FEVER_LABELS:
-            raise DataError(f"{where}: label must be one of {', '.join(FEVER_LABELS)}, got {label!r}")
-        meta = {}
-        if "verifiable" in obj:
-            meta["verifiable"] = _require(obj, "verifiable", str, where)
-        if "evidence" in obj:
-            meta["evidence_pages"] = _evidence_pages(obj["evidence"], where)
-        if two_way and label == "NOT ENOUGH INFO":
-            dropped += 1
-            continue
-        n += 1
-        yield {"id": str(rid), "input": claim, "targets": [label], "meta": meta}
-    if two_way:
-        log.info("%s: FEVER-2: dropped %d NOT ENOUGH INFO claims, kept %d", path, dropped, n)
-        if n == 0:
-            raise DataError(f"{path}: no SUPPORTS/REFUTES claims left for the 2-way task")
-
-
-# --------------------------------------------------------------------------- corpus
-
-
-def parse_dpr_passages(path: Path) -> Iterator[dict]:
-    """DPR ``psgs_w100.tsv`` (optionally .gz): header ``id\\ttext\\ttitle``, csv-quoted fields."""
-    path = Path(path)
-    seen = IdSet()
-    n = 0
-    for lineno, row in _tsv_rows(path, quoting=True):
-        if lineno == 1:
-            if row != ["id", "text", "title"]:
-                raise DataError(f"{path}:1: expected header 'id<TAB>text<TAB>title', got {'<TAB>'.join(row)!r:.80}")
-            continue
-        if len(row) != 3:
-            raise DataError(f"{path}:{lineno}: expected 3 tab-separated columns (id, text, title), got {len(row)}")
-        pid, text, title = row
-        yield _check_passage(path, lineno, seen, pid, title, text)
-        n += 1
-    if n == 0:
-        raise DataError(f"{path}: empty file (no passages)")
-
-
-def parse_corpus_tsv(path: Path) -> Iterator[dict]:
-    """Plain TSV ``id<TAB>title<TAB>text`` (optional header of exactly those names; no quoting):
-    the layout of ``passages.tsv``, read by its one reader (:func:`rag.data.corpus.iter_passages`)."""
-    for _, pid, title, text in iter_passages(path, header=None):
-        yield {"id": pid, "title": title, "text": text}
-
-
-def parse_corpus_jsonl(path: Path) -> Iterator[dict]:
-    """JSON lines ``{"id", "title", "text"}`` (id may be an integer)."""
-    path = Path(path)
-    seen = IdSet()
-    for lineno, obj in iter_jsonl(path):
-        where = _where(path, lineno)
-        pid = _require(obj, "id", (str, int), where)
-        title = _require(obj, "title", str, where)
-        text = _require(obj, "text", str, where)
-        yield _check_passage(path, lineno, seen, str(pid), title, text)
-
-
-# --------------------------------------------------------------------------- Table 7 and preparation
-
-
-def table7() -> dict[str, dict[str, int]]:
-    """Paper Table 7 dataset sizes: ``{task: {"train": n, "dev": n, "test": n}}``."""
-    global _TABLE7
-    if _TABLE7 is None:
-        table = paper_results()["table7"]
-        columns = table["columns"]
-        rows = table["rows"]
-        _TABLE7 = {task: dict(zip(columns, rows[row])) for task, row in TABLE7_ROWS.items()}
-    return _TABLE7
 
 
 def __getattr__(name: str):  # lazy module attribute TABLE7 (reads the YAML on first use)
     if name == "TABLE7":
         return table7()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# Table 7 lists one more example than DPR's files hold for every split of these tasks
-# (NQ 79,168 / 8,757 / 3,610, TriviaQA 78,785 / 8,837 / 11,313, WebQuestions 3,417 / 361 / 2,032:
-# the files' counts, also DPR's Table 1): a known offset, not a wrong file.
-TABLE7_PLUS_ONE = frozenset({"nq", "triviaqa", "webquestions"})
-
-
-def check_counts(task: str, split: str, n: int) -> str | None:
-    """A warning when ``n`` differs from the paper's Table 7 count for ``task``/``split``, else None."""
-    counts = table7()
-    if task not in counts:
-        raise ConfigError(f"task: unknown task {task!r} (known: {', '.join(TASKS)})")
-    if split not in SPLITS:
-        raise ConfigError(f"split: unknown split {split!r} (known: {', '.join(SPLITS)})")
-    expected = counts[task][split]
-    if expected is None or n == expected:
-        return None
-    if task in TABLE7_PLUS_ONE and n == expected - 1:
-        return None
-    return (
-        f"{task} {split}: {n} examples, but Table 7 of Lewis et al. (2020) lists {expected} "
-        f"({n - expected:+d}); check the source file and split"
-    )
-
-
-PARSERS: dict[str, Callable[..., Iterator[dict]]] = {
-    "nq_open": parse_nq_open,
-    "dpr_qa_csv": parse_dpr_qa_csv,
-    "dpr_biencoder": parse_dpr_biencoder,
-    "jsonl": parse_jsonl,
-    "triviaqa": parse_triviaqa,
-    "webquestions": parse_webquestions,
-    "curatedtrec": parse_curatedtrec,
-    "msmarco": parse_msmarco,
-    "jeopardy": parse_jeopardy,
-    "fever": parse_fever,
-}
 
 
 def _unique_ids(records: Iterable[dict], src: Path) -> Iterator[dict]:
@@ -717,29 +49,34 @@ def _checked_regexes(records: Iterable[dict], src: Path) -> Iterator[dict]:
         yield rec
 
 
+
 def prepare_task(fmt: str, src: Path, out: Path, task: str, split: str, **kw) -> int:
     """Parse ``src`` in format ``fmt`` and write the common jsonl to ``out`` atomically; return the count.
 
-    Logs a warning when the count differs from the paper's Table 7. For ``fmt="fever"``,
-    ``two_way`` defaults to ``task == "fever2"``.
+    The task's registry entry (``rag/tasks.py``) gives the options of its own format's parser
+    (``format_options``, defaults of ``kw``: FEVER-2 drops NOT ENOUGH INFO claims) and whether its
+    targets are regular expressions (``regex_targets``: each must compile). Logs a warning when
+    the count differs from the paper's Table 7.
     """
     from rag.io import write_jsonl
 
     if fmt not in PARSERS:
         raise ConfigError(f"format: unknown format {fmt!r} (known: {', '.join(PARSERS)})")
-    if task not in TABLE7_ROWS:
-        raise ConfigError(f"task: unknown task {task!r} (known: {', '.join(TASKS)})")
+    if task not in TASK_SPECS:
+        raise ConfigError(f"task: unknown task {task!r} (known: {', '.join(TASK_SPECS)})")
     if split not in SPLITS:
         raise ConfigError(f"split: unknown split {split!r} (known: {', '.join(SPLITS)})")
-    if fmt == "fever":
-        kw.setdefault("two_way", task == "fever2")
+    spec = TASK_SPECS[task]
+    if fmt == spec.format:
+        for key, value in spec.format_options.items():
+            kw.setdefault(key, value)
     kw.setdefault("id_prefix", f"{task}-{split}")
     src = Path(src)
     try:
         records = PARSERS[fmt](src, **kw)
     except TypeError as exc:
         raise ConfigError(f"format {fmt!r}: bad options {sorted(kw)}: {exc}") from None
-    if task == "curatedtrec":
+    if spec.regex_targets:
         records = _checked_regexes(records, src)
     n = write_jsonl(out, _unique_ids(records, src))
     warning = check_counts(task, split, n)
@@ -747,25 +84,6 @@ def prepare_task(fmt: str, src: Path, out: Path, task: str, split: str, **kw) ->
         log.warning("%s", warning)
     log.info("%s -> %s: %d %s/%s examples", src, out, n, task, split)
     return n
-
-
-CORPUS_FORMATS = ("dpr_tsv", "tsv", "jsonl", "documents")
-
-
-def corpus_passages(fmt: str, src: Path, words: int = 100) -> Iterator[dict]:
-    """The passages ({id, title, text}) of the corpus file ``src`` in format ``fmt``, in order, as
-    ``passages.tsv`` will hold them; ``documents`` = jsonl {id,title,text} split into ``words``-word
-    passages."""
-    src = Path(src)
-    if fmt == "dpr_tsv":
-        return parse_dpr_passages(src)
-    if fmt == "tsv":
-        return parse_corpus_tsv(src)
-    if fmt == "jsonl":
-        return parse_corpus_jsonl(src)
-    if fmt == "documents":
-        return chunk_documents(((d["id"], d["title"], d["text"]) for d in parse_corpus_jsonl(src)), words=words)
-    raise ConfigError(f"format: unknown corpus format {fmt!r} (known: {', '.join(CORPUS_FORMATS)})")
 
 
 def prepare_corpus(fmt: str, src: Path, out: Path, words: int = 100) -> int:
@@ -780,8 +98,9 @@ def prepare_corpus(fmt: str, src: Path, out: Path, words: int = 100) -> int:
 def _cmd_prepare_task(args) -> int:
     kw = {}
     if args.well_formed_only:
-        if args.format != "msmarco":
-            raise ConfigError("--well-formed-only applies to --format msmarco only")
+        if not takes_option(args.format, "well_formed_only"):
+            raise ConfigError(f"--well-formed-only applies to --format "
+                              f"{' / '.join(f for f in PARSERS if takes_option(f, 'well_formed_only'))} only")
         kw["well_formed_only"] = True
     n = prepare_task(args.format, Path(args.input), Path(args.output), args.task, args.split, **kw)
     print(n)

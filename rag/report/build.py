@@ -11,37 +11,27 @@ from urllib.parse import quote
 
 from rag.errors import DataError
 from rag.io import atomic_open, read_json, read_jsonl
+from rag.report.claims import build_claims, cell_interval
 from rag.report.inputs import ReportInputs
+from rag.tasks import TASKS as _TASK_SPECS
+from rag.tasks import VARIANTS as _VARIANT_SPECS
+from rag.tasks import paper_column
 
 log = logging.getLogger(__name__)
 
 DASH = "\u2013"  # the en dash shown for a missing number
 
-from rag.tasks import TASKS as _TASK_SPECS
-from rag.tasks import VARIANTS as _VARIANT_SPECS
-
-TASKS = tuple(_TASK_SPECS)  # the paper's task order
 VARIANTS = tuple(_VARIANT_SPECS)  # the report's variant order
 SPLITS = ("dev", "test")
-TASK_NAMES = {name: spec.display for name, spec in _TASK_SPECS.items()}
 VARIANT_NAMES = {name: spec.display for name, spec in _VARIANT_SPECS.items()}
+# Tasks are looked up in the registry when the report is built: their order (the paper's), their
+# names, and the column of each paper table they fill with which metric (rag.tasks.paper_column).
 
-# Column label (as in paper_results.yaml) -> (task, metric) measured for it.
-COLUMN_SOURCES = {
-    "NQ": ("nq", "em"),
-    "TQA": ("triviaqa", "em"),
-    "TQA-Wiki": ("triviaqa", "em"),
-    "WQ": ("webquestions", "em"),
-    "CT": ("curatedtrec", "em_regex"),
-    "Jeopardy B-1": ("jeopardy", "bleu1"),
-    "Jeopardy QB-1": ("jeopardy", "qbleu1"),
-    "MS-MARCO R-L": ("msmarco", "rougeL"),
-    "MS-MARCO B-1": ("msmarco", "bleu1"),
-    "FEVER-3 acc": ("fever3", "accuracy"),
-    "FEVER-2 acc": ("fever2", "accuracy"),
-}
-TABLE5_SOURCES = {TASK_NAMES[t]: t for t in ("msmarco", "jeopardy")}
 
+def _task_name(task: str | None):
+    """The registry's display name of ``task`` (the name itself for an unregistered one)."""
+    spec = _TASK_SPECS.get(task)
+    return spec.display if spec else task
 
 
 def _rows(*variants: str) -> dict[str, str]:
@@ -125,12 +115,6 @@ def _number(value: Any, where: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def load_paper() -> dict:
-    from rag.data import paper_results
-
-    return paper_results()
-
-
 # ---------------------------------------------------------------- runs
 
 
@@ -161,7 +145,7 @@ class Runs:
         self.metrics = {key: runs[min(runs)] for key, runs in self.by_seed.items()}
         if not inputs.metrics:
             log.warning("no metrics files given; every measured cell is empty")
-        self.tasks = list(tasks) if tasks is not None else _ordered({k[0] for k in self.metrics}, TASKS)
+        self.tasks = list(tasks) if tasks is not None else _ordered({k[0] for k in self.metrics}, tuple(_TASK_SPECS))
         self.variants = list(variants) if variants is not None else _ordered({k[1] for k in self.metrics}, VARIANTS)
 
     def link(self, key: tuple[str, str, str]) -> str | None:
@@ -202,8 +186,6 @@ class Runs:
             spread = f"sd {_sd(vals):.1f}"
         paths = self.predictions_paths(task, variant, split)
         if v is not None and section == "metrics" and paths and all(p.is_file() for p in paths):
-            from rag.report.claims import cell_interval
-
             per_seed = [sorted(read_jsonl(p), key=lambda r: r["id"]) for p in paths]
             iv = cell_interval(metric, per_seed, self.metrics[key].get("metric_options"))
             pm = None if iv is None else f"±{iv.half_width:.1f}"
@@ -246,7 +228,8 @@ def _ordered(present: set[str], canonical: tuple[str, ...]) -> list[str]:
 # ---------------------------------------------------------------- tables
 
 
-def _gold_trigram(runs: Runs, task: str) -> float | None:
+def _gold(runs: Runs, task: str, metric: str) -> float | None:
+    """``metric`` of the first reference of each test example, as if it were the prediction."""
     for variant in list(VARIANTS) + [v for v in runs.variants if v not in VARIANTS]:
         path = runs.predictions_path(task, variant, "test")
         if path is not None and path.is_file():
@@ -254,59 +237,63 @@ def _gold_trigram(runs: Runs, task: str) -> float | None:
             texts = [str(r["targets"][0]) for r in rows if isinstance(r["targets"], list) and r["targets"]]
             if not texts:
                 return None
-            from rag.metrics import trigram_distinct
+            from rag import metrics as M
 
-            return float(trigram_distinct(texts))
+            return float(M.compute(metric, texts, [[t] for t in texts]))
     return None
 
 
-def qbleu_note(runs: Runs) -> str | None:
-    """Which Q-BLEU-1 weights the jeopardy runs were scored with (their metrics.json)."""
-    used: dict[str, list[str]] = {}
+def weights_notes(runs: Runs) -> dict[str, str]:
+    """Paper column -> which weights its runs were scored with (their metrics.json), for the columns
+    whose metric reads weights (Q-BLEU-1's)."""
+    from rag import metrics as M
+
+    used: dict[tuple[str, str], dict[str, list[str]]] = {}  # (column, metric) -> weights -> runs
     for (task, variant, split), data in sorted(runs.metrics.items()):
-        if task != "jeopardy" or "qbleu1" not in (data.get("metrics") or {}):
-            continue
-        opts = data.get("metric_options") or {}
-        w = opts.get("qbleu1")
-        if isinstance(w, dict) and all(isinstance(w.get(k), (int, float)) for k in ("w_ner", "w_qt", "w_re", "delta")):
-            sw = 1.0 - w["w_ner"] - w["w_qt"] - w["w_re"]
-            desc = (f"ner {w['w_ner']:g}, qt {w['w_qt']:g}, re {w['w_re']:g}, stop words {sw:.2g}, "
-                    f"delta {w['delta']:g}, tokenizer {opts.get('tokenizer', 'python')}")
+        spec = _TASK_SPECS.get(task)
+        for col in spec.paper_columns if spec else ():
+            if not M.metric_spec(col.metric).reads_weights or col.metric not in (data.get("metrics") or {}):
+                continue
+            opts = data.get("metric_options") or {}
+            w = opts.get("qbleu1")
+            if isinstance(w, dict) and all(isinstance(w.get(k), (int, float)) for k in ("w_ner", "w_qt", "w_re", "delta")):
+                sw = 1.0 - w["w_ner"] - w["w_qt"] - w["w_re"]
+                desc = (f"ner {w['w_ner']:g}, qt {w['w_qt']:g}, re {w['w_re']:g}, stop words {sw:.2g}, "
+                        f"delta {w['delta']:g}, tokenizer {opts.get('tokenizer', 'python')}")
+            else:
+                desc = "not recorded (metrics.json written before the weights were configurable)"
+            used.setdefault((col.label, col.metric), {}).setdefault(desc, []).append(f"{variant}/{split}")
+    notes = {}
+    for (label, metric), by_desc in used.items():
+        name = M.metric_spec(metric).display
+        if len(by_desc) == 1:
+            notes[label] = f"{label} is {name} with weights {next(iter(by_desc))}."
         else:
-            desc = "not recorded (metrics.json written before the weights were configurable)"
-        used.setdefault(desc, []).append(f"{variant}/{split}")
-    if not used:
-        return None
-    if len(used) == 1:
-        return f"Jeopardy QB-1 is Q-BLEU-1 with weights {next(iter(used))}."
-    parts = "; ".join(f"{d} ({', '.join(runs_)})" for d, runs_ in used.items())
-    return f"Jeopardy QB-1 is Q-BLEU-1 with differing weights across runs: {parts}."
+            parts = "; ".join(f"{d} ({', '.join(runs_)})" for d, runs_ in by_desc.items())
+            notes[label] = f"{label} is {name} with differing weights across runs: {parts}."
+    return notes
 
 
 def build_tables(runs: Runs, paper: dict) -> list[Table]:
     tables = []
-    qnote = qbleu_note(runs)
+    wnotes = weights_notes(runs)
     for key in ("table1", "table2", "table5", "table6"):
         spec = paper[key]
         split = TABLE_SPLIT[key]
         columns = list(spec["columns"])
         table = Table(key, TABLE_TITLES[key], spec.get("caption", ""), split, columns, notes=list(TABLE_NOTES[key]))
-        if qnote and "Jeopardy QB-1" in columns:
-            table.notes.append(qnote)
+        table.notes += [note for label, note in wnotes.items() if label in columns]
         row_variants = ROW_VARIANTS[key]
         not_run: dict[str, list[str]] = {}  # row label -> the columns of tasks run without that variant
         for label, paper_values in spec["rows"].items():
             variant = row_variants.get(label)
             cells = []
             for col, pv in zip(columns, paper_values):
-                if key == "table5":
-                    task, metric = TABLE5_SOURCES[col], "trigram_distinct"
-                else:
-                    task, metric = COLUMN_SOURCES[col]
+                task, metric = paper_column(key, col)
                 if variant is not None and runs.ran_without(task, variant, split):
                     not_run.setdefault(label, []).append(col)
                 if label == "Gold" and key == "table5":
-                    g = _gold_trigram(runs, task)
+                    g = _gold(runs, task, metric)
                     cells.append(Cell(measured=_fmt(g), paper=_fmt(pv), value=g))
                 elif variant is None:
                     cells.append(Cell(paper=_fmt(pv)))
@@ -323,7 +310,7 @@ def build_tables(runs: Runs, paper: dict) -> list[Table]:
         for label, variant in EXTRA_ROWS.get(key, []):
             cells = []
             for col in columns:
-                task, metric = COLUMN_SOURCES[col]
+                task, metric = paper_column(key, col)
                 cells.append(runs.cell(task, variant, split, metric, None))
             table.rows.append((label, cells, "measured-only"))
         tables.append(table)
@@ -334,7 +321,7 @@ def seeds_line(runs: Runs) -> str:
     """One line on how many fine-tune seeds the report's cells have and what the intervals mean."""
     counts: dict[int, set[str]] = {}
     for (task, variant, _), seeds in runs.by_seed.items():
-        counts.setdefault(len(seeds), set()).add(f"{TASK_NAMES.get(task, task)} {VARIANT_NAMES.get(variant, variant)}")
+        counts.setdefault(len(seeds), set()).add(f"{_task_name(task)} {VARIANT_NAMES.get(variant, variant)}")
     if not counts:
         return "No runs."
     if set(counts) == {1}:
@@ -389,7 +376,7 @@ def retrieval_table(runs: Runs) -> tuple[list[str], list[dict]]:
                 rows.append(
                     {
                         "split": split,
-                        "task": TASK_NAMES.get(task, task),
+                        "task": _task_name(task),
                         "variant": VARIANT_NAMES.get(variant, variant),
                         "n": data.get("n", DASH),
                         "cells": [runs.cell(task, variant, split, c, section="retrieval") for c in columns],
@@ -417,7 +404,7 @@ def figure3(inputs: ReportInputs) -> list[dict]:
     """One figure (two panels) per task that has top-K sweep files; each curve the mean over seeds."""
     from rag.report.svg import line_chart
 
-    tasks = _ordered({key[0] for key in inputs.experiment_keys("topk")}, TASKS)
+    tasks = _ordered({key[0] for key in inputs.experiment_keys("topk")}, tuple(_TASK_SPECS))
     figures = []
     for task in tasks:
         series_em, series_recall = [], []
@@ -451,8 +438,8 @@ def figure3(inputs: ReportInputs) -> list[dict]:
                     target.append((name, ks, _seed_mean(curves[metric])))
         if not series_em and not series_recall:
             continue
-        tname = TASK_NAMES.get(task, task)
-        short = "NQ" if task == "nq" else tname
+        tname = _task_name(task)
+        short = (_TASK_SPECS[task].figure3_label if task in _TASK_SPECS else "") or tname
         panels = []
         if series_em:
             panels.append(
@@ -481,7 +468,7 @@ def oracle_tables(inputs: ReportInputs) -> list[dict]:
         first = runs[0]
         attrs = sorted({a for d in runs for a in d["by_attribute"]})
         mean = lambda vals: float(sum(vals) / len(vals)) if vals else None  # noqa: E731
-        out.append({"task": TASK_NAMES.get(first.get("task"), first.get("task")),
+        out.append({"task": _task_name(first.get("task")),
                     "variant": VARIANT_NAMES.get(first.get("variant"), first.get("variant")),
                     "n": first.get("n"), "seeds": len(runs), "em": _fmt(mean([d.get("em") for d in runs])),
                     "rows": [(a, first["by_attribute"].get(a, {}).get("n"),
@@ -616,7 +603,7 @@ def samples(runs: Runs, passages: Path | None, per_task: int) -> list[dict]:
                     pending.append(doc)
                 ex["retrieved"].append({"variant": VARIANT_NAMES.get(variant, variant), "docs": docs})
             examples.append(ex)
-        out.append({"task": TASK_NAMES.get(task, task), "split": split, "examples": examples,
+        out.append({"task": _task_name(task), "split": split, "examples": examples,
                     "variants": [VARIANT_NAMES.get(v, v) for v in variants]})
     found = read_passages(passages, {d["id"] for d in pending})
     for doc in pending:
@@ -689,7 +676,9 @@ def build_report(
     tasks: list[str] | None = None,
     variants: list[str] | None = None,
 ) -> None:
-    paper = load_paper()
+    from rag.data import paper_results
+
+    paper = paper_results()
     runs = Runs(inputs, tracking_url, tasks, variants)
     table_paths = tables
     tables = build_tables(runs, paper)
@@ -697,7 +686,6 @@ def build_report(
     retrieval_columns, retrieval_rows = retrieval_table(runs)
     scale = dict(scale or {})
     from rag.data.corpus import read_passages as read_all_passages
-    from rag.report.claims import build_claims
 
     texts = None
     if passages is not None and Path(passages).is_file():

@@ -21,6 +21,7 @@ import numpy as np
 from rag.io import read_json, read_jsonl
 from rag.report.inputs import ReportInputs
 from rag.report.stats import Interval, mean_interval, statistic_interval
+from rag.tasks import ROLES, TASKS, VARIANTS
 
 
 def verdict(lo: float, hi: float, direction: int = 1) -> str:
@@ -211,42 +212,47 @@ def _paper_value(paper: dict, table: str, row: str, column: str) -> str:
 
 
 def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: dict | None = None) -> list[Claim]:
+    """The claims checklist; which task each claim reads is the registry's (``rag.tasks.ROLES``)."""
     if paper is None:
-        from rag.report.build import load_paper
+        from rag.data import paper_results
 
-        paper = load_paper()
+        paper = paper_results()
     pv = lambda *a: _paper_value(paper, *a)  # noqa: E731
     ev = Evidence(inputs, passages)
     out: list[Claim] = []
+    qa, topk = ROLES.qa, ROLES.topk
+    QA, TOPK = TASKS[qa].short, TASKS[topk].short
+    qa_col = TASKS[qa].column("table6")  # the same label in Table 1
     # 1. retrieval is a real problem: the frozen retriever misses at K = 1 and finds at K = 5
-    r1, r5 = ev.hits("nq", "rag_token_frozen", 1), ev.hits("nq", "rag_token_frozen", 5)
-    c = _diff_claim("Retrieval is a real problem: more documents find more answers", "Figure 3 (right): NQ answer recall rises with K",
-                    "NQ frozen dense answer recall@5 vs @1", r5, r1, "recall@1 in [35, 80] and recall@5 ≥ 85",
+    r1, r5 = ev.hits(qa, "rag_token_frozen", 1), ev.hits(qa, "rag_token_frozen", 5)
+    c = _diff_claim("Retrieval is a real problem: more documents find more answers", f"Figure 3 (right): {QA} answer recall rises with K",
+                    f"{QA} frozen dense answer recall@5 vs @1", r5, r1, "recall@1 in [35, 80] and recall@5 ≥ 85",
                     lambda d: 35 <= np.mean(r1) <= 80 and np.mean(r5) >= 85)
     out.append(c)
     # 2. fine-tuned retriever > frozen (Table 6)
-    for task in ("nq", "triviaqa"):
+    for task in ROLES.fine_tuning:
+        col = TASKS[task].column("table6")
         for model in ("rag_token", "rag_sequence"):
-            name = "RAG-Token" if model == "rag_token" else "RAG-Sequence"
-            col = "NQ" if task == "nq" else "TQA"
-            t6 = f"Table 6 (dev, {col}): {name} {pv('table6', name, col)} vs {name}-Frozen {pv('table6', f'{name}-Frozen', col)}"
-            out.append(_diff_claim(f"Fine-tuning the question encoder helps ({name}, {task.upper() if task == 'nq' else 'TQA'})",
+            name = VARIANTS[model].display
+            t6 = (f"Table 6 (dev, {col.label}): {name} {pv('table6', name, col.label)} vs {name}-Frozen "
+                  f"{pv('table6', f'{name}-Frozen', col.label)}")
+            out.append(_diff_claim(f"Fine-tuning the question encoder helps ({name}, {TASKS[task].short})",
                                    t6,
                                    "answer recall@1, fine-tuned vs frozen", ev.hits(task, model, 1), ev.hits(task, f"{model}_frozen", 1),
                                    "≥ +5 points", lambda d: d >= 5))
-            out.append(_diff_claim(f"… and the answers ({name}, {task.upper() if task == 'nq' else 'TQA'})",
+            out.append(_diff_claim(f"… and the answers ({name}, {TASKS[task].short})",
                                    t6,
-                                   "exact match, fine-tuned vs frozen", ev.correct(task, model, "em"),
-                                   ev.correct(task, f"{model}_frozen", "em"), "≥ +3 points", lambda d: d >= 3,
-                                   ci_above_zero=task == "nq"))  # issue 11: on NQ the interval must exclude 0
+                                   "exact match, fine-tuned vs frozen", ev.correct(task, model, col.metric),
+                                   ev.correct(task, f"{model}_frozen", col.metric), "≥ +3 points", lambda d: d >= 3,
+                                   ci_above_zero=task in ROLES.fine_tuning_strict))
     # 3. dense > BM25 on paraphrased QA
     out.append(_diff_claim("Dense retrieval beats BM25 on QA",
-                           f"Table 6 (dev, NQ): RAG-Token {pv('table6', 'RAG-Token', 'NQ')} vs RAG-Token-BM25 "
-                           f"{pv('table6', 'RAG-Token-BM25', 'NQ')}",
-                           "NQ answer recall@1, frozen dense vs BM25", ev.hits("nq", "rag_token_frozen", 1),
-                           ev.hits("nq", "rag_token_bm25", 1), "≥ +5 points", lambda d: d >= 5))
+                           f"Table 6 (dev, {qa_col.label}): RAG-Token {pv('table6', 'RAG-Token', qa_col.label)} vs RAG-Token-BM25 "
+                           f"{pv('table6', 'RAG-Token-BM25', qa_col.label)}",
+                           f"{QA} answer recall@1, frozen dense vs BM25", ev.hits(qa, "rag_token_frozen", 1),
+                           ev.hits(qa, "rag_token_bm25", 1), "≥ +5 points", lambda d: d >= 5))
     # 4. the reader reads: gold passage alone (oracle)
-    oracle = ev.json("oracle", "nq", "rag_token")
+    oracle = ev.json("oracle", topk, "rag_token")
     title, bar_text = "The reader reads: given the gold passage, it answers", "EM ≥ 85, every attribute ≥ 60"
     if oracle and all(o.get("correct") for o in oracle.values()) and len({len(o["correct"]) for o in oracle.values()}) == 1:
         em = np.array([[100.0 * x for x in o["correct"]] for o in oracle.values()])
@@ -257,26 +263,26 @@ def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: d
         iv = mean_interval([(1, em)])
         # the difference shown is EM - 85, the bar, so that column and verdict say the same thing
         c = Claim(title, "(harness check: reader and retriever apart; vs 85 % EM)",
-                  f"NQ oracle (gold passage, K = 1) RAG-Token EM {iv.estimate:.1f} (n = {em.shape[1]}); worst attribute "
-                  f"{worst} {by_attr[worst]:.0f}" if worst else f"NQ oracle EM {iv.estimate:.1f}", bar=bar_text)
+                  f"{TOPK} oracle (gold passage, K = 1) RAG-Token EM {iv.estimate:.1f} (n = {em.shape[1]}); worst attribute "
+                  f"{worst} {by_attr[worst]:.0f}" if worst else f"{TOPK} oracle EM {iv.estimate:.1f}", bar=bar_text)
         c.set_interval(Interval(iv.estimate - 85, iv.lo - 85, iv.hi - 85, iv.seed_sd, iv.seeds, iv.n, iv.side_seeds))
         c.bar_met = iv.estimate >= 85 and all(v >= 60 for v in by_attr.values())
         out.append(c)
     else:
         out.append(Claim(title, "(harness check)", "oracle: not run", bar=bar_text))
     # 5. more documents help (Figure 3); K = kmax and K = 1 decode the same fine-tunes: paired by seed
-    sweep = ev.json("topk", "nq", "rag_sequence")
+    sweep = ev.json("topk", topk, "rag_sequence")
     ks = [set(d.get("k") or ()) for d in sweep.values()] if sweep else []
     if sweep and all("per_example" in d for d in sweep.values()) and all(1 in k and max(k) > 1 for k in ks) \
             and len({max(k) for k in ks}) == 1:
         kmax = max(ks[0])
         pe = lambda key, field: np.array([d["per_example"][key][field] for d in sweep.values()], dtype=float)  # noqa: E731
-        out.append(_diff_claim("More retrieved documents find more answers", "Figure 3 (right): NQ recall@K rises to K = 50",
-                               f"NQ answer recall@{kmax} vs @1 (RAG-Sequence)", pe(str(kmax), "hit"), pe("1", "hit"),
+        out.append(_diff_claim("More retrieved documents find more answers", f"Figure 3 (right): {TOPK} recall@K rises to K = 50",
+                               f"{TOPK} answer recall@{kmax} vs @1 (RAG-Sequence)", pe(str(kmax), "hit"), pe("1", "hit"),
                                "≥ +10 points", lambda d: d >= 10, paired_seeds=True))
         out.append(_diff_claim("… and RAG-Sequence answers better with more documents",
-                               "Figure 3 (left): RAG-Sequence NQ EM rises with K",
-                               f"NQ EM at K = {kmax} vs K = 1 (RAG-Sequence)", pe(str(kmax), "correct"), pe("1", "correct"),
+                               f"Figure 3 (left): RAG-Sequence {TOPK} EM rises with K",
+                               f"{TOPK} EM at K = {kmax} vs K = 1 (RAG-Sequence)", pe(str(kmax), "correct"), pe("1", "correct"),
                                "≥ +5 points", lambda d: d >= 5, paired_seeds=True))
     else:
         out.append(Claim("More retrieved documents help", "Figure 3", "top-K sweep: not run", bar="≥ +10 recall, ≥ +5 EM"))
@@ -285,7 +291,8 @@ def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: d
     hs_paper = (f"Section 4.5 (82 leaders): matched {hsp.get('matched_2016', '–')} % / {hsp.get('matched_2018', '–')} %, "
                 f"mismatched {hsp.get('mismatched_2018_questions_2016_index', '–')} % / "
                 f"{hsp.get('mismatched_2016_questions_2018_index', '–')} % (2016 / 2018)")
-    for model, name in (("rag_token", "RAG-Token"), ("rag_sequence", "RAG-Sequence")):
+    for model in ("rag_token", "rag_sequence"):
+        name = VARIANTS[model].display
         hs = _hotswap(ev, model)
         if hs is None:
             out.append(Claim(f"Swapping the index updates the answers ({name})", hs_paper,
@@ -299,41 +306,46 @@ def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: d
                         paired_seeds=True)
         out.append(c)
     # 7. RAG on FEVER
-    for task, col in (("fever3", "FEVER-3 acc"), ("fever2", "FEVER-2 acc")):
-        rag = ev.correct(task, "rag_token", "accuracy")
-        t2 = f"Table 2: RAG-Token {pv('table2', 'RAG-Token', col)} vs BART {pv('table2', 'BART', col)}"
-        out.append(_diff_claim(f"RAG beats BART on {task.upper().replace('FEVER', 'FEVER-')}", t2, "accuracy, RAG-Token vs BART",
-                               rag, ev.correct(task, "bart", "accuracy"), "≥ +5 points", lambda d: d >= 5))
-        out.append(_diff_claim(f"… and the majority class ({task.upper().replace('FEVER', 'FEVER-')})", "(the label prior)",
+    for task in ROLES.classification:
+        col = TASKS[task].column("table2")
+        rag = ev.correct(task, "rag_token", col.metric)
+        t2 = f"Table 2: RAG-Token {pv('table2', 'RAG-Token', col.label)} vs BART {pv('table2', 'BART', col.label)}"
+        out.append(_diff_claim(f"RAG beats BART on {TASKS[task].short}", t2, "accuracy, RAG-Token vs BART",
+                               rag, ev.correct(task, "bart", col.metric), "≥ +5 points", lambda d: d >= 5))
+        out.append(_diff_claim(f"… and the majority class ({TASKS[task].short})", "(the label prior)",
                                "accuracy, RAG-Token vs the training majority label", rag, _majority_baseline(ev, task),
                                "≥ +15 points", lambda d: d >= 15))
     # 8. kept: RAG >> closed-book BART; RAG more diverse than BART (Table 5)
     out.append(_diff_claim("RAG beats closed-book BART on open-domain QA",
-                           f"Table 1 (NQ): RAG-Token {pv('table1', 'RAG-Token', 'NQ')} vs closed-book T5-11B "
-                           f"{pv('table1', 'Closed book: T5-11B', 'NQ')}",
-                           "NQ EM, RAG-Token vs BART", ev.correct("nq", "rag_token", "em"), ev.correct("nq", "bart", "em"),
-                           "≥ +25 points", lambda d: d >= 25))
-    out.append(_diversity_claim(ev, f"Table 5: Jeopardy distinct tri-grams, RAG-Token {pv('table5', 'RAG-Token', 'Jeopardy QGen')} "
-                                    f"% vs BART {pv('table5', 'BART', 'Jeopardy QGen')} %"))
+                           f"Table 1 ({qa_col.label}): RAG-Token {pv('table1', 'RAG-Token', qa_col.label)} vs closed-book T5-11B "
+                           f"{pv('table1', 'Closed book: T5-11B', qa_col.label)}",
+                           f"{QA} EM, RAG-Token vs BART", ev.correct(qa, "rag_token", qa_col.metric),
+                           ev.correct(qa, "bart", qa_col.metric), "≥ +25 points", lambda d: d >= 25))
+    div = TASKS[ROLES.diversity].column("table5").label
+    out.append(_diversity_claim(ev, f"Table 5: {TASKS[ROLES.diversity].short} distinct tri-grams, RAG-Token "
+                                    f"{pv('table5', 'RAG-Token', div)} % vs BART {pv('table5', 'BART', div)} %"))
     return out
 
 
 def _diversity_claim(ev: Evidence, paper: str) -> Claim:
     from rag import metrics as M
 
-    rag, bart = ev.predictions("jeopardy", "rag_token"), ev.predictions("jeopardy", "bart")
+    task = ROLES.diversity
+    metric = M.metric_spec(TASKS[task].column("table5").metric)()  # a metric of the predictions alone
+    short = TASKS[task].short
+    rag, bart = ev.predictions(task, "rag_token"), ev.predictions(task, "bart")
     title, bar = "RAG generations are more diverse than BART's", "> 0"
     if rag is None or bart is None or len({len(p) for p in [*rag.values(), *bart.values()]}) != 1:
-        return Claim(title, paper, "Jeopardy: not run", bar=bar)
+        return Claim(title, paper, f"{short}: not run", bar=bar)
 
     def distinct(preds: list[dict]):
         gens = [p["prediction"] for p in preds]
-        return lambda ix: M.trigram_distinct([gens[i] for i in ix])
+        return lambda ix: metric.score([gens[i] for i in ix], [])
 
     n = len(next(iter(rag.values())))
     iv = statistic_interval([(1, [distinct(p) for p in rag.values()]), (-1, [distinct(p) for p in bart.values()])], n)
-    mean = lambda runs: float(np.mean([M.trigram_distinct([p["prediction"] for p in preds]) for preds in runs.values()]))  # noqa: E731
-    c = Claim(title, paper, f"Jeopardy distinct tri-grams, RAG-Token vs BART: {mean(rag):.1f} vs {mean(bart):.1f} (n = {n})",
+    mean = lambda runs: float(np.mean([metric.score([p["prediction"] for p in preds], []) for preds in runs.values()]))  # noqa: E731
+    c = Claim(title, paper, f"{short} distinct tri-grams, RAG-Token vs BART: {mean(rag):.1f} vs {mean(bart):.1f} (n = {n})",
               bar=bar)
     c.set_interval(iv)
     c.bar_met = iv.estimate > 0
@@ -352,7 +364,7 @@ def cell_interval(metric: str, per_seed: list[list[dict]], options: dict | None 
         return None
     options = options or {}
     tok, weights = options.get("tokenizer", "python"), options.get("qbleu1")
-    if metric in ("em", "em_regex", "accuracy"):
+    if not M.metric_spec(metric).bootstrap:  # a mean of per-example 0/100 scores
         score = partial(M.compute, metric, tokenizer=tok, qbleu_weights=weights)
         return mean_interval([(1, np.array([[score([x["prediction"]], [x["targets"]]) for x in preds] for preds in per_seed]))])
     # corpus-level metrics: recomputed on resamples, each example's own work done once per seed

@@ -56,14 +56,17 @@ def build_task(cfg: DataSection, outs: dict[str, str | Path], sources: dict[str,
                 raise ConfigError(f"config key 'tasks.{name}.{split}': {exc}") from None
             write_jsonl(outs[split], rows)
     else:
-        from rag.data.formats import prepare_task
+        from rag.data.formats import prepare_task, takes_option
+        from rag.tasks import TASKS
 
         for split in SPLITS:
             src = sources.get(split)
             if not src:
                 raise ConfigError(f"task {name} (source {task.source}) needs --in-{split} (the downloaded or local file)")
-            fmt = (task.formats or {}).get(split, name if task.format is None else task.format)
-            extra = {"well_formed_only": True} if task.keeps_well_formed_only(split) and fmt == "msmarco" else {}
+            # the split's parser: tasks.<task>.formats, else .format, else the registry's format of the task
+            fmt = (task.formats or {}).get(split, TASKS[name].format if task.format is None else task.format)
+            wf = task.keeps_well_formed_only(split) and takes_option(fmt, "well_formed_only")
+            extra = {"well_formed_only": True} if wf else {}
             prepare_task(fmt, Path(src), Path(outs[split]), task=name, split=split, **extra)
 
 

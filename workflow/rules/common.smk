@@ -9,7 +9,7 @@ import sys
 from rag.config import config_hash, encoder_slug, load_config, run_seeds, sections, task_variants
 from rag.errors import ConfigError
 from rag.retrieval import FILE_ROLES
-from rag.tasks import RETRIEVERS, TASKS, VARIANTS, variant_spec
+from rag.tasks import RETRIEVERS, ROLES, TASKS, VARIANTS, variant_spec
 from rag.warm import WarmStart
 
 # load_config validates against workflow/schemas/config.schema.yaml (the same file) and stops
@@ -35,7 +35,8 @@ RUN = f"{R}/runs/{{task}}/{{variant}}/seed{{seed}}"
 ENCODER = encoder_slug(CFG["retriever"]["context_encoder"])
 INDEX = CFG["retriever"]["index"]
 SHARDS = range(CFG["retriever"]["shards"])
-HOTSWAP = CFG["experiments"]["hotswap"] and CFG["corpus"]["source"] == "miniworld" and "nq" in CFG["tasks"]
+HOTSWAP_TASK = ROLES.hotswap  # the task whose questions the hot-swap asks (rag/tasks.py ROLES)
+HOTSWAP = CFG["experiments"]["hotswap"] and CFG["corpus"]["source"] == "miniworld" and HOTSWAP_TASK in CFG["tasks"]
 TOPK_TASK = CFG["experiments"]["topk_task"]
 # the oracle (gold passage as the only document) needs questions that name their gold passage: miniworld's do
 ORACLE = CFG["experiments"]["oracle"] and CFG["corpus"]["source"] == "miniworld" and TOPK_TASK in CFG["tasks"]
@@ -182,7 +183,7 @@ def train_priority(wildcards):
     does not end with one core idle behind a long job."""
     task, variant = wildcards.task, wildcards.variant
     feeds = (any(CFG["tasks"][t].get("init_from") == task and variant in TASK_VARIANTS[t] for t in TASK_NAMES)
-             or (task in (TOPK_TASK, "nq") and variant in rag_variants(task)))
+             or (task in (TOPK_TASK, HOTSWAP_TASK) and variant in rag_variants(task)))
     spec = variant_spec(variant)
     kind = ("none" if spec.retriever is None else "bm25" if spec.retriever == "bm25" else
             "trained" if spec.train_question_encoder else "frozen")
@@ -223,7 +224,7 @@ def report_inputs(wildcards):
         "metrics": run_files("metrics.json"),
         "predictions": run_files("predictions.jsonl"),
         "topk": experiment_files("topk", TOPK_TASK, rag_variants(TOPK_TASK)),
-        "hotswap": experiment_files("hotswap", "nq", rag_variants("nq")) if HOTSWAP else [],
+        "hotswap": experiment_files("hotswap", HOTSWAP_TASK, rag_variants(HOTSWAP_TASK)) if HOTSWAP else [],
         "oracle": experiment_files("oracle", TOPK_TASK, rag_variants(TOPK_TASK)) if ORACLE else [],
         "train_data": [f"{R}/data/{task}/train.jsonl" for task in TASK_NAMES],
     }

@@ -79,8 +79,8 @@ rule oracle:
 
 rule hotswap:
     input:
-        cfg=[section("train_nq"), section("eval_nq")],
-        model=f"{R}/runs/nq/{{variant}}/seed{{seed}}/model",
+        cfg=[section(f"train_{HOTSWAP_TASK}"), section(f"eval_{HOTSWAP_TASK}")],
+        model=f"{R}/runs/{HOTSWAP_TASK}/{{variant}}/seed{{seed}}/model",
         questions=f"{R}/data/hotswap/questions.jsonl",
         passages_a=corpus_passages(NAME),
         emb_a=shard_files(NAME),

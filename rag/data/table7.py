@@ -1,0 +1,54 @@
+"""The paper's Table 7 (dataset sizes) against the examples a converted task file holds: each
+task's row is its registry entry's ``table7_row`` (``rag/tasks.py``), the counts come from
+``rag/data/paper_results.yaml``."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from rag.errors import ConfigError
+
+SPLITS = ("train", "dev", "test")
+
+
+@lru_cache(maxsize=1)
+def _table() -> tuple[tuple[str, ...], dict[str, tuple]]:
+    from rag.data import paper_results
+
+    table = paper_results()["table7"]
+    return tuple(table["columns"]), {row: tuple(counts) for row, counts in table["rows"].items()}
+
+
+def table7_rows() -> dict[str, str]:
+    """task -> its row of Table 7, for the registered tasks that have one."""
+    from rag.tasks import TASKS
+
+    return {name: spec.table7_row for name, spec in TASKS.items() if spec.table7_row}
+
+
+def table7() -> dict[str, dict[str, int]]:
+    """Paper Table 7 dataset sizes: ``{task: {"train": n, "dev": n, "test": n}}``."""
+    columns, rows = _table()
+    return {task: dict(zip(columns, rows[row])) for task, row in table7_rows().items()}
+
+
+def check_counts(task: str, split: str, n: int) -> str | None:
+    """A warning when ``n`` differs from the paper's Table 7 count for ``task``/``split``, else None
+    (also for a task Table 7 has no row for). A task whose registry entry has a ``table7_offset``
+    may hold that many examples fewer than Table 7 lists."""
+    from rag.tasks import TASKS
+
+    if task not in TASKS:
+        raise ConfigError(f"task: unknown task {task!r} (known: {', '.join(TASKS)})")
+    if split not in SPLITS:
+        raise ConfigError(f"split: unknown split {split!r} (known: {', '.join(SPLITS)})")
+    expected = table7().get(task, {}).get(split)
+    if expected is None or n == expected:
+        return None
+    offset = TASKS[task].table7_offset
+    if offset and n == expected - offset:
+        return None
+    return (
+        f"{task} {split}: {n} examples, but Table 7 of Lewis et al. (2020) lists {expected} "
+        f"({n - expected:+d}); check the source file and split"
+    )

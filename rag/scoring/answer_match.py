@@ -1,0 +1,115 @@
+"""Matching an answer: SQuAD exact match, CuratedTrec's regular expressions (DrQA) and DPR's
+``has_answer`` (is an answer in a retrieved passage). The metrics (``em``, ``em_regex``), answer
+recall, the hot-swap and the training targets all match answers here."""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from typing import Sequence
+
+from rag.errors import DataError
+
+# ---------------------------------------------------------------------------------------------
+# SQuAD exact match
+# ---------------------------------------------------------------------------------------------
+
+_PUNCT = set(string.punctuation)
+
+
+def normalize_answer(s: str) -> str:
+    """Lower text and remove punctuation, articles and extra whitespace (SQuAD v1.1 script)."""
+
+    def remove_articles(text):
+        return re.sub(r"\b(a|an|the)\b", " ", text)
+
+    def white_space_fix(text):
+        return " ".join(text.split())
+
+    def remove_punc(text):
+        return "".join(ch for ch in text if ch not in _PUNCT)
+
+    return white_space_fix(remove_articles(remove_punc(s.lower())))
+
+
+def exact_match(prediction: str, golds: Sequence[str]) -> bool:
+    """SQuAD exact match: max over golds of normalized string equality."""
+    norm = normalize_answer(prediction)
+    return any(norm == normalize_answer(g) for g in golds)
+
+
+# ---------------------------------------------------------------------------------------------
+# CuratedTrec regex match (DrQA)
+# ---------------------------------------------------------------------------------------------
+
+_REGEX_FLAGS = re.IGNORECASE | re.UNICODE | re.MULTILINE
+
+
+def compile_regex(pattern: str) -> "re.Pattern":
+    """Compile a gold answer pattern (IGNORECASE|UNICODE|MULTILINE); DataError naming it if invalid.
+
+    The one behaviour for an uncompilable CuratedTrec pattern everywhere (parsers, training
+    targets, em_regex, answer recall): stop with this error, never count it silently as no match.
+    """
+    try:
+        return re.compile(pattern, flags=_REGEX_FLAGS)
+    except (re.error, TypeError) as exc:
+        raise DataError(f"invalid gold regular expression {pattern!r}: {exc}") from None
+
+
+_compile = compile_regex
+
+
+def regex_match(prediction: str, patterns: Sequence[str]) -> bool:
+    """CuratedTrec match, after DrQA's ``regex_match_score``.
+
+    DrQA compiles each gold pattern with IGNORECASE|UNICODE|MULTILINE and counts the prediction
+    when ``compiled.match(prediction)`` succeeds (anchored at the start, not a full match), max
+    over the golds. DrQA applies no normalization there; the project issue asks for "the same
+    normalization" as EM, so the pattern is tried on the raw prediction and on
+    ``normalize_answer(prediction)``; either match counts (a superset of DrQA's rule, equal to
+    it whenever normalization does not change the string). DrQA logs and returns False for a
+    pattern that does not compile; here that is a DataError naming the pattern, as in the
+    parsers and the training path (``compile_regex``).
+    """
+    compiled = [_compile(p) for p in patterns]
+    candidates = (prediction, normalize_answer(prediction))
+    return any(c.match(text) is not None for c in compiled for text in candidates)
+
+
+_DPR_TOKEN_RE = None
+
+
+def _dpr_tokens(text: str) -> list[str]:
+    """DPR's SimpleTokenizer (alphanumeric runs or single non-space characters), uncased, after
+    unicode NFD normalization (dpr/data/qa_validation.py: has_answer / _normalize)."""
+    global _DPR_TOKEN_RE
+    if _DPR_TOKEN_RE is None:
+        import regex
+
+        _DPR_TOKEN_RE = regex.compile(r"([\p{L}\p{N}\p{M}]+)|([^\p{Z}\p{C}])", regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
+    text = unicodedata.normalize("NFD", text)
+    return [m.group().lower() for m in _DPR_TOKEN_RE.finditer(text)]
+
+
+def answer_in_text(text: str, answers: Sequence[str], regex: bool = False) -> bool:
+    """DPR ``has_answer``: does any answer occur in ``text``?
+
+    String mode: some answer's token sequence is a contiguous subsequence of the text's tokens
+    (DPR SimpleTokenizer, uncased, NFD). Regex mode: ``re.search`` of any pattern in the NFD text
+    (IGNORECASE|UNICODE|MULTILINE); an invalid pattern raises DataError.
+    """
+    if regex:
+        norm = unicodedata.normalize("NFD", text)
+        return any(_compile(unicodedata.normalize("NFD", a)).search(norm) is not None for a in answers)
+    tokens = _dpr_tokens(text)
+    for a in answers:
+        at = _dpr_tokens(a)
+        if not at:
+            continue
+        k = len(at)
+        for i in range(len(tokens) - k + 1):
+            if tokens[i: i + k] == at:
+                return True
+    return False

@@ -1,0 +1,175 @@
+"""Q-BLEU-1 (Nema & Khapra 2018), the Jeopardy question-generation metric, as the authors' script
+computes it: weights, stop words, the four word classes and the per-example scores."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from rag.errors import ConfigError
+from rag.scoring.coco import _check_pairs, _sentence_bleu_scorer
+from rag.scoring.ptb_tokenizer import tokenize_batch
+
+
+# Weights (w_sw = 1 - w_ner - w_qt - w_re; the BLEU-1 share is 1 - delta). The RAG paper says only
+# "SQuAD-tuned Q-BLEU-1". Known sets (docs/metrics.md gives the sources and the reason for the default):
+QBLEU_WEIGHT_SETS = {
+    # the first author's later SQuAD evaluation scripts: the default (see docs/metrics.md)
+    "squad": {"w_ner": 0.41, "w_qt": 0.20, "w_re": 0.20, "delta": 0.66},
+    # github.com/PrekshaNema25/Answerability-Metric README.md example command line and its tests
+    "readme": {"w_ner": 0.6, "w_qt": 0.2, "w_re": 0.1, "delta": 0.7},
+    # a public RAG-on-Jeopardy reproduction
+    "rag_jeopardy_repro": {"w_ner": 0.41, "w_qt": 0.20, "w_re": 0.36, "delta": 0.66},
+}
+QBLEU_DEFAULT_WEIGHTS = dict(QBLEU_WEIGHT_SETS["squad"])
+QBLEU_WEIGHT_KEYS = ("w_ner", "w_qt", "w_re", "delta")
+
+
+def check_qbleu_weights(weights: dict, where: str = "metrics.qbleu1") -> dict:
+    """Validate Q-BLEU weights (keys w_ner, w_qt, w_re, delta in [0, 1], w_ner + w_qt + w_re <= 1);
+    return them complete (missing keys from ``QBLEU_DEFAULT_WEIGHTS``) with w_sw added."""
+    unknown = sorted(set(weights) - set(QBLEU_WEIGHT_KEYS))
+    if unknown:
+        raise ConfigError(f"config key '{where}.{unknown[0]}': unknown; valid: {', '.join(QBLEU_WEIGHT_KEYS)}")
+    out = {**QBLEU_DEFAULT_WEIGHTS, **weights}
+    for k in QBLEU_WEIGHT_KEYS:
+        v = out[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+            raise ConfigError(f"config key '{where}.{k}': must be a number in [0, 1], got {v!r}")
+    total = out["w_ner"] + out["w_qt"] + out["w_re"]
+    if total > 1.0 + 1e-9:
+        raise ConfigError(f"config key '{where}': w_ner + w_qt + w_re = {total:g} > 1 (the stop-word weight "
+                          "is 1 minus their sum)")
+    out["w_sw"] = max(0.0, 1.0 - total)
+    return out
+
+
+# The authors' stop-word list (answerability_score.py; nltk's English list of that time, as used
+# there; embedded so that nothing is downloaded at run time).
+QBLEU_STOP_WORDS = frozenset(
+    """did have ourselves hers between yourself but again there about once during out very having
+    with they own an be some for do its yours such into of most itself other off is s am or as from
+    him each the themselves until below are we these your his through don nor me were her more
+    himself this down should our their while above both up to ours had she all no at any before
+    them same and been in will on does yourselves then that because over so can not now under he
+    you herself has just too only myself those i after few t being if theirs my against a by doing
+    it further was here than""".split()
+)
+_QT = ("What", "Which", "Why", "Who", "Whom", "Whose", "Where", "When", "How")
+QUESTION_WORDS = frozenset(_QT) | frozenset(w.lower() for w in _QT)
+# answerability_score.py, data_type == 'wikimovies'
+WIKIMOVIES_RELEVANT = ("act", "write", "direct", "describ", "appear", "star", "genre", "language",
+                       "about", "appear", "cast")
+QUESTION_TYPES = ("squad", "wikimovies")
+
+
+def _qt_words(words: list[str]) -> list[str]:
+    """Question-type words, plus the word after what/which (the answer type)."""
+    out = []
+    for i, w in enumerate(words):
+        if w in QUESTION_WORDS:
+            out.append(w)
+            if i + 1 < len(words) and w.lower() in ("what", "which"):
+                out.append(words[i + 1])
+    return out
+
+
+def qbleu_components(question: str, questions_type: str = "squad") -> dict[str, str]:
+    """Split a question into the four Q-BLEU word classes, exactly as the authors' script.
+
+    The authors' ``questiontype`` walks its question-word *set*, so the order of the qt words
+    differs from ours; only unigram counts enter BLEU-1, so scores are the same.
+
+    Named entities: the authors' ``NER_line`` runs no NER model either: it takes every token whose
+    first character is upper-case, after dropping the first token when it is a question word
+    (so a capitalized sentence-initial non-question word such as "Is" counts, as in their test).
+    Numbers are *relevant words* there (lower-case, not stop words); we keep that, so the
+    official scores are reproduced.
+    """
+    words = question.split()
+    qt = _qt_words(words)
+    if questions_type == "wikimovies":
+        imp = [w for w in words for j in WIKIMOVIES_RELEVANT if j.lower() in w]
+    else:
+        removed = set(qt)
+        imp = [w for w in words if w not in removed and not w[0].isupper() and w not in QBLEU_STOP_WORDS]
+    ner_words = words[1:] if words and words[0].lower() in QUESTION_WORDS else words
+    ner = [w for w in ner_words if w[0].isupper()]
+    sw = [w.lower() for w in words if w.lower() in QBLEU_STOP_WORDS]
+    return {"imp": " ".join(imp), "ner": " ".join(ner), "qt": " ".join(qt), "sw": " ".join(sw)}
+
+
+def qbleu1_scores(
+    predictions: Sequence[str],
+    references: Sequence[Sequence[str]],
+    questions_type: str = "squad",
+    tokenizer: str = "python",
+    w_ner: float | None = None,
+    w_qt: float | None = None,
+    w_re: float | None = None,
+    delta: float | None = None,
+) -> list[float]:
+    """Per-example Q-BLEU-1 in [0, 1] (max over the references of each example)."""
+    if questions_type not in QUESTION_TYPES:
+        raise ConfigError(f"unknown questions_type {questions_type!r}; valid: {', '.join(QUESTION_TYPES)}")
+    _check_pairs(predictions, references)
+    given = {k: v for k, v in {"w_ner": w_ner, "w_qt": w_qt, "w_re": w_re, "delta": delta}.items() if v is not None}
+    W = check_qbleu_weights(given, "qbleu1 weights")
+    w_ner, w_qt, w_re, delta = W["w_ner"], W["w_qt"], W["w_re"], W["delta"]
+    w_sw = 1.0 - w_ner - w_qt - w_re
+
+    pairs = [(p, r) for p, refs in zip(predictions, references) for r in refs]
+    keys = ("imp", "ner", "qt", "sw")
+    hyp_c = [qbleu_components(p, questions_type) for p, _ in pairs]
+    ref_c = [qbleu_components(r, questions_type) for _, r in pairs]
+    n = len(pairs)
+    texts = [p for p, _ in pairs] + [r for _, r in pairs]
+    for k in keys:
+        texts += [c[k] for c in hyp_c] + [c[k] for c in ref_c]
+    tok = tokenize_batch(texts, tokenizer)
+
+    def block(i):
+        return tok[i * n: (i + 1) * n]
+
+    # Fluency: sentence-level BLEU-1 of the whole question (per-line "Bleu_1" in their script).
+    _, fl = _sentence_bleu_scorer(block(0), [[r] for r in block(1)], 1)
+    fluent = fl[0]
+    comp = {}
+    for j, k in enumerate(keys):
+        h, r = block(2 + 2 * j), block(3 + 2 * j)
+        _, p = _sentence_bleu_scorer(h, [[x] for x in r], 1)  # precision direction
+        _, rc = _sentence_bleu_scorer(r, [[x] for x in h], 1)  # recall direction (swapped)
+        # The authors' head script (commit 61392b1, Nov 2019) scores a component 1 when its
+        # hypothesis and reference parts are both empty strings (before tokenization).
+        comp[k] = [1.0 if not hyp_c[i][k] and not ref_c[i][k]
+                   else 0.0 if a + b == 0 else 2 * a * b / (a + b)
+                   for i, (a, b) in enumerate(zip(p[0], rc[0]))]
+    per_pair = []
+    for i in range(n):
+        answerability = (w_re * comp["imp"][i] + w_ner * comp["ner"][i] + w_qt * comp["qt"][i]
+                         + w_sw * comp["sw"][i])
+        # An empty prediction scores 0 (the authors' script crashes on it; see qbleu1).
+        per_pair.append(0.0 if not pairs[i][0].strip() else delta * answerability + (1 - delta) * fluent[i])
+    out, pos = [], 0
+    for refs in references:
+        out.append(max(per_pair[pos: pos + len(refs)]))
+        pos += len(refs)
+    return out
+
+
+def qbleu1(predictions: Sequence[str], references: Sequence[Sequence[str]], questions_type: str = "squad",
+           tokenizer: str = "python", **weights) -> float:
+    """Q-BLEU-1 (Nema & Khapra 2018) in percent: mean over examples of
+    ``delta * Answerability + (1 - delta) * BLEU-1``, weights ``QBLEU_DEFAULT_WEIGHTS`` unless
+    given. Each Answerability component (relevant words, named entities, question type, stop
+    words) is the harmonic mean of the sentence BLEU-1 of the predicted component against the
+    reference one and vice versa, and 1 when both components are empty (the authors' head script,
+    github.com/PrekshaNema25/Answerability-Metric at ec5cf5e, Nov 2019; the October 2018 version
+    scored that case 0). Equal to that script run with Java's PTB tokenizer, within 1e-6, on the
+    pairs of ``tests/data/qbleu_head_vectors.json`` with either tokenizer.
+
+    With several references the best one is taken (the authors' script has one per line).
+    An empty (or whitespace-only) prediction scores 0; the authors' script stops with an
+    IndexError on it (``NER_line`` reads the first word), so 0 is this project's choice.
+    """
+    scores = qbleu1_scores(predictions, references, questions_type, tokenizer, **weights)
+    return 100.0 * sum(scores) / len(scores)
