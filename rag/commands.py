@@ -20,28 +20,28 @@ SPLITS = ("train", "dev", "test")
 
 # ---------------------------------------------------------------------------------- data
 def cmd_corpus(args) -> None:
-    from rag.stages.data import build_corpus
+    from rag.stages.datasets import build_corpus
 
     build_corpus(read_section(CorpusSection, args.config), args.out, snapshot=args.snapshot, source_file=args.input,
                  restatements=args.restatements)
 
 
 def cmd_tasks(args) -> None:
-    from rag.stages.data import build_task
+    from rag.stages.datasets import build_task
 
     build_task(read_section(DataSection, args.config), {s: getattr(args, f"out_{s}") for s in SPLITS},
                {s: getattr(args, f"in_{s}") for s in SPLITS})
 
 
 def cmd_hotswap_data(args) -> None:
-    from rag.stages.data import hotswap_questions
+    from rag.stages.datasets import hotswap_questions
 
     hotswap_questions(read_section(CorpusSection, args.config), args.out)
 
 
 # ---------------------------------------------------------------------------------- retrieval
 def cmd_encode(args) -> None:
-    from rag.stages.index import encode_shard
+    from rag.stages.indexing import encode_shard
 
     cfg = read_section(EncodeSection, args.config)
     device = runtime.setup(cfg.device)  # CPU encodes in fp32 whatever the precision
@@ -49,7 +49,7 @@ def cmd_encode(args) -> None:
 
 
 def cmd_index(args) -> None:
-    from rag.stages.index import build_faiss_index
+    from rag.stages.indexing import build_faiss_index
 
     cfg = read_section(IndexSection, args.config)
     runtime.faiss_threads()  # FAISS alone: no torch in this process
@@ -57,14 +57,14 @@ def cmd_index(args) -> None:
 
 
 def cmd_bm25(args) -> None:
-    from rag.stages.index import build_bm25_index
+    from rag.stages.indexing import build_bm25_index
 
     build_bm25_index(args.passages, args.out)
 
 
 # ---------------------------------------------------------------------------------- generator
 def cmd_pretrain(args) -> None:
-    from rag.stages.generator import copy_pretrained_generator, pretrain_generator
+    from rag.stages.pretraining import copy_pretrained_generator, pretrain_generator
 
     cfg = read_section(GeneratorSection, args.config)
     if cfg.generator.init == "pretrained":  # a copy of the named weights: no device or precision involved

@@ -26,7 +26,7 @@ def _task_setup(args) -> tuple[TrainSection, str]:
 
 
 def cmd_train(args) -> None:
-    from rag.stages.train import fine_tune
+    from rag.stages.fine_tuning import fine_tune
 
     cfg, device = _task_setup(args)
     fine_tune(cfg, device, args.variant, train_data=args.train_data, generator=args.generator,
@@ -51,7 +51,7 @@ def _eval_io(args, required: bool) -> dict[str, tuple[str, str, str]] | None:
 
 
 def cmd_evaluate(args) -> None:
-    from rag.stages.evaluate import evaluate_model
+    from rag.stages.evaluation import evaluate_model
 
     cfg, device = _task_setup(args)
     evaluate_model(cfg, args.variant, _eval_io(args, required=True), args.model_dir, device,

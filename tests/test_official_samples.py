@@ -239,7 +239,7 @@ def test_uncompilable_regex_one_behaviour_everywhere(tmp_path):
 
 
 def test_training_targets_refuse_uncompilable_regex():
-    from rag.stages.train import _targets_for_training
+    from rag.stages.fine_tuning import _targets_for_training
     from tests.conftest import typed_sections
 
     class _Ret:

@@ -193,7 +193,7 @@ def test_chunk_overhead_config_key(base):
 
 
 def test_pipeline_builds_the_system_with_the_configured_precision_and_chunking(world, tmp_path):
-    from rag.stages.models import build_system
+    from rag.stages.model_loading import build_system
     from tests.conftest import typed_sections
 
     world.generator.save_pretrained(tmp_path / "generator")

@@ -1,4 +1,4 @@
-"""Generator pretraining runs the fine-tuning loop (rag.train.optimize) and its checkpoint rule: an
+"""Generator pretraining runs the fine-tuning loop (rag.training.optimize) and its checkpoint rule: an
 interrupted pretraining resumed in a fresh model ends bit-identical to an uninterrupted one."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def test_interrupted_pretraining_resumes_bit_identical(setup, tmp_path, caplog):
     # stopped after 6 steps (the checkpoint holds step 4); a fresh model resumes at step 4
     _, first = _pretrain(setup, tmp_path / "cut.pt", stop_after=6)
     assert len(first) == 6
-    with caplog.at_level("INFO", logger="rag.train"):
+    with caplog.at_level("INFO", logger="rag.training"):
         state, losses = _pretrain(setup, tmp_path / "cut.pt")
     assert "at step 4" in caplog.text
     assert losses == plain_losses and _equal(state, plain_state)
@@ -61,7 +61,7 @@ def test_interrupted_pretraining_resumes_bit_identical(setup, tmp_path, caplog):
 def test_pretraining_checkpoint_of_other_inputs_is_not_resumed(setup, tmp_path, caplog):
     plain_state, plain_losses = _pretrain(setup)
     _pretrain(setup, tmp_path / "c.pt", stop_after=4, identity={"config_hash": "old"})
-    with caplog.at_level("INFO", logger="rag.train"):
+    with caplog.at_level("INFO", logger="rag.training"):
         state, losses = _pretrain(setup, tmp_path / "c.pt", identity={"config_hash": "new"})
     assert "another configuration" in caplog.text and "resumed" not in caplog.text
     assert losses == plain_losses and _equal(state, plain_state)

@@ -465,14 +465,14 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
     runs under that autocast (fp16 with a gradient scaler), the loss in fp32; ``chunk_overhead``:
     generator.chunk_overhead (None: the device's default).
 
-    The loop is the fine-tuning loop (:func:`rag.train.optimize`); with ``ckpt_path`` it is
-    resumable like fine-tuning (:class:`rag.train.Checkpoint`, written under ``identity`` and
+    The loop is the fine-tuning loop (:func:`rag.training.optimize`); with ``ckpt_path`` it is
+    resumable like fine-tuning (:class:`rag.training.Checkpoint`, written under ``identity`` and
     these arguments): the checkpoint also holds the batch sampler's RNG state, so a run stopped
     and resumed ends with the weights and losses of an uninterrupted one. ``stop_after`` ends
     this call after that many steps (tests use it to play an interruption)."""
     from rag import precision as P
     from rag.models.seq2seq import chunk_overhead_for, target_logprobs
-    from rag.train import Checkpoint, optimize
+    from rag.training import Checkpoint, optimize
 
     device = next(model.parameters()).device
     overhead = chunk_overhead_for(device.type, chunk_overhead)
