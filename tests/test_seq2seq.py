@@ -172,7 +172,8 @@ def test_exact_match_marks_tokens_found_across_the_last_separator():
 
 
 def test_query_separator_finds_doc_sep_in_a_trained_tokenizer(tmp_path):
-    from rag.models.generator import exact_match, query_separator, train_tokenizer
+    from rag.models.generator import exact_match, query_separator
+    from rag.models.tokenizer import train_tokenizer
     from rag.models.rag import DOC_SEP, format_input
 
     texts = ["zorbat is the capital of kelvia . its leader is mira tolen", "the river gled flows through vroux"] * 20
@@ -193,7 +194,8 @@ def test_build_bart_sets_the_exact_match_separator_and_refuses_it_without_local_
     from conftest import typed_sections
 
     from rag.errors import ConfigError
-    from rag.models.generator import LocalContextEncoder, build_bart, query_separator, train_tokenizer
+    from rag.models.generator import LocalContextEncoder, build_bart, query_separator
+    from rag.models.tokenizer import train_tokenizer
 
     tok = train_tokenizer(["the capital of kelvia is zorbat"] * 10, 300, [], tmp_path)
     small = {"d_model": 16, "ffn": 32, "heads": 2, "layers": 1}

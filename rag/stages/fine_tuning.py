@@ -24,7 +24,7 @@ def _targets_for_training(cfg: TrainSection, system, rows: list[dict], k: int) -
     name = cfg.task_name
     spec = TASKS[name]
     if spec.kind == "classification":
-        from rag.models.generator import label_token
+        from rag.models.tokenizer import label_token
 
         return [r["input"] for r in rows], [label_token(r["targets"][0]) for r in rows]
     if spec.kind != "regex":
@@ -112,7 +112,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
 
     from rag.config import config_hash as hash_of
     from rag.manifest import build_manifest, write_manifest
-    from rag.models.generator import ensure_label_tokens, save_tokenizer
+    from rag.models.tokenizer import ensure_label_tokens, save_tokenizer
     from rag.tracking import Run
     from rag.training import train
 
