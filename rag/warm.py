@@ -52,7 +52,7 @@ PRELOAD = (
     "mlflow.tracking",
     "mlflow.store.tracking.sqlalchemy_store",
     "tqdm.auto",
-    "rag.pipeline",
+    "rag.cli",
     "rag.stages.fine_tuning",
     "rag.stages.evaluation",
     "rag.stages.experiments",

@@ -1,6 +1,6 @@
 """The pipeline's stages as functions: each takes its typed config section (:mod:`rag.sections`:
 the section(s) its rule reads), the device where it computes, and explicit input and output
-paths; the ``rag`` subcommands (:mod:`rag.commands`, :mod:`rag.pipeline`) parse arguments, read
+paths; the ``rag`` subcommands (:mod:`rag.cli`) parse arguments, read
 the section file(s), call :func:`rag.runtime.setup` and call one of these.
 
 - :mod:`rag.stages.datasets`: corpus, task files, hot-swap questions
