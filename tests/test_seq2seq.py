@@ -7,7 +7,8 @@ import torch
 from ddp_worker import make_generator, make_tokenizer
 
 from rag.models import seq2seq
-from rag.models.marginal import _shift_left, _token_logprobs, generator_nll
+from rag.models.marginal import _shift_left, _token_logprobs
+from tests.reference import generator_nll
 
 SOURCES = ["paris is the capital of france", "rome", "who was born in berlin , the city of germany and the river",
            "the river of london is in england", "madrid", "what country is spain in ? the capital of spain is madrid"]

@@ -18,7 +18,7 @@ from rag.tasks import TASKS, variant_spec
 log = logging.getLogger("rag")
 
 
-def _targets_for_training(cfg: TrainSection, system, rows: list[dict], k: int) -> tuple[list[str], list[str]]:
+def _targets_for_training(cfg: TrainSection, system, rows: list[dict]) -> tuple[list[str], list[str]]:
     """Training (input, target) pairs. CuratedTrec has regex answers: as the paper, the target
     is the most frequent match of the regex in the top retrieved documents."""
     name = cfg.task_name
@@ -129,7 +129,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     if spec.kind == "regex" and vspec.retriever is None:
         inputs, targets = _bart_regex_targets(rows)
     else:
-        inputs, targets = _targets_for_training(cfg, system, rows, t.k)
+        inputs, targets = _targets_for_training(cfg, system, rows)
     run = None
     if rank == 0:
         # one run per seed; tag ``cell`` groups a (task, variant)'s seeds in the MLflow UI (group by tag)
