@@ -160,7 +160,9 @@ def test_rag_help_imports_no_torch_transformers_or_mlflow():
 
 @pytest.fixture(scope="module")
 def small_inputs(tmp_path_factory):
-    """The config sections of tests/data/e2e.yaml and a 4-passage corpus."""
+    """The config sections of tests/data/e2e.yaml, a 4-passage corpus and its (random) embeddings."""
+    import numpy as np
+
     from rag.config import load_config, sections
     from rag.io import write_json
 
@@ -171,14 +173,18 @@ def small_inputs(tmp_path_factory):
     (folder / "passages.tsv").write_text("\n".join(rows) + "\n")
     (folder / "p.jsonl").write_text('{"id": "1", "prediction": "Paris"}\n')
     (folder / "r.jsonl").write_text('{"id": "1", "targets": ["paris"]}\n')
+    (folder / "docs.jsonl").write_text('{"id": "d1", "title": "T", "text": "some words here and there"}\n')
+    np.save(folder / "emb.npy", np.random.default_rng(0).standard_normal((4, 8)).astype("float32"))
     return folder
 
 
-LIGHT = {  # command -> its arguments (folder: the small_inputs); none of them runs a model
+LIGHT = {  # command -> its arguments (f: the small_inputs folder); none of them runs a model
     "corpus": "corpus --config {f}/corpus.json --out {f}/c.tsv --restatements {f}/re.jsonl",
     "tasks": "tasks --config {f}/data_nq.json --out-train {f}/tr.jsonl --out-dev {f}/dv.jsonl --out-test {f}/te.jsonl",
     "hotswap-data": "hotswap-data --config {f}/corpus.json --out {f}/hs.jsonl",
+    "prepare-corpus": "prepare-corpus --format jsonl --input {f}/docs.jsonl --output {f}/pc.tsv",
     "bm25": "bm25 --passages {f}/passages.tsv --out {f}/bm25",
+    "index": "index --config {f}/index.json --embeddings {f}/emb.npy --out {f}/flat.faiss --stats {f}/stats.json",
     "score": "score --metric em --predictions {f}/p.jsonl --references {f}/r.jsonl",
     "plan": "plan --configfile config.yaml --no-profile",
 }
