@@ -28,7 +28,8 @@ def load_generator(prefer_pretrained: bool = True):
     import tempfile
     from pathlib import Path
 
-    from rag.models.generator import build_bart, train_tokenizer
+    from rag.models.generator import build_bart
+    from rag.models.tokenizer import train_tokenizer
 
     _, titles, texts = load_corpus()
     torch.manual_seed(0)

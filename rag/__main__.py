@@ -1,3 +1,5 @@
+"""``python -m rag``: the ``rag`` command (:func:`rag.cli.main`)."""
+
 from rag.cli import main
 
 raise SystemExit(main())

@@ -84,22 +84,3 @@ def import_hf_rag(checkpoint: str | Path, out: str | Path, task: str | None = No
         write_json(tmp / "meta.json", meta)
     log.info("imported %s (RAG-%s) into %s", checkpoint, kind.capitalize(), out)
     return meta
-
-
-def cmd_import_hf_rag(args) -> None:
-    import_hf_rag(args.checkpoint, args.out, task=args.task, variant=args.variant, tracking_uri=args.tracking_uri,
-                  experiment=args.experiment, question_tokenizer=args.question_tokenizer,
-                  generator_tokenizer=args.generator_tokenizer)
-
-
-def register(sub) -> None:
-    p = sub.add_parser("import-hf-rag", help="convert a Hugging Face RAG checkpoint into a project model folder")
-    p.add_argument("--checkpoint", required=True, help="folder saved with Rag{Sequence,Token}ForGeneration.save_pretrained")
-    p.add_argument("--out", required=True, help="model folder to write (generator/, question_encoder/, meta.json)")
-    p.add_argument("--task", help="task name recorded in meta.json")
-    p.add_argument("--variant", help="variant recorded in meta.json (default rag_sequence / rag_token from the checkpoint)")
-    p.add_argument("--tracking-uri", help="MLflow store: create a run and record its id (rag evaluate needs one)")
-    p.add_argument("--experiment", help="MLflow experiment name (default imported/<task>)")
-    p.add_argument("--question-tokenizer", help="tokenizer name/path if the checkpoint has no question_encoder_tokenizer/")
-    p.add_argument("--generator-tokenizer", help="tokenizer name/path if the checkpoint has no generator_tokenizer/")
-    p.set_defaults(func=cmd_import_hf_rag)

@@ -301,24 +301,3 @@ def describe(diffs: list[Difference]) -> list[str]:
     if labels:
         head.append("Labels (no effect on the numbers): " + "; ".join(f"{d.key}: {_show(d.a)} vs {_show(d.b)}" for d in labels))
     return head
-
-
-def cmd_diff_runs(args) -> int:
-    a, pa = read_manifest(args.a)
-    b, pb = read_manifest(args.b)
-    diffs = diff_manifests(a, b)
-    if args.json:
-        print(json.dumps({"a": str(pa), "b": str(pb), "differences": [d.__dict__ for d in diffs]}, indent=2, default=str))
-        return 0
-    print(f"A: {pa}\nB: {pb}")
-    for line in describe(diffs):
-        print(line)
-    return 0
-
-
-def register(sub) -> None:
-    p = sub.add_parser("diff-runs", help="what differs between two runs' manifests, the most likely cause first")
-    p.add_argument("a", help="a manifest.json, a run's metrics.json, or a run folder (runs/<task>/<variant> or its model/)")
-    p.add_argument("b", help="the other run")
-    p.add_argument("--json", action="store_true", help="the differences as JSON")
-    p.set_defaults(func=cmd_diff_runs)

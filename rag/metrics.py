@@ -26,7 +26,6 @@ The scorers live in :mod:`rag.scoring`; this module names the metrics and scores
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Callable, ClassVar, Sequence
 
@@ -300,17 +299,3 @@ def score_files(metric: str, predictions_path, references_path) -> tuple[float, 
             raise DataError(f"{references_path}: id {key!r}: empty targets")
     score = compute(metric, [preds[k] for k in ids], [refs[k] for k in ids])
     return score, len(ids)
-
-
-def _cmd_score(args) -> int:
-    score, n = score_files(args.metric, args.predictions, args.references)
-    print(json.dumps({"metric": args.metric, "score": float(score), "n": n}))
-    return 0
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser("score", help="score predictions against references with one metric")
-    p.add_argument("--metric", required=True, metavar="NAME", help=f"one of: {', '.join(METRICS)}")
-    p.add_argument("--predictions", required=True, metavar="P.jsonl", help='lines {"id": ..., "prediction": "..."}')
-    p.add_argument("--references", required=True, metavar="R.jsonl", help='lines {"id": ..., "targets": [...]}')
-    p.set_defaults(func=_cmd_score)

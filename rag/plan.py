@@ -557,33 +557,3 @@ def render(plan: dict) -> str:
             out.append(f"      note: {note}")
     out += ["", f"{flagged} rule(s) request less than they need." if flagged else "No request below a known need."]
     return "\n".join(out)
-
-
-def cmd_plan(args) -> int:
-    from rag.config import load_config
-
-    cfg = load_config(args.configfile, check_files=False)
-    if args.no_profile:
-        profile = None
-    else:
-        profile = Path(args.profile)
-        if not profile.exists() and (ROOT / args.profile).exists():
-            profile = ROOT / args.profile
-    results = Path(args.results) if args.results else Path("results") / cfg["name"]
-    plan = make_plan(cfg, config_path=str(args.configfile), profile_path=profile, results=results,
-                     passages=args.passages, dim=args.dim)
-    print(json.dumps(plan, indent=2) if args.json else render(plan))
-    return 0
-
-
-def register(sub) -> None:
-    p = sub.add_parser("plan", help="what each rule of a config will need (memory, disk, time) against what its jobs request")
-    p.add_argument("--configfile", default="config.yaml", help="the config (default config.yaml)")
-    p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"Snakemake profile whose requests to check (default {DEFAULT_PROFILE})")
-    p.add_argument("--no-profile", action="store_true", help="the config's resources: alone")
-    p.add_argument("--results", help="an earlier run's results folder, whose resource records refine the needs "
-                   "(default results/<name>, when it exists)")
-    p.add_argument("--passages", type=int, help="the corpus' passage count, when it cannot be read or looked up")
-    p.add_argument("--dim", type=int, help="the context encoder's output size, when no config.json for it is here")
-    p.add_argument("--json", action="store_true", help="the plan as JSON")
-    p.set_defaults(func=cmd_plan)

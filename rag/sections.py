@@ -236,7 +236,7 @@ class EncoderOptions(Section):
 
 
 class ContextEncoder(EncoderOptions):
-    """Passage encoding (rag.stages.index.encode_shard)."""
+    """Passage encoding (rag.stages.indexing.encode_shard)."""
 
     context_encoder = read("retriever.context_encoder")
     batch_size = read("retriever.batch_size")

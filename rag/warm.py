@@ -1,8 +1,9 @@
-"""Warm start: one server process imports torch, transformers, faiss and MLflow once, and every
-``rag`` command of a local Snakemake run is forked from it instead of importing them again.
+"""Warm start (opt-in: config key ``warm_start``, default false): one server process imports
+torch, transformers, faiss and MLflow once, and every ``rag`` command of a local Snakemake run is
+forked from it instead of importing them again.
 
-A job's start-up is mostly imports (about 8 s here: torch, transformers' BART and BERT, MLflow
-and its SQL store); a default DAG starts some 50 processes that need them. With warm start the
+A job's start-up is mostly imports (4-7 s on a 2-core machine: torch, transformers' BART and BERT,
+MLflow and its SQL store); the default DAG starts some 70 processes that need them. With warm start the
 ``rag`` command a rule runs is a thin client: it connects to the server's Unix socket and hands
 over its command line, environment, working directory, umask and its stdin/stdout/stderr file
 descriptors (``SCM_RIGHTS``); the server forks a child that takes those descriptors as its own
@@ -13,6 +14,28 @@ server terminates its child. Outputs are identical to in-process runs: nothing b
 happens in the server before it forks (torch's thread pools, RNGs and CUDA are untouched, so
 each child sets its own threads as a fresh process does), and numpy's global RNG is reseeded in
 the child as a new process would seed it.
+
+What makes a fork safe, and what a forked job does not get from its own environment:
+
+- The server forks only while it runs one thread (``/proc/self/task``): a thread's locks and
+  state would be copied into the child half-way. Some libraries start threads when imported
+  (OpenBLAS's pool with numpy, a jemalloc background thread with pyarrow under MLflow: four
+  threads after the preload otherwise), so the server imports them with
+  :data:`SINGLE_THREADED_ENV` in its own environment. When it runs more than one thread anyway
+  it refuses every command, and the client says so in one line and runs the command itself.
+- Thread pools are sized when a library is loaded, from the server's environment: each job
+  sets torch's threads (and ``rag index`` FAISS's) from ``RAG_THREADS`` as in its own process;
+  numpy's BLAS and FAISS's searches inside train/evaluate jobs keep one thread in a forked job
+  whatever the rule's ``threads`` (the same as a job of the default ``threads: 1``; their
+  results do not depend on it).
+- What a library reads once at import (huggingface_hub's offline flag and cache folders,
+  transformers' verbosity, ``PYTHONHASHSEED``, ``PYTHONPATH``, ...) is the server's: a command
+  whose value of any :data:`IMPORT_TIME_ENV` variable differs from the server's is refused (in
+  one line naming the variables) and runs in its own process. ``tempfile``'s folder is looked
+  up again in each child (Snakemake gives each job its ``TMPDIR``).
+- A job's resource record (``rag --record``, :mod:`rag.resources`) is measured in the child that
+  did the work; what a thin client's process could measure (Snakemake's ``benchmark:``, which no
+  rule uses) would be the client's.
 
 The Snakefile starts the server in ``onstart`` (config key ``warm_start``; only for a local,
 non-conda run: cluster jobs and conda environments run their own interpreter) and stops it in
@@ -37,6 +60,12 @@ ENV = "RAG_WARM_SOCKET"
 DIR_PREFIX = "ragrepro-warm-"  # the socket's folder in the temp folder: ragrepro-warm-<snakemake's pid>-<random>
 READY = "serving on"  # the server's log line once its imports are done and it takes requests
 ENTRY = "rag.cli:main"  # what a child runs on the client's arguments
+# the server's own environment while it imports: thread pools of one, no allocator background thread
+SINGLE_THREADED_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                       "JE_ARROW_MALLOC_CONF": "background_thread:false"}
+# variables the interpreter or a preloaded library reads once, at start or import: names, and prefixes ending in _
+IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH_", "PYTORCH_", "MLFLOW_",
+                   "PYTHONPATH", "PYTHONHASHSEED", "PYTHONWARNINGS", "LD_PRELOAD", "LD_LIBRARY_PATH")
 # what the rag commands import: the expensive part of every start-up
 PRELOAD = (
     "numpy",
@@ -52,10 +81,11 @@ PRELOAD = (
     "mlflow.tracking",
     "mlflow.store.tracking.sqlalchemy_store",
     "tqdm.auto",
-    "rag.pipeline",
-    "rag.stages.train",
-    "rag.stages.evaluate",
+    "rag.cli",
+    "rag.stages.fine_tuning",
+    "rag.stages.evaluation",
     "rag.stages.experiments",
+    "rag.training",
     "rag.models.rag",
     "rag.models.generator",
     "rag.retrieval.encoders",
@@ -72,6 +102,22 @@ def identity() -> dict:
     import rag
 
     return {"python": os.path.realpath(sys.executable), "rag": os.path.dirname(os.path.realpath(rag.__file__))}
+
+
+def import_time_env(env) -> dict[str, str]:
+    """The variables of ``env`` that :data:`IMPORT_TIME_ENV` names."""
+    return {k: v for k, v in env.items()
+            if any(k.startswith(n) if n.endswith("_") else k == n for n in IMPORT_TIME_ENV)}
+
+
+def native_threads() -> int:
+    """This process' threads: the kernel's count (Linux), else the Python threads."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+
+        return threading.active_count()
 
 
 def _send(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
@@ -237,6 +283,9 @@ def _child(request: dict, fds: list[int], inherited: list, entry: str) -> None:
         os.umask(int(request["umask"]))
         os.environ.clear()
         os.environ.update(request["env"])
+        import tempfile
+
+        tempfile.tempdir = None  # looked up again from this job's TMPDIR
         sys.argv = [request["argv0"], *request["argv"]]
         if "numpy" in sys.modules:  # a new process seeds numpy's global RNG from the OS; Python's random reseeds at fork
             sys.modules["numpy"].random.seed()
@@ -283,7 +332,12 @@ def serve(path: str, *, modules=PRELOAD, parent: int | None = None, idle_exit: f
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
+    read_at_import = import_time_env(os.environ)
+    os.environ.update(SINGLE_THREADED_ENV)  # before the imports: libraries size their thread pools then
     preload(modules)
+    threads = native_threads()
+    if threads > 1:
+        _log(f"{threads} threads after the preload: no command will be forked, each runs in its own process")
     mine = identity()
     sel = selectors.DefaultSelector()
     sel.register(server, selectors.EVENT_READ)
@@ -295,7 +349,7 @@ def serve(path: str, *, modules=PRELOAD, parent: int | None = None, idle_exit: f
             for key, _ in sel.select(timeout=0.05):
                 if key.fileobj is server:
                     conn, _ = server.accept()
-                    _accept(conn, mine, sel, children, [server, sel], entry)
+                    _accept(conn, mine, read_at_import, sel, children, [server, sel], entry)
                 else:  # a client's connection became readable: it closed (died) while its child runs
                     pid = key.data
                     sel.unregister(key.fileobj)
@@ -330,7 +384,25 @@ def serve(path: str, *, modules=PRELOAD, parent: int | None = None, idle_exit: f
         _log("stopped")
 
 
-def _accept(conn: socket.socket, mine: dict, sel, children: dict, own: list, entry: str) -> None:
+def _refusal(request: dict, fds: list[int], mine: dict, read_at_import: dict) -> str | None:
+    """Why the server must not fork for ``request``; None when it may."""
+    theirs = {key: request.get(key) for key in mine}
+    if theirs != mine:
+        return "; ".join(f"{key}: server {mine[key]}, client {theirs[key]}" for key in mine if theirs[key] != mine[key])
+    if len(fds) != 3:
+        return f"{len(fds)} file descriptors instead of 3"
+    threads = native_threads()
+    if threads > 1:
+        return f"the server runs {threads} threads, and a fork copies a threaded process' locks half-way"
+    job = import_time_env(request.get("env") or {})
+    differ = sorted(k for k in set(job) | set(read_at_import) if job.get(k) != read_at_import.get(k))
+    if differ:
+        return (f"{', '.join(differ)} {'differs' if len(differ) == 1 else 'differ'} from the server's, read when it "
+                "imported its libraries")
+    return None
+
+
+def _accept(conn: socket.socket, mine: dict, read_at_import: dict, sel, children: dict, own: list, entry: str) -> None:
     import selectors
 
     conn.settimeout(10)  # a client sends its request as soon as it connects: a silent one must not block the others
@@ -342,11 +414,11 @@ def _accept(conn: socket.socket, mine: dict, sel, children: dict, own: list, ent
         return
     conn.settimeout(None)
     try:
-        theirs = {key: request.get(key) for key in mine}
-        if theirs != mine or len(fds) != 3:
-            why = "; ".join(f"{key}: server {mine[key]}, client {theirs[key]}" for key in mine if theirs[key] != mine[key])
+        why = _refusal(request, fds, mine, read_at_import)
+        if why is not None:
+            _log(f"refused rag {' '.join(request.get('argv', [])[:1])}: {why}")
             try:
-                _send(conn, {"refused": why or f"{len(fds)} file descriptors instead of 3"})
+                _send(conn, {"refused": why})
             except OSError:  # the client is gone already
                 pass
             conn.close()

@@ -119,7 +119,7 @@ ANSWERS = ["paris", "italy", "germany", "the river", "spain", "france", "rome", 
 
 
 def run_training(ckpt_dir, rank: int = 0, world: int = 1, ddp: bool = False, steps: int = 3, **kw):
-    from rag.train import train
+    from rag.training import train
 
     w = make_world(seed=3)
     system = make_system(w, "token")
@@ -135,7 +135,7 @@ def run_training(ckpt_dir, rank: int = 0, world: int = 1, ddp: bool = False, ste
 
 
 def main() -> None:
-    from rag.train import ddp_setup
+    from rag.training import ddp_setup
 
     torch.set_num_threads(1)
     out, ckpt_dir = sys.argv[1], sys.argv[2]

@@ -193,7 +193,7 @@ def test_test_time_k_default_is_in_the_schema(base):
 
 
 def test_metric_options_default_and_recorded(base):
-    from rag.evaluate import metric_options
+    from rag.predictions import metric_options
 
     cfg = load_config(base)
     assert cfg["metrics"] == {"tokenizer": "python", "qbleu1": {"w_ner": 0.41, "w_qt": 0.2, "w_re": 0.2, "delta": 0.66}}

@@ -19,7 +19,8 @@ import torch
 from ddp_worker import make_system, make_world
 
 from rag.models.decoding import beam_search
-from rag.models.marginal import rag_sequence_nll, rag_token_logprobs, rag_token_nll
+from rag.models.marginal import rag_token_logprobs, rag_token_nll
+from tests.reference import rag_sequence_nll, sequence_logprobs
 
 BOS, PAD, EOS = 0, 1, 2
 QUESTIONS = ["a b a", "b b"]
@@ -232,7 +233,7 @@ def test_fast_decoding_never_scores_above_thorough(world):
         fast = system._rag_sequence_decode(enc, 2, MAX_LEN, thorough=False)
     for i, (t, f) in enumerate(zip(thorough, fast)):
         with torch.inference_mode():
-            exact = torch.logsumexp(system.sequence_logprobs(enc, i, [f.tokens])[0] + enc.doc_lp[i], 0)
+            exact = torch.logsumexp(sequence_logprobs(system, enc, i, [f.tokens])[0] + enc.doc_lp[i], 0)
         assert f.score <= float(exact) + 1e-5
         assert t.score >= float(exact) - 1e-5  # thorough maximises the exact marginal over the same pool
 
@@ -302,7 +303,7 @@ MULTIBYTE_ANSWERS = ["Zürich", "Ñandú", "東京", "café", "the café of 東�
 @pytest.fixture(scope="module")
 def bpe(tmp_path_factory):
     """The project's tokenizer: byte-level BPE trained as rag/models/generator.py does."""
-    from rag.models.generator import label_token, train_tokenizer
+    from rag.models.tokenizer import label_token, train_tokenizer
     from rag.tasks import FEVER3_LABELS
 
     # a small vocabulary: some characters are one token, some are split over two or three

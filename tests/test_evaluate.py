@@ -1,4 +1,4 @@
-"""rag.evaluate: predict (decoding per the task's kind) and score_predictions (metrics and recall),
+"""rag.predictions: predict (decoding per the task's kind) and score_predictions (metrics and recall),
 on a stand-in system and hand-made passages."""
 
 from types import SimpleNamespace
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from rag.data.corpus import Passages
-from rag.evaluate import answer_hits, metric_options, predict, score_predictions
+from rag.predictions import answer_hits, metric_options, predict, score_predictions
 from rag.models.rag import Prediction
 from tests.conftest import typed_sections
 

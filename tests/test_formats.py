@@ -372,7 +372,7 @@ def test_local_task_without_format_reads_the_registry_format(tmp_path):
     parser's options too (NOT ENOUGH INFO dropped)."""
     from rag.config import load_config, sections
     from rag.sections import DataSection
-    from rag.stages.data import build_task
+    from rag.stages.datasets import build_task
     from rag.tasks import TASKS
 
     assert TASKS["nq"].format == "nq_open" and "nq" not in F.PARSERS

@@ -44,7 +44,7 @@ def test_flat_file_identical_to_a_one_shot_build(tmp_path):
     """The file `rag index` wrote before it streamed shards: IndexFlatIP.add of all rows at once."""
     import faiss
 
-    from rag.stages.index import build_faiss_index
+    from rag.stages.indexing import build_faiss_index
 
     x = _vectors(5_000, 48)
     paths = _shards(tmp_path, x, [1_700, 0, 2_000, 1_300])  # an empty shard (a tiny corpus) among them
@@ -80,7 +80,7 @@ def shards_paths(shards):
 def test_approximate_index_from_shards_with_recall_stats(tmp_path, kind, params):
     import faiss
 
-    from rag.stages.index import build_faiss_index
+    from rag.stages.indexing import build_faiss_index
 
     x = _vectors(3_000, 32)
     paths = _shards(tmp_path, x, [1_000, 1_000, 1_000])
@@ -154,7 +154,7 @@ PEAK = textwrap.dedent("""
     import json, sys
     import faiss, numpy  # imported before the baseline: the build's own memory is what is measured
     from rag.sections import IndexSection, read_section
-    from rag.stages.index import build_faiss_index
+    from rag.stages.indexing import build_faiss_index
     def status(key):
         return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key + ":"))
     base = status("VmRSS")

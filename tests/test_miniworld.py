@@ -102,7 +102,8 @@ def test_snapshots_differ_only_where_leaders_changed():
 def test_restatements_are_train_facts_read_only_from_their_passage():
     import random
 
-    from rag.models.generator import Restatements, label_token
+    from rag.models.pretraining_data import Restatements
+    from rag.models.tokenizer import label_token
     from rag.tasks import FEVER3_LABELS
 
     world = miniworld.build_world(CFG, 3)["a"]

@@ -239,7 +239,7 @@ def test_uncompilable_regex_one_behaviour_everywhere(tmp_path):
 
 
 def test_training_targets_refuse_uncompilable_regex():
-    from rag.stages.train import _targets_for_training
+    from rag.stages.fine_tuning import _targets_for_training
     from tests.conftest import typed_sections
 
     class _Ret:
@@ -263,7 +263,7 @@ def test_training_targets_refuse_uncompilable_regex():
     cfg = typed_sections()["train_curatedtrec"]
     rows = [{"id": "ct-0", "input": "How deep is Crater Lake?", "targets": ["(1,932"]}]
     with pytest.raises(DataError, match=r"curatedtrec training example 'ct-0': invalid gold regular expression"):
-        _targets_for_training(cfg, _System(), rows, 1)
+        _targets_for_training(cfg, _System(), rows)
 
 
 # --------------------------------------------------------------------------- point 7: empty questions / answers

@@ -193,6 +193,7 @@ def test_import_hf_rag_sequence_matches_transformers_nll(tmp_path):
     import torch
 
     from rag.hf_import import import_hf_rag
+    from tests.reference import sequence_logprobs
 
     n = 3
     model, g_tok, q_tok = _tiny_rag_checkpoint(tmp_path / "ckpt", "sequence", n)
@@ -204,7 +205,7 @@ def test_import_hf_rag_sequence_matches_transformers_nll(tmp_path):
     enc = system.encode(QUESTIONS, n)
     for i, t in enumerate(targets):
         toks = tuple(g_tok(t, add_special_tokens=False)["input_ids"]) + (g_tok.eos_token_id,)
-        ours = torch.logsumexp(system.sequence_logprobs(enc, i, [toks])[0] + enc.doc_lp[i].cpu(), dim=0)
+        ours = torch.logsumexp(sequence_logprobs(system, enc, i, [toks])[0] + enc.doc_lp[i].cpu(), dim=0)
         labels = torch.tensor([[g_tok.bos_token_id, *toks]])
         with torch.no_grad():
             out = model(context_input_ids=ids[i * n:(i + 1) * n], context_attention_mask=mask[i * n:(i + 1) * n],

@@ -1,4 +1,4 @@
-"""Generator pretraining runs the fine-tuning loop (rag.train.optimize) and its checkpoint rule: an
+"""Generator pretraining runs the fine-tuning loop (rag.training.optimize) and its checkpoint rule: an
 interrupted pretraining resumed in a fresh model ends bit-identical to an uninterrupted one."""
 
 from __future__ import annotations
@@ -10,7 +10,11 @@ import torch
 
 from rag.config import load_config
 from rag.data import miniworld
-from rag.models import generator as G
+from rag.models.generator import build_bart
+from rag.models.pretraining_data import Restatements
+from rag.models.tokenizer import label_token, train_tokenizer
+from rag.tasks import FEVER3_LABELS
+from rag.training import loss_curve, pretrain
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 12
@@ -23,20 +27,20 @@ def setup(tmp_path_factory):
     world = miniworld.build_world(cfg["miniworld"], cfg["seed"])["a"]
     words = cfg["corpus"]["passage_words"]
     ids, titles, texts = map(list, zip(*miniworld.passages(world, words)))
-    restated = G.Restatements(miniworld.restatements(world, words), ids)
+    restated = Restatements(miniworld.restatements(world, words), ids)
     g = dict(cfg["generator"])  # copy and local_context on, dropout 0.1: the torch RNG matters
-    tok = G.train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g["vocab_size"],
-                            [G.label_token(lb) for lb in G.FEVER3_LABELS], tmp_path_factory.mktemp("tok"))
+    tok = train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g["vocab_size"],
+                            [label_token(lb) for lb in FEVER3_LABELS], tmp_path_factory.mktemp("tok"))
     return tok, g, titles, texts, restated
 
 
 def _pretrain(setup, ckpt_path=None, stop_after=None, identity=None):
     tok, g, titles, texts, restated = setup
     torch.manual_seed(0)
-    model = G.build_bart(tok, g)
-    losses = G.pretrain(model, tok, titles, texts, STEPS, 4, 1e-3, g["max_source_len"], seed=3, progress=False,
-                        restatements=restated, restatement_share=0.5, claim_share=0.3, ckpt_path=ckpt_path,
-                        identity=identity, checkpoint_every=4, stop_after=stop_after)
+    model = build_bart(tok, g)
+    losses = pretrain(model, tok, titles, texts, STEPS, 4, 1e-3, g["max_source_len"], seed=3, progress=False,
+                      restatements=restated, restatement_share=0.5, claim_share=0.3, ckpt_path=ckpt_path,
+                      identity=identity, checkpoint_every=4, stop_after=stop_after)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, losses
 
 
@@ -51,17 +55,17 @@ def test_interrupted_pretraining_resumes_bit_identical(setup, tmp_path, caplog):
     # stopped after 6 steps (the checkpoint holds step 4); a fresh model resumes at step 4
     _, first = _pretrain(setup, tmp_path / "cut.pt", stop_after=6)
     assert len(first) == 6
-    with caplog.at_level("INFO", logger="rag.train"):
+    with caplog.at_level("INFO", logger="rag.training"):
         state, losses = _pretrain(setup, tmp_path / "cut.pt")
     assert "at step 4" in caplog.text
     assert losses == plain_losses and _equal(state, plain_state)
-    assert G.loss_curve(losses, 4) == [(s, sum(losses[s - 4 : s]) / 4) for s in (4, 8, 12)]
+    assert loss_curve(losses, 4) == [(s, sum(losses[s - 4 : s]) / 4) for s in (4, 8, 12)]
 
 
 def test_pretraining_checkpoint_of_other_inputs_is_not_resumed(setup, tmp_path, caplog):
     plain_state, plain_losses = _pretrain(setup)
     _pretrain(setup, tmp_path / "c.pt", stop_after=4, identity={"config_hash": "old"})
-    with caplog.at_level("INFO", logger="rag.train"):
+    with caplog.at_level("INFO", logger="rag.training"):
         state, losses = _pretrain(setup, tmp_path / "c.pt", identity={"config_hash": "new"})
     assert "another configuration" in caplog.text and "resumed" not in caplog.text
     assert losses == plain_losses and _equal(state, plain_state)

@@ -13,8 +13,9 @@ import pytest
 import torch
 from ddp_worker import make_system, make_world
 
-from rag.models.marginal import rag_sequence_nll, rag_token_nll
+from rag.models.marginal import rag_token_nll
 from rag.models.rag import format_input
+from tests.reference import rag_sequence_nll
 
 K = 3
 QUESTIONS = ["what is the capital of france", "where is rome ?", "who was born in berlin"]

@@ -178,18 +178,18 @@ def fresh_schema():
 def test_a_toy_task_with_its_own_format_is_three_places(monkeypatch, tmp_path, fresh_schema):
     """Adding a task with its own file format: its registry entry, its parser and its column in the
     paper's table; nothing else. A local file goes through the config, the real conversion
-    (rag.stages.data.build_task), scoring and the report's Table 2 and its CSV."""
+    (rag.stages.datasets.build_task), scoring and the report's Table 2 and its CSV."""
     import json
 
     import pandas as pd
 
     import rag.data
     from rag.config import load_config, sections
-    from rag.evaluate import score_predictions
+    from rag.predictions import score_predictions
     from rag.report.build import build_report
     from rag.report.inputs import ReportInputs
     from rag.sections import DataSection, EvalSection
-    from rag.stages.data import build_task
+    from rag.stages.datasets import build_task
     from rag.tasks import QA_SEQ, QA_TOK, PaperColumn, TaskSpec
 
     def parse_toy(path, id_prefix=None):  # the toy format, arrow_lines: "question => answer | answer" lines
@@ -245,7 +245,7 @@ def test_a_toy_task_with_its_own_format_is_three_places(monkeypatch, tmp_path, f
 def test_a_toy_metric_is_one_class(monkeypatch):
     """Adding a metric: one class registered by its name. compute, the per-example scores, the
     bootstrap's subset scorer, a report cell's interval and a task's scoring use it."""
-    from rag.evaluate import metric_options, score_predictions
+    from rag.predictions import metric_options, score_predictions
     from rag.report.claims import cell_interval
     from rag.sections import EvalSection
     from rag.tasks import QA_SEQ, QA_TOK, TaskSpec

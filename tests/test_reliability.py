@@ -764,13 +764,13 @@ def test_disk_full_elsewhere_still_one_line(tmp_path, capsys, monkeypatch):
     import errno
     import os
 
-    from rag import commands
+    from rag.cli import run_commands
     from rag.cli import main
 
     def full(_args):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "mlartifacts" / "x.json"))
 
-    monkeypatch.setattr(commands, "cmd_init_store", full)
+    monkeypatch.setattr(run_commands, "cmd_init_store", full)
     assert main(["init-store", "--uri", "sqlite:///x.db", "--marker", str(tmp_path / "m")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: {tmp_path / 'mlartifacts' / 'x.json'}: No space left on device (OSError); free space and run again"]

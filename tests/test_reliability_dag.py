@@ -10,7 +10,7 @@ are coarse on a 60-step toy model, also every prediction with its doc ids and p(
 (``predictions.jsonl``) and the per-step training losses (``model/meta.json``).
 
 Determinism: nothing has to be forced. Every job seeds torch from the config (``rag.runtime.setup``,
-``rag.train.train``), the data order is a pure function of (seed, step), torch runs one thread
+``rag.training.train``), the data order is a pure function of (seed, step), torch runs one thread
 per job here (``threads: 1`` -> ``RAG_THREADS``/``torch.set_num_threads``; ``OMP_NUM_THREADS=1``)
 and the CPU kernels used (dense matmul, embedding, layer norm, AdamW) are deterministic on one
 thread; ``torch.use_deterministic_algorithms(True)`` is not needed on CPU (it matters for CUDA

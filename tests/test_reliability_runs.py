@@ -163,7 +163,7 @@ def test_resume_at_the_last_step_writes_the_same_files(upstream, tmp_path, caplo
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     _main(upstream.train_argv(upstream.sections, full))
     shutil.copytree(full / "checkpoint", resumed / "checkpoint")  # what a kill after the last save leaves
-    with caplog.at_level("INFO", logger="rag.train"):
+    with caplog.at_level("INFO", logger="rag.training"):
         _main(upstream.train_argv(upstream.sections, resumed))
     assert f"resumed from {resumed / 'checkpoint' / 'checkpoint.pt'} at step 4" in caplog.text
     a, b = _files(full), _files(resumed)
@@ -176,7 +176,7 @@ def test_resume_at_the_last_step_writes_the_same_files(upstream, tmp_path, caplo
 def test_pretraining_resumed_at_the_last_step_writes_the_same_files(upstream, tmp_path, caplog):
     """The same for the generator's pretraining (its tokenizer.json too)."""
     shutil.copytree(upstream.out / "generator" / "checkpoint", tmp_path / "checkpoint")
-    with caplog.at_level("INFO", logger="rag.train"):
+    with caplog.at_level("INFO", logger="rag.training"):
         _main(["pretrain", "--config", str(upstream.sections["generator"]), "--passages", str(upstream.passages),
                "--checkpoint-dir", str(tmp_path / "checkpoint"), "--out", str(tmp_path / "model")])
     assert "at step 2" in caplog.text

@@ -7,7 +7,8 @@ import torch
 from ddp_worker import make_generator, make_tokenizer
 
 from rag.models import seq2seq
-from rag.models.marginal import _shift_left, _token_logprobs, generator_nll
+from rag.models.marginal import _shift_left, _token_logprobs
+from tests.reference import generator_nll
 
 SOURCES = ["paris is the capital of france", "rome", "who was born in berlin , the city of germany and the river",
            "the river of london is in england", "madrid", "what country is spain in ? the capital of spain is madrid"]
@@ -172,7 +173,8 @@ def test_exact_match_marks_tokens_found_across_the_last_separator():
 
 
 def test_query_separator_finds_doc_sep_in_a_trained_tokenizer(tmp_path):
-    from rag.models.generator import exact_match, query_separator, train_tokenizer
+    from rag.models.generator import exact_match, query_separator
+    from rag.models.tokenizer import train_tokenizer
     from rag.models.rag import DOC_SEP, format_input
 
     texts = ["zorbat is the capital of kelvia . its leader is mira tolen", "the river gled flows through vroux"] * 20
@@ -193,7 +195,8 @@ def test_build_bart_sets_the_exact_match_separator_and_refuses_it_without_local_
     from conftest import typed_sections
 
     from rag.errors import ConfigError
-    from rag.models.generator import LocalContextEncoder, build_bart, query_separator, train_tokenizer
+    from rag.models.generator import LocalContextEncoder, build_bart, query_separator
+    from rag.models.tokenizer import train_tokenizer
 
     tok = train_tokenizer(["the capital of kelvia is zorbat"] * 10, 300, [], tmp_path)
     small = {"d_model": 16, "ffn": 32, "heads": 2, "layers": 1}

@@ -6,7 +6,7 @@ import pytest
 import torch
 from ddp_worker import run_training
 
-from rag.train import CKPT
+from rag.training import CKPT
 
 N = 4
 
@@ -44,11 +44,11 @@ def test_finished_run_is_not_retrained(tmp_path, uninterrupted):
 
 
 def test_checkpoint_of_other_settings_is_not_reused(tmp_path, caplog):
-    """One rule (rag.train.Checkpoint): a checkpoint written under other settings is not resumed; the
+    """One rule (rag.training.Checkpoint): a checkpoint written under other settings is not resumed; the
     run starts over, ends where a fresh run of the new settings ends, and replaces the checkpoint."""
     run_training(tmp_path / "old", steps=2, checkpoint_every=1, stop_after=1)
     fresh_params, fresh_losses = run_training(tmp_path / "fresh", steps=2, checkpoint_every=1, lr=5e-3)
-    with caplog.at_level("WARNING", logger="rag.train"):
+    with caplog.at_level("WARNING", logger="rag.training"):
         params, losses = run_training(tmp_path / "old", steps=2, checkpoint_every=1, lr=5e-3)
     assert "another configuration" in caplog.text and "lr: 0.01 in the checkpoint, 0.005 now" in caplog.text
     assert losses == fresh_losses and _same(params, fresh_params) == 0.0
@@ -59,11 +59,11 @@ def test_checkpoint_of_other_settings_is_not_reused(tmp_path, caplog):
 def test_checkpoint_identity_is_part_of_the_rule(tmp_path, caplog):
     """The CLI's configuration hash (train(identity=...)) decides like any training setting."""
     run_training(tmp_path, steps=2, checkpoint_every=1, stop_after=1, identity={"config_hash": "a"})
-    with caplog.at_level("INFO", logger="rag.train"):
+    with caplog.at_level("INFO", logger="rag.training"):
         _, losses = run_training(tmp_path, steps=2, checkpoint_every=1, identity={"config_hash": "a"})
     assert "resumed from" in caplog.text and len(losses) == 2
     caplog.clear()
-    with caplog.at_level("INFO", logger="rag.train"):
+    with caplog.at_level("INFO", logger="rag.training"):
         run_training(tmp_path, steps=2, checkpoint_every=1, identity={"config_hash": "b"})
     assert "resumed from" not in caplog.text and "config_hash: 'a' in the checkpoint, 'b' now" in caplog.text
 
@@ -82,7 +82,7 @@ def test_unreadable_checkpoint_is_set_aside_and_the_run_starts_over(tmp_path, ca
         torch.save({"weights": torch.zeros(2)}, ckpt)
     (tmp_path / f"{CKPT}.corrupt-1").write_bytes(b"an earlier one")  # the first free number is taken
     damaged = ckpt.read_bytes()
-    with caplog.at_level("WARNING", logger="rag.train"):
+    with caplog.at_level("WARNING", logger="rag.training"):
         params, losses = run_training(tmp_path, steps=N, checkpoint_every=1)
     aside = tmp_path / f"{CKPT}.corrupt-2"
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]

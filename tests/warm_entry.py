@@ -4,7 +4,11 @@
 import json
 import os
 import sys
+import tempfile
 import time
+
+
+tempfile.gettempdir()  # looked up (and cached) at import, as some libraries do: the server preloads this module
 
 
 def main(argv: list[str]) -> int:
@@ -12,7 +16,8 @@ def main(argv: list[str]) -> int:
         mask = os.umask(0)
         os.umask(mask)
         print(json.dumps({"argv": argv, "sys_argv": sys.argv, "cwd": os.getcwd(), "umask": mask,
-                          "x": os.environ.get("WARM_TEST_X"), "stdin": sys.stdin.read(), "pid": os.getpid()}), flush=True)
+                          "x": os.environ.get("WARM_TEST_X"), "stdin": sys.stdin.read(), "pid": os.getpid(),
+                          "tmp": tempfile.gettempdir()}), flush=True)
         print("said on stderr", file=sys.stderr)
         return int(argv[1])
     if argv[0] == "sleep":

@@ -231,22 +231,3 @@ def download(
     os.replace(part, dest)
     log.info("%s: saved to %s", url, dest)
     return dest
-
-
-def _cmd_download(args) -> int:
-    path = download(args.url, Path(args.out), sha256=args.sha256, allow_http=args.allow_http)
-    print(path)
-    return 0
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "download",
-        help="download a file over HTTPS (resumable, checksum-verified, atomic)",
-        description=__doc__.splitlines()[0],
-    )
-    p.add_argument("--url", required=True, help="https:// URL to fetch")
-    p.add_argument("--out", required=True, help="destination file")
-    p.add_argument("--sha256", default=None, help="expected SHA-256 (hex); without it the first download is recorded")
-    p.add_argument("--allow-http", action="store_true", help="allow plain http:// (local test servers only)")
-    p.set_defaults(func=_cmd_download)

@@ -93,39 +93,3 @@ def prepare_corpus(fmt: str, src: Path, out: Path, words: int = 100) -> int:
     n = write_passages(out, passages)
     log.info("%s -> %s: %d passages", src, out, n)
     return n
-
-
-def _cmd_prepare_task(args) -> int:
-    kw = {}
-    if args.well_formed_only:
-        if not takes_option(args.format, "well_formed_only"):
-            raise ConfigError(f"--well-formed-only applies to --format "
-                              f"{' / '.join(f for f in PARSERS if takes_option(f, 'well_formed_only'))} only")
-        kw["well_formed_only"] = True
-    n = prepare_task(args.format, Path(args.input), Path(args.output), args.task, args.split, **kw)
-    print(n)
-    return 0
-
-
-def _cmd_prepare_corpus(args) -> int:
-    n = prepare_corpus(args.format, Path(args.input), Path(args.output), words=args.words)
-    print(n)
-    return 0
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser("prepare-task", help="convert an official task file to the common jsonl")
-    p.add_argument("--format", required=True, choices=sorted(PARSERS))
-    p.add_argument("--input", required=True, help="source file (or a directory of SearchQA json for jeopardy)")
-    p.add_argument("--output", required=True, help="output jsonl")
-    p.add_argument("--task", required=True, choices=TASKS)
-    p.add_argument("--split", required=True, choices=SPLITS)
-    p.add_argument("--well-formed-only", action="store_true", help="msmarco: keep only rows with wellFormedAnswers")
-    p.set_defaults(func=_cmd_prepare_task)
-
-    c = subparsers.add_parser("prepare-corpus", help="convert a passage corpus to passages.tsv")
-    c.add_argument("--format", required=True, choices=CORPUS_FORMATS)
-    c.add_argument("--input", required=True)
-    c.add_argument("--output", required=True, help="output passages.tsv (id, title, text)")
-    c.add_argument("--words", type=int, default=100, help="passage length in words for --format documents")
-    c.set_defaults(func=_cmd_prepare_corpus)

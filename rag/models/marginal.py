@@ -34,27 +34,14 @@ def _token_logprobs(seq_logits: torch.Tensor, tgt: torch.Tensor, smooth: bool):
     return ll, smooth_obj
 
 
-def rag_sequence_nll(seq_logits: torch.Tensor, doc_scores: torch.Tensor, target: torch.Tensor, pad_id: int,
-                     epsilon: float = 0.0, exclude_bos_score: bool = False, bos_id: int | None = None) -> torch.Tensor:
-    """Per-example negative marginal log-likelihood of RAG-Sequence.
-
-    seq_logits: [B*K, T, V] generator logits for each (x, z); doc_scores: [B, K]; target: [B, T].
-    """
-    b, k = doc_scores.shape
-    tgt = _shift_left(target, pad_id)  # [B, T]
-    t = tgt.shape[1]
-    ll, smooth_obj = _token_logprobs(seq_logits, tgt.unsqueeze(1).expand(b, k, t).reshape(b * k, t), epsilon > 0)
-    return rag_sequence_nll_from_logprobs(ll, smooth_obj, seq_logits.size(-1), doc_scores, target, pad_id, epsilon,
-                                          exclude_bos_score, bos_id)
-
-
 def rag_sequence_nll_from_logprobs(ll: torch.Tensor, smooth_obj: torch.Tensor | None, vocab: int, doc_scores: torch.Tensor,
                                    target: torch.Tensor, pad_id: int, epsilon: float = 0.0, exclude_bos_score: bool = False,
                                    bos_id: int | None = None) -> torch.Tensor:
-    """``rag_sequence_nll`` from the target tokens' log-probabilities ``ll`` [B*K, T] (position t
-    scores target[t + 1]) and, for label smoothing, ``smooth_obj`` [B*K, T] (the sum over the
-    vocabulary of log p at each position): what :func:`target_logprobs` computes without
-    materialising [B*K, T, V] logits."""
+    """Per-example negative marginal log-likelihood of RAG-Sequence from the target tokens'
+    log-probabilities ``ll`` [B*K, T] (position t scores target[t + 1]) and, for label smoothing,
+    ``smooth_obj`` [B*K, T] (the sum over the vocabulary of log p at each position): what
+    :func:`target_logprobs` computes without materialising [B*K, T, V] logits. doc_scores: [B, K];
+    target: [B, T]."""
     b, k = doc_scores.shape
     tgt = _shift_left(target, pad_id)  # [B, T]
     t = tgt.shape[1]
@@ -109,9 +96,3 @@ def rag_token_nll_from_logprobs(ll: torch.Tensor, doc_scores: torch.Tensor, targ
     doc_lp = torch.log_softmax(doc_scores.float(), dim=1)[:, :, None]  # [B, K, 1]
     tok_ll = torch.logsumexp(ll.float().view(b, k, tgt.shape[1]) + doc_lp, dim=1)  # [B, T]
     return -tok_ll.masked_fill(tgt.eq(pad_id), 0.0).sum(1)
-
-
-def generator_nll(logits: torch.Tensor, target: torch.Tensor, pad_id: int, epsilon: float = 0.0) -> torch.Tensor:
-    """Plain sequence NLL (the BART-only baseline) in the same target convention."""
-    doc_scores = logits.new_zeros(target.shape[0], 1, dtype=torch.float32)
-    return rag_token_nll(logits, doc_scores, target, pad_id, epsilon)

@@ -258,16 +258,12 @@ class RagSystem(torch.nn.Module):
             best.append(Hypothesis(hyps[i][h], float(marg[h])))
         return best
 
-    def sequence_logprobs(self, enc: Encoded, i: int, hyps: list[tuple[int, ...]]) -> torch.Tensor:
-        """log p(h | x_i, z_j) for every hypothesis h (tokens after BOS) and document j -> [H, K]."""
-        return self.sequence_logprobs_batch(enc, [[] if q != i else hyps for q in range(enc.doc_lp.shape[0])])[i]
-
     # (hypothesis, document) rows per generator call of thorough decoding's rescoring
     SCORE_ROWS = 256
 
     def sequence_logprobs_batch(self, enc: Encoded, hyps: list[list[tuple[int, ...]]]) -> list[torch.Tensor]:
-        """:meth:`sequence_logprobs` of every question at once: ``hyps[i]`` the hypotheses of
-        question i -> per question [H_i, K].
+        """log p(h | x_i, z_j) for every hypothesis h (tokens after BOS) of every question i and
+        document j: ``hyps[i]`` the hypotheses of question i -> per question [H_i, K].
 
         The (question, hypothesis, document) rows of all questions go through the generator
         ``SCORE_ROWS`` at a time. Each call first runs the decoder start token once per document

@@ -1,4 +1,5 @@
-"""BM25 retriever (bm25s) for the paper's Table 6 ablation: BM25 scores are the logits of p(z|x)."""
+"""BM25 retriever (bm25s) for the paper's Table 6 ablation: BM25 scores are the logits of p(z|x).
+Its index is built by :func:`rag.retrieval.bm25_index.build_bm25` (no torch there)."""
 
 from __future__ import annotations
 
@@ -8,23 +9,8 @@ import numpy as np
 import torch
 
 from rag.errors import DataError
-from rag.io import atomic_dir
 from rag.retrieval import RetrievalFiles, Retrieved, Retriever
 from rag.sections import QuestionEncoder
-
-
-def _docs(titles: list[str], texts: list[str]) -> list[str]:
-    return [f"{t} {x}" for t, x in zip(titles, texts)]
-
-
-def build_bm25(titles: list[str], texts: list[str], out_dir: str | Path) -> None:
-    import bm25s
-
-    corpus_tokens = bm25s.tokenize(_docs(titles, texts), stopwords="en", show_progress=False)
-    retriever = bm25s.BM25()
-    retriever.index(corpus_tokens, show_progress=False)
-    with atomic_dir(out_dir) as tmp:
-        retriever.save(str(tmp))
 
 
 class BM25Retriever(Retriever):

@@ -293,18 +293,6 @@ def recall_against_exact(index, shards: EmbeddingShards, queries: np.ndarray, k:
     return hits / gold.size
 
 
-def recall_against_flat(index, emb: np.ndarray, queries: np.ndarray, k: int = 10) -> float:
-    """Share of the exact top-k (flat search over the in-memory ``emb``) that ``index`` also returns."""
-    import faiss
-
-    exact = faiss.IndexFlatIP(emb.shape[1])
-    exact.add(np.ascontiguousarray(emb, dtype=np.float32))
-    _, gold = exact.search(queries, k)
-    _, got = index.search(queries, k)
-    hits = sum(len(set(g) & set(h)) for g, h in zip(gold.tolist(), got.tolist()))
-    return hits / gold.size
-
-
 def index_bytes(kind: str, n: int, d: int, *, hnsw_m: int = 128, ivf_lists: int = 256, pq_m: int | None = None) -> dict:
     """What a FAISS index of ``n`` ``d``-dimensional vectors takes, by arithmetic (no FAISS needed):
     ``memory`` once loaded (``faiss.read_index``, as train/evaluate jobs hold it) and ``disk`` (its

@@ -6,11 +6,11 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from rag.evaluate import answer_hits, metric_options, predict, score_predictions
+from rag.predictions import answer_hits, metric_options, predict, score_predictions
 from rag.io import read_json, read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
 from rag.sections import ExperimentsSection, TrainSection
-from rag.stages.models import check_k, load_trained
+from rag.stages.model_loading import check_k, load_trained
 from rag.tasks import TASKS
 
 

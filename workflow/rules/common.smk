@@ -44,8 +44,8 @@ CONDA = "../../envs/rag.yaml"
 RES = CFG.get("resources", {})
 # evaluate_in_train_job: the train rule also writes the dev/test predictions and metrics (no evaluate rule)
 FUSED_EVAL = CFG["evaluate_in_train_job"]
-# warm start (rag.warm): the rag commands of a local run fork from one process that imported torch,
-# transformers and MLflow once; cluster jobs and conda/apptainer jobs run their own interpreter
+# warm start (rag.warm, opt-in): the rag commands of a local run fork from one process that imported
+# torch, transformers and MLflow once; cluster jobs and conda/apptainer jobs run their own interpreter
 WARM = WarmStart(CFG["warm_start"], f"{R}/logs/warm_start.log", local=workflow.local_exec,
                  deployment=[m.name.lower() for m in workflow.deployment_settings.deployment_method])
 

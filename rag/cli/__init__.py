@@ -1,8 +1,10 @@
 """The ``rag`` command: one subcommand per pipeline step (each Snakemake rule calls one).
 
-Each module listed in ``MODULES`` defines ``register(subparsers)`` that adds its subcommands
-and sets ``func`` on them. Modules keep heavy imports (torch, transformers, faiss, mlflow)
-inside their functions so ``rag --help`` and light commands start fast.
+A module per command group (``MODULES``) defines ``register(subparsers)``, which adds its
+subcommands and sets ``func`` on them: argument parsing and a call into the logic (the stages of
+:mod:`rag.stages`, or the package that does the work), nothing else. Heavy imports (torch,
+transformers, faiss, mlflow) happen inside the functions that need them, so ``rag --help`` and
+the light commands start fast (tests/test_imports.py).
 """
 
 from __future__ import annotations
@@ -17,15 +19,12 @@ import sys
 from rag.errors import RagError, disk_full_reason
 
 MODULES = (
-    "rag.commands",
-    "rag.pipeline",
-    "rag.metrics",
-    "rag.data.download",
-    "rag.data.formats",
-    "rag.report",
-    "rag.hf_import",
-    "rag.manifest",
-    "rag.plan",
+    "rag.cli.data_commands",  # corpus, tasks, hotswap-data, prepare-task, prepare-corpus, download
+    "rag.cli.retrieval_commands",  # encode, index, bm25
+    "rag.cli.training_commands",  # pretrain, train
+    "rag.cli.evaluation_commands",  # evaluate, topk-sweep, oracle, hotswap, score
+    "rag.cli.report_commands",  # report, check, bands
+    "rag.cli.run_commands",  # init-store, plan, diff-runs, import-hf-rag
 )
 
 

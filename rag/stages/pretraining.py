@@ -13,10 +13,10 @@ from rag.sections import GeneratorSection
 
 def copy_pretrained_generator(cfg: GeneratorSection, out: str | Path) -> None:
     """``generator.init: pretrained``: save ``generator.name_or_path`` (weights and tokenizer) as the folder ``out``."""
-    from rag.models import generator as G
+    from rag.models.generator import load_generator
 
     g = cfg.generator
-    model, tok = G.load_generator(g.name_or_path)
+    model, tok = load_generator(g.name_or_path)
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
@@ -27,12 +27,15 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
                        restatements: str | Path | None = None, checkpoint_dir: str | Path | None = None) -> None:
     """``generator.init: scratch`` (``cfg``: the generator section): train the tokenizer on the
     passages, build the configured BART on ``device`` and pretrain it
-    (:func:`rag.models.generator.pretrain`; with ``restatements``, miniworld's restated facts
+    (:func:`rag.training.pretrain`; with ``restatements``, miniworld's restated facts
     too); resumable from ``checkpoint_dir``, holding its lock (one writer at a time). Writes the
     folder ``out`` with ``pretrain.json`` (steps, seconds, final loss, the loss curve)."""
     from rag.data.corpus import read_passages
-    from rag.models import generator as G
+    from rag.models.generator import build_bart
+    from rag.models.pretraining_data import Restatements
+    from rag.models.tokenizer import label_token, save_tokenizer, train_tokenizer
     from rag.tasks import FEVER3_LABELS
+    from rag.training import loss_curve, pretrain
 
     g = cfg.generator
     texts: list[str] = []
@@ -44,29 +47,29 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
         texts += p.texts
         ids += p.ids
     records = read_jsonl(restatements) if restatements else None
-    restated = G.Restatements(records, ids) if records is not None else None
+    restated = Restatements(records, ids) if records is not None else None
     ckpt_path = identity = None
     hold = contextlib.ExitStack()
     if checkpoint_dir:  # the checkpoint is resumed by the same configuration and inputs only
         from rag.config import config_hash
-        from rag.train import run_lock
+        from rag.training import run_lock
 
         hold.enter_context(run_lock(checkpoint_dir, f"the pretraining of the generator {out}"))
         ckpt_path = Path(checkpoint_dir) / "checkpoint.pt"
         identity = {"config_hash": config_hash({"config": cfg.to_dict(), "passages": [ids, titles, texts],
                                                 "restatements": records})}
     with hold, atomic_dir(out) as tmp:
-        tok = G.train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g.vocab_size,
-                                [G.label_token(lb) for lb in FEVER3_LABELS], tmp)
-        model = G.build_bart(tok, g.to_dict()).to(device)
+        tok = train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g.vocab_size,
+                                [label_token(lb) for lb in FEVER3_LABELS], tmp)
+        model = build_bart(tok, g.to_dict()).to(device)
         t = time.time()
-        losses = G.pretrain(model, tok, titles, texts, g.pretrain_steps, g.pretrain_batch_size, g.pretrain_lr,
+        losses = pretrain(model, tok, titles, texts, g.pretrain_steps, g.pretrain_batch_size, g.pretrain_lr,
                             g.max_source_len, cfg.seed, precision=cfg.precision,
                             chunk_overhead=g.chunk_overhead, restatements=restated,
                             restatement_share=g.pretrain_restatements, claim_share=g.pretrain_claims,
                             sentence_share=g.pretrain_sentences, ckpt_path=ckpt_path, identity=identity)
         model.save_pretrained(tmp)
-        G.save_tokenizer(tok, tmp, g.max_source_len)  # as the run tokenizes, also after a resume at the last step
+        save_tokenizer(tok, tmp, g.max_source_len)  # as the run tokenizes, also after a resume at the last step
         write_json(tmp / "pretrain.json", {"init": "scratch", "steps": g.pretrain_steps, "seconds": time.time() - t,
                                            "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
-                                           "curve": G.loss_curve(losses)})
+                                           "curve": loss_curve(losses)})

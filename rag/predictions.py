@@ -19,7 +19,7 @@ def predict(cfg: EvalSection, system, variant: str, rows: list[dict], k: int | N
     out = []
     label_ids = None
     if spec.kind == "classification":
-        from rag.models.generator import label_token
+        from rag.models.tokenizer import label_token
 
         label_ids = [system.tokenizer.convert_tokens_to_ids(label_token(lb)) for lb in spec.labels]
     for i in tqdm(range(0, len(rows), batch_size), desc=f"decode {name}/{variant}", unit="batch"):

@@ -1,6 +1,6 @@
 """The training loop (:func:`optimize`) that fine-tuning (:func:`train`, negative marginal
-log-likelihood) and generator pretraining (:func:`rag.models.generator.pretrain`) run, and its one
-checkpoint rule (:class:`Checkpoint`).
+log-likelihood) and generator pretraining (:func:`pretrain`, on :mod:`rag.models.pretraining_data`)
+run, and its one checkpoint rule (:class:`Checkpoint`); the run lock and the DDP set-up.
 
 Fine-tuning's data order is a pure function of (seed, step) (pretraining's sampler RNG state
 goes into the checkpoint), and the checkpoint holds model, optimizer,
@@ -25,6 +25,8 @@ import torch
 
 from rag.errors import ConfigError, RagError
 from rag.io import atomic_path
+from rag.models.pretraining_data import Restatements, cloze_example, curriculum_window
+from rag.tasks import FEVER3_LABELS
 
 log = logging.getLogger(__name__)
 
@@ -290,3 +292,87 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
              stop_after=stop_after, rank=rank, world=world)
     system.eval()
     return losses
+
+
+PRETRAIN_LOG_EVERY = 50  # steps per point of the pretraining loss curve
+PRETRAIN_CHECKPOINT_EVERY = 100
+
+
+def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, batch_size: int, lr: float,
+             max_source_len: int, seed: int, log_fn=None, progress: bool = True, precision: str = "fp32",
+             chunk_overhead: int | None = None, restatements: Restatements | None = None,
+             restatement_share: float = 0.0, claim_share: float = 0.0, sentence_share: float = 0.0,
+             ckpt_path: str | Path | None = None, identity: dict | None = None,
+             checkpoint_every: int = PRETRAIN_CHECKPOINT_EVERY, stop_after: int | None = None) -> list[float]:
+    """Pretrain ``model`` (on the device it is on) with the cloze objective, and a share
+    ``restatement_share`` of each batch from ``restatements`` when given, of which a share
+    ``claim_share`` are claims to label (:meth:`Restatements.claim`, FEVER's three labels) and a
+    share ``sentence_share`` facts to restate as a sentence (:meth:`Restatements.sentence`). ``precision``: the forward
+    runs under that autocast (fp16 with a gradient scaler), the loss in fp32; ``chunk_overhead``:
+    generator.chunk_overhead (None: the device's default).
+
+    The loop is the fine-tuning loop (:func:`optimize`); with ``ckpt_path`` it is
+    resumable like fine-tuning (:class:`Checkpoint`, written under ``identity`` and
+    these arguments): the checkpoint also holds the batch sampler's RNG state, so a run stopped
+    and resumed ends with the weights and losses of an uninterrupted one. ``stop_after`` ends
+    this call after that many steps (tests use it to play an interruption)."""
+    from rag import precision as P
+    from rag.models.seq2seq import chunk_overhead_for, target_logprobs
+
+    device = next(model.parameters()).device
+    overhead = chunk_overhead_for(device.type, chunk_overhead)
+    scaler = P.grad_scaler(device.type, precision)
+
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100) * max(0.0, 1 - s / max(1, steps)))
+    start, losses, ckpt = 0, [], None
+    if ckpt_path is not None:
+        run = {"steps": steps, "batch_size": batch_size, "lr": lr, "max_source_len": max_source_len, "seed": seed,
+               "precision": precision, "restatement_share": restatement_share, "claim_share": claim_share,
+               "sentence_share": sentence_share, "n": len(texts), **(identity or {})}
+        ckpt = Checkpoint(ckpt_path, run, {"generator": model})
+        start, losses, extra = ckpt.load(opt, sched, scaler)
+        if start:
+            version, state, gauss = extra["sampler_rng"]
+            rng.setstate((version, tuple(state), gauss))
+    model.train()
+
+    def step_loss(step: int) -> torch.Tensor:
+        pairs = []
+        window = curriculum_window(step, steps)
+        while len(pairs) < batch_size:
+            if restatements is not None and rng.random() < restatement_share:
+                u = rng.random()
+                if u < claim_share:
+                    pairs.append(restatements.claim(titles, texts, rng, FEVER3_LABELS, window))
+                elif u < claim_share + sentence_share:
+                    pairs.append(restatements.sentence(titles, texts, rng, window))
+                else:
+                    pairs.append(restatements.example(titles, texts, rng, tokenizer.mask_token, window))
+                continue
+            i = rng.randrange(len(texts))
+            ex = cloze_example(titles[i], texts[i], rng, tokenizer.mask_token, window)
+            if ex:
+                pairs.append(ex)
+        src = tokenizer([p[0] for p in pairs], padding=True, truncation=True, max_length=max_source_len, return_tensors="pt")
+        tgt = tokenizer([p[1] for p in pairs], padding=True, return_tensors="pt")["input_ids"].to(device)
+        with P.autocast(device.type, precision):
+            ll, _ = target_logprobs(model, src["input_ids"].to(device), src["attention_mask"].to(device), tgt,
+                                    tokenizer.pad_token_id, overhead_tokens=overhead)
+        return -ll.float().sum(1).mean()  # target_logprobs returns fp32 log-probabilities
+
+    def sampler_state() -> dict:
+        version, state, gauss = rng.getstate()
+        return {"sampler_rng": [version, list(state), gauss]}
+
+    return optimize(step_loss, list(model.parameters()), opt, sched, steps=steps, start=start, losses=losses,
+                    scaler=scaler, checkpoint=ckpt, checkpoint_every=checkpoint_every, extra_state=sampler_state,
+                    log_every=PRETRAIN_LOG_EVERY, log_fn=log_fn, desc="pretrain", progress=progress,
+                    stop_after=stop_after)
+
+
+def loss_curve(losses: list[float], every: int = PRETRAIN_LOG_EVERY) -> list[tuple[int, float]]:
+    """(step, mean loss of the ``every`` steps up to it) at every ``every``-th step."""
+    return [(s, sum(losses[s - every : s]) / every) for s in range(every, len(losses) + 1, every)]

@@ -1,5 +1,5 @@
 """The evaluation stage: decode dev and test with a saved model, score, write, log (rule
-``evaluate``, or the end of a ``train`` job). Predicting and scoring are :mod:`rag.evaluate`'s."""
+``evaluate``, or the end of a ``train`` job). Predicting and scoring are :mod:`rag.predictions`'s."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import logging
 import time
 from pathlib import Path
 
-from rag.evaluate import metric_options, predict, score_predictions
+from rag.predictions import metric_options, predict, score_predictions
 from rag.io import read_json, read_jsonl, write_json, write_jsonl
 from rag.retrieval import RetrievalFiles
 from rag.sections import TrainSection
-from rag.stages.models import check_k, load_trained
+from rag.stages.model_loading import check_k, load_trained
 from rag.tasks import variant_spec
 
 log = logging.getLogger("rag")

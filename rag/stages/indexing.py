@@ -69,7 +69,7 @@ def build_faiss_index(cfg: IndexSection, embeddings: list[str | Path], out: str 
 def build_bm25_index(passages: str | Path, out: str | Path) -> None:
     """The BM25 index of the passages (Table 6's ablation) in the folder ``out``."""
     from rag.data.corpus import read_passages
-    from rag.retrieval.bm25 import build_bm25
+    from rag.retrieval.bm25_index import build_bm25
 
     p = read_passages(passages)
     build_bm25(p.titles, p.texts, out)

@@ -12,19 +12,19 @@ from rag.errors import ConfigError, DataError
 from rag.io import atomic_dir, read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
 from rag.sections import TrainSection
-from rag.stages.models import build_system, check_k, trained_question_encoder
+from rag.stages.model_loading import build_system, check_k, trained_question_encoder
 from rag.tasks import TASKS, variant_spec
 
 log = logging.getLogger("rag")
 
 
-def _targets_for_training(cfg: TrainSection, system, rows: list[dict], k: int) -> tuple[list[str], list[str]]:
+def _targets_for_training(cfg: TrainSection, system, rows: list[dict]) -> tuple[list[str], list[str]]:
     """Training (input, target) pairs. CuratedTrec has regex answers: as the paper, the target
     is the most frequent match of the regex in the top retrieved documents."""
     name = cfg.task_name
     spec = TASKS[name]
     if spec.kind == "classification":
-        from rag.models.generator import label_token
+        from rag.models.tokenizer import label_token
 
         return [r["input"] for r in rows], [label_token(r["targets"][0]) for r in rows]
     if spec.kind != "regex":
@@ -79,12 +79,12 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
     (WebQuestions and CuratedTrec start from NQ), over the retrieval ``files``; resumable from
     ``checkpoint_dir``; write the model folder ``out`` and log the run to MLflow (tag
     ``config_hash``). ``eval_io`` (split -> data, predictions, metrics files): then decode dev
-    and test with the saved model in this process (:func:`rag.stages.evaluate.evaluate_model`).
+    and test with the saved model in this process (:func:`rag.stages.evaluation.evaluate_model`).
 
     Before anything is built, every K it retrieves with is checked against the passages (naming
     the key), and it takes the run's lock (``checkpoint_dir/run.lock``): a second process
     fine-tuning the same run is refused at once."""
-    from rag.train import ddp_setup, run_lock
+    from rag.training import ddp_setup, run_lock
 
     name = cfg.task_name
     vspec, t = variant_spec(variant), cfg.train
@@ -112,9 +112,9 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
 
     from rag.config import config_hash as hash_of
     from rag.manifest import build_manifest, write_manifest
-    from rag.models.generator import ensure_label_tokens, save_tokenizer
+    from rag.models.tokenizer import ensure_label_tokens, save_tokenizer
     from rag.tracking import Run
-    from rag.train import train
+    from rag.training import train
 
     name = cfg.task_name
     spec, vspec, t = TASKS[name], variant_spec(variant), cfg.train
@@ -129,7 +129,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     if spec.kind == "regex" and vspec.retriever is None:
         inputs, targets = _bart_regex_targets(rows)
     else:
-        inputs, targets = _targets_for_training(cfg, system, rows, t.k)
+        inputs, targets = _targets_for_training(cfg, system, rows)
     run = None
     if rank == 0:
         # one run per seed; tag ``cell`` groups a (task, variant)'s seeds in the MLflow UI (group by tag)
@@ -196,6 +196,6 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
         # the saved generator, and the retriever as trained (its question encoder is the one just saved)
         retriever = system.retriever
         del system
-        from rag.stages.evaluate import evaluate_model
+        from rag.stages.evaluation import evaluate_model
 
         evaluate_model(cfg, variant, eval_io, out, device, retriever=retriever)

@@ -1,0 +1,128 @@
+"""Report commands: ``report`` (the measured tables and the HTML report: :mod:`rag.report`),
+``check`` (a finished experiment against a band file) and ``bands`` (a band file from several
+experiments): :mod:`rag.report.bands`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rag.report import TABLE_KEYS, ReportInputs, build_report
+
+
+def load_scale(path: str | None) -> dict:
+    """The scale summary of ``--scale-json`` (the file, or its key ``scale``); {} for none."""
+    from rag.errors import DataError
+    from rag.io import read_json
+
+    if not path:
+        return {}
+    data = read_json(path)
+    if isinstance(data, dict) and isinstance(data.get("scale"), dict):
+        data = data["scale"]
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: expected a JSON object (the scale summary, or an object with key 'scale')")
+    return data
+
+
+def cmd_report(args) -> int:
+    inputs = ReportInputs.from_files(metrics=args.metrics, predictions=args.predictions, topk=args.topk,
+                                     hotswap=args.hotswap, oracle=args.oracle, train_data=args.train_data)
+    build_report(
+        inputs=inputs,
+        passages=Path(args.passages) if args.passages else None,
+        scale=load_scale(args.scale_json),
+        out_html=Path(args.out),
+        tables={k: Path(getattr(args, k)) for k in TABLE_KEYS if getattr(args, k)},
+        tracking_url=args.tracking_url,
+        samples_per_task=args.samples_per_task,
+        tasks=args.tasks,
+        variants=args.variants,
+    )
+    return 0
+
+
+def cmd_check(args) -> int:
+    from rag.io import atomic_open
+    from rag.report.bands import check, format_results, load_bands, run_values
+
+    header, bands = load_bands(args.bands)
+    results = check(bands, run_values(args.metrics, args.predictions))
+    text = format_results(header, results)
+    print(text)
+    failed = [r for r in results if r.status == "FAIL"]
+    if failed:
+        print(f"error: {len(failed)} cell(s) out of band: " + ", ".join("/".join(r.band.cell) for r in failed), file=sys.stderr)
+        return 1
+    if not any(r.status == "OK" for r in results):
+        print(f"error: none of the {len(results)} bands of {args.bands} matched a run given", file=sys.stderr)
+        return 1
+    if args.out:
+        with atomic_open(Path(args.out)) as fh:
+            fh.write(text + "\n")
+    return 0
+
+
+def _described(root: str) -> str:
+    """An experiment by its top-level seed (its corpus section records it), else its folder's name."""
+    from rag.io import read_json
+
+    section = Path(root) / "config" / "corpus.json"
+    seed = read_json(section).get("seed") if section.is_file() else None
+    return f"top-level seed {seed}" if seed is not None else Path(root).name
+
+
+def cmd_bands(args) -> int:
+    from rag.report.bands import experiment_values, make_bands, write_bands
+
+    center, n_of = experiment_values(args.center)
+    others = [experiment_values(o)[0] for o in args.others]
+    bands = make_bands(center, others, n_of)
+    method = (f"Centred on the experiment of {_described(args.center)} (each cell the mean over its fine-tune seeds); "
+              f"spread from it and {len(others)} more of the same config: "
+              + ", ".join(_described(o) for o in args.others) + ". A several-seed cell's tolerance is "
+              "4 SD of the difference between two means over that many seeds, the SD of one fine-tune pooled within "
+              "experiments (the test set fixed, only training varying: what another machine's floats do); a one-seed "
+              "cell's, 4 SD of a difference of two runs, its SD taken across the experiments (world and training "
+              "varying: wider). Each at least two test examples' worth. 4 SD: about 150 cells are checked at once, so "
+              "a band must rarely miss by chance (a normal variable leaves 4 SD once in 16,000).")
+    write_bands(args.out, bands, {"version": 1, "name": args.name, "method": method})
+    print(f"wrote {len(bands)} bands to {args.out}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="write the measured tables (CSV) and the HTML report from the files named")
+    p.add_argument("--metrics", nargs="*", default=[], help="metrics.json files (each names its task, variant, split)")
+    p.add_argument("--predictions", nargs="*", default=[],
+                   help="predictions.jsonl files, one per --metrics file in the same order (or none)")
+    p.add_argument("--topk", nargs="*", default=[], help="Figure 3 top-K sweep results (rag topk-sweep --out)")
+    p.add_argument("--hotswap", nargs="*", default=[], help="index hot-swap results (rag hotswap --out)")
+    p.add_argument("--oracle", nargs="*", default=[], help="gold-passage reader results (rag oracle --out)")
+    p.add_argument("--train-data", nargs="*", default=[], metavar="TASK=PATH",
+                   help="a task's train jsonl (the claims' majority-label baseline)")
+    p.add_argument("--passages", default=None, help="passages.tsv (id, title, text) for the sample browser")
+    p.add_argument("--scale-json", default=None, help="JSON file with the scale summary (or {'scale': {...}})")
+    p.add_argument("--out", required=True, help="HTML report to write")
+    for key in TABLE_KEYS:
+        p.add_argument(f"--{key}", help=f"CSV file for {key.replace('table', 'Table ')} (not written if omitted)")
+    p.add_argument("--tracking-url", default="http://127.0.0.1:5000", help="MLflow UI base URL for links")
+    p.add_argument("--samples-per-task", type=int, default=20, help="examples per task in the sample browser")
+    p.add_argument("--tasks", nargs="+", default=None, help="restrict to these tasks (default: all given)")
+    p.add_argument("--variants", nargs="+", default=None, help="restrict to these variants (default: all given)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("check", help="check a finished experiment's scores against a band file: OK / FAIL per cell")
+    p.add_argument("--bands", required=True, help="band file (config/bands/*.yaml)")
+    p.add_argument("--metrics", nargs="+", required=True, help="the experiment's metrics.json files (one per run, split and seed)")
+    p.add_argument("--predictions", nargs="*", default=[],
+                   help="their predictions.jsonl files, in the same order: the task metrics are scored again from them")
+    p.add_argument("--out", default=None, help="also write the table here (written only when every cell is in band)")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("bands", help="write a band file from finished experiments of one config under several top-level seeds")
+    p.add_argument("--center", required=True, help="results/<name> of the experiment the bands are centred on")
+    p.add_argument("--others", nargs="*", default=[], help="results/<name> of the same config under other top-level seeds")
+    p.add_argument("--name", required=True, help="what the bands are for (shown by rag check)")
+    p.add_argument("--out", required=True, help="band file to write")
+    p.set_defaults(func=cmd_bands)

@@ -1,0 +1,63 @@
+"""What the task commands (``train``, ``evaluate``, ``topk-sweep``, ``oracle``, ``hotswap``) share:
+their ``--seed``, config, variant, retrieval-file and dev/test flags, and the set-up of the task's
+sections and device."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rag import runtime
+from rag.errors import ConfigError
+from rag.retrieval import add_file_args
+from rag.sections import TrainSection, read_task_sections
+from rag.tasks import VARIANTS
+
+EVAL_FLAGS = ("dev", "test", "dev_predictions", "dev_metrics", "test_predictions", "test_metrics")
+
+
+def add_task_command(sub, name: str, func, help_: str):
+    """The subcommand ``name`` running ``func``, with the fine-tune ``--seed`` every task command takes."""
+    p = sub.add_parser(name, help=help_)
+    p.set_defaults(func=func)
+    p.add_argument("--seed", type=int, help="the fine-tune seed (config key seeds; default: the section's seed)")
+    return p
+
+
+def add_retrieval_args(p) -> None:
+    """--config, --variant and the variant's retrieval files."""
+    p.add_argument("--config", required=True, nargs="+", help="config section file(s), merged")
+    p.add_argument("--variant", required=True, choices=VARIANTS)
+    add_file_args(p)  # the variant's retrieval files (rag/tasks.py RETRIEVERS names them)
+
+
+def add_eval_args(p, required: bool) -> None:
+    """The dev and test files to decode and the predictions and metrics to write for each."""
+    p.add_argument("--dev", required=required, help="dev jsonl to decode")
+    p.add_argument("--test", required=required, help="test jsonl to decode")
+    for split in ("dev", "test"):
+        p.add_argument(f"--{split}-predictions", required=required, help=f"{split} predictions.jsonl to write")
+        p.add_argument(f"--{split}-metrics", required=required, help=f"{split} metrics.json to write")
+
+
+def task_setup(args) -> tuple[TrainSection, str]:
+    """The task's train_<task> section (with eval_<task> when given) and the device, set up.
+
+    ``--seed`` (the run's fine-tune seed, wildcard ``{seed}`` of the rules) replaces the section's
+    ``seed`` (the top-level one, which made the world, the data and the pretrained generator): the
+    fine-tune's initial RNG state and its batch order, and what the run's files and MLflow record."""
+    cfg = read_task_sections(args.config)
+    if args.seed is not None:
+        cfg = replace(cfg, seed=args.seed)
+    return cfg, runtime.setup(cfg.device, seed=cfg.seed, precision=cfg.precision)
+
+
+def eval_io(args, required: bool) -> dict[str, tuple[str, str, str]] | None:
+    """split -> (data file, predictions file, metrics file) from the --dev/--test/--*-predictions/
+    --*-metrics flags: all six, or (``required=False``) none."""
+    given = {f: getattr(args, f) for f in EVAL_FLAGS}
+    if not any(given.values()) and not required:
+        return None
+    missing = [f"--{f.replace('_', '-')}" for f, v in given.items() if not v]
+    if missing:
+        raise ConfigError(f"evaluation needs {', '.join(missing)} (the files to read and write for dev and test)")
+    return {split: (given[split], given[f"{split}_predictions"], given[f"{split}_metrics"]) for split in ("dev", "test")}
