@@ -174,13 +174,19 @@ def _part(tp) -> type | None:
     return None
 
 
-@lru_cache(maxsize=None)
 def _schema(cls) -> dict:
     return {**cls.json_schema(), "definitions": config_keys.D.schema()}
 
 
-@lru_cache(maxsize=None)
 def _validator(cls):
+    """The section's validator, built again when the registry's names change (its enums read them)."""
+    from rag.tasks import TASKS, VARIANTS
+
+    return _validator_of(cls, tuple(TASKS), tuple(VARIANTS))
+
+
+@lru_cache(maxsize=None)
+def _validator_of(cls, tasks: tuple, variants: tuple):
     return keyspec.validator_class(fill_defaults=False)(_schema(cls))
 
 
