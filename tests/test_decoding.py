@@ -302,7 +302,7 @@ MULTIBYTE_ANSWERS = ["Zürich", "Ñandú", "東京", "café", "the café of 東�
 
 @pytest.fixture(scope="module")
 def bpe(tmp_path_factory):
-    """The project's tokenizer: byte-level BPE trained as rag/models/generator.py does."""
+    """The project's tokenizer: byte-level BPE trained as rag/models/tokenizer.py does."""
     from rag.models.tokenizer import label_token, train_tokenizer
     from rag.tasks import FEVER3_LABELS
 
