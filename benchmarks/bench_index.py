@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 from benchmarks.common import PeakRSS, set_threads
+from rag.tasks import ROLES
 
 EF_SWEEP = [16, 32, 64, 128, 256, 512, 1024]
 
@@ -119,7 +120,7 @@ def corpus_vectors():
     else:
         _, titles, texts = load_corpus()
         emb = encode_passages(enc, titles, texts, progress=False)
-    qs = [q["input"] for q in load_questions("nq", "test")] + [q["input"] for q in load_questions("triviaqa", "test")]
+    qs = [q["input"] for task in ROLES.fine_tuning for q in load_questions(task, "test")]
     import torch
 
     with torch.inference_mode():

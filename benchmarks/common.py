@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from rag.tasks import ROLES
 
 ROOT = Path(__file__).resolve().parents[1]
 # the outputs of the embedded default's experiment (config.yaml's name): every experiment writes results/<name>/
@@ -162,7 +163,7 @@ def make_passages(n: int, seed: int = 0, words: int = 100) -> tuple[list[str], l
     return out_t, out_x
 
 
-def load_questions(task: str = "nq", split: str = "train") -> list[dict]:
+def load_questions(task: str = ROLES.qa, split: str = "train") -> list[dict]:
     path = DEFAULT_RESULTS / f"data/{task}/{split}.jsonl"
     if path.is_file():
         return [json.loads(line) for line in path.open()]

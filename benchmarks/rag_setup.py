@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from benchmarks.common import DEFAULT_RESULTS, ROOT, load_corpus, load_questions
+from rag.tasks import ROLES
 
 GEN_CFG = {"d_model": 128, "layers": 2, "heads": 4, "ffn": 512, "max_source_len": 128, "max_target_len": 32, "dropout": 0.1}
 
@@ -79,7 +80,7 @@ def make_batch(tok, b: int, k: int, seed: int = 0, split: str = "train", max_sou
     for i, pid in enumerate(ids):
         by_entity.setdefault(pid.rsplit("_", 1)[0] if pid.rsplit("_", 1)[-1].isdigit() else pid, []).append(i)
     rng = random.Random(seed)
-    qs = load_questions("nq", split)
+    qs = load_questions(ROLES.qa, split)
     rows = [qs[(seed * b + i) % len(qs)] for i in range(b)]
     src_texts = []
     for r in rows:
