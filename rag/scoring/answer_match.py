@@ -66,8 +66,8 @@ def regex_match(prediction: str, patterns: Sequence[str]) -> bool:
 
     DrQA compiles each gold pattern with IGNORECASE|UNICODE|MULTILINE and counts the prediction
     when ``compiled.match(prediction)`` succeeds (anchored at the start, not a full match), max
-    over the golds. DrQA applies no normalization there; the project issue asks for "the same
-    normalization" as EM, so the pattern is tried on the raw prediction and on
+    over the golds. DrQA applies no normalization there; this project scores CuratedTrec with the
+    same normalization as EM, so the pattern is tried on the raw prediction and on
     ``normalize_answer(prediction)``; either match counts (a superset of DrQA's rule, equal to
     it whenever normalization does not change the string). DrQA logs and returns False for a
     pattern that does not compile; here that is a DataError naming the pattern, as in the
