@@ -177,6 +177,17 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
         raise DataError(f"{path}:{lineno + 1}: unreadable ({type(exc).__name__}: {exc}); truncated or corrupt file?") from None
 
 
+def json_object(line: str, where: str) -> dict:
+    """One line of a JSON-lines file as its object, strictly (errors start with ``where``)."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    return row
+
+
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
     """(line number, object) for every line of a JSON-lines file, strictly: no empty lines, every
     line one JSON object, at least one record."""
@@ -184,14 +195,8 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
     for lineno, line in iter_lines(path):
         if not line.strip():
             raise DataError(f"{path}:{lineno}: empty line")
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})") from None
-        if not isinstance(row, dict):
-            raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
         n += 1
-        yield lineno, row
+        yield lineno, json_object(line, f"{path}:{lineno}")
     if n == 0:
         raise DataError(f"{path}: empty file (no records)")
 

@@ -53,7 +53,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from rag.data.corpus import IdSet, chunk_documents, iter_passages
 from rag.errors import ConfigError, DataError
-from rag.io import iter_jsonl, iter_lines
+from rag.io import iter_jsonl, iter_lines, json_object
 from rag.tasks import FEVER3_LABELS
 
 log = logging.getLogger(__name__)
@@ -150,6 +150,20 @@ def _load_json(path: Path) -> Any:
         raise DataError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})") from None
 
 
+def _example_objects(path: Path, label: str) -> Iterator[tuple[int, str, dict]]:
+    """(index, where, object) of a JSON file that is a list of example objects, strictly: a
+    non-empty list, each item an object (``where``: ``<path>: <label>[i]``)."""
+    data = _load_json(path)
+    if not isinstance(data, list):
+        raise DataError(f"{path}: expected a JSON list of examples, got {type(data).__name__}")
+    if not data:
+        raise DataError(f"{path}: empty list (no records)")
+    for i, item in enumerate(data):
+        where = f"{path}: {label}[{i}]"
+        if not isinstance(item, dict):
+            raise DataError(f"{where}: expected an object, got {type(item).__name__}")
+        yield i, where, item
+
 def _tsv_rows(path: Path, quoting: bool) -> Iterator[tuple[int, list[str]]]:
     """(lineno, fields) of a tab-separated file; ``quoting`` parses csv-style double quotes."""
     path = Path(path)
@@ -222,15 +236,7 @@ def parse_dpr_biencoder(path: Path, id_prefix: str | None = None) -> Iterator[di
     (the only published train/dev split of WebQuestions and CuratedTrec; CT answers are regexes)."""
     path = Path(path)
     prefix = id_prefix or _default_prefix(path)
-    data = _load_json(path)
-    if not isinstance(data, list):
-        raise DataError(f"{path}: expected a JSON list of examples, got {type(data).__name__}")
-    if not data:
-        raise DataError(f"{path}: empty list (no records)")
-    for i, item in enumerate(data):
-        where = f"{path}: [{i}]"
-        if not isinstance(item, dict):
-            raise DataError(f"{where}: expected an object, got {type(item).__name__}")
+    for i, where, item in _example_objects(path, ""):
         question = _question(_require(item, "question", str, where), where)
         answers = _str_list(_require(item, "answers", list, where), where, "answers")
         yield {"id": f"{prefix}-{i}", "input": question, "targets": _targets(answers, where, "answers"), "meta": {}}
@@ -321,15 +327,7 @@ def parse_webquestions(path: Path, id_prefix: str | None = None) -> Iterator[dic
     """WebQuestions JSON (list of {url, targetValue, utterance}); answers from the targetValue s-expression."""
     path = Path(path)
     prefix = id_prefix or _default_prefix(path)
-    data = _load_json(path)
-    if not isinstance(data, list):
-        raise DataError(f"{path}: expected a JSON list of examples, got {type(data).__name__}")
-    if not data:
-        raise DataError(f"{path}: empty list (no records)")
-    for i, item in enumerate(data):
-        where = f"{path}: example [{i}]"
-        if not isinstance(item, dict):
-            raise DataError(f"{where}: expected an object, got {type(item).__name__}")
+    for i, where, item in _example_objects(path, "example "):
         question = _question(_require(item, "utterance", str, where), where, "'utterance'")
         target = _require(item, "targetValue", str, where)
         try:
@@ -391,12 +389,7 @@ def parse_curatedtrec(path: Path, id_prefix: str | None = None) -> Iterator[dict
             raise DataError(f"{where}: {names[this]} line in a {names[layout]} CuratedTrec file (layout set by line 1)")
         rid, meta = f"{prefix}-{n}", {"regex": True}
         if layout == "json":
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
-            if not isinstance(obj, dict):
-                raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            obj = json_object(line, where)
             question = _require(obj, "question", str, where)
             patterns = _str_list(_require(obj, "answer", list, where), where, "answer")
         elif layout == "tsv2":
