@@ -11,7 +11,6 @@ from rag.cli.task_args import add_eval_args, add_retrieval_args, add_task_comman
 from rag.metrics import METRICS, score_files
 from rag.retrieval import RetrievalFiles
 from rag.sections import ExperimentsSection, read_section
-from rag.tasks import VARIANTS
 
 
 def cmd_evaluate(args) -> None:
@@ -69,8 +68,6 @@ def register(sub) -> None:
 
     p = add_task_command(sub, "oracle", cmd_oracle,
                          "reader quality: decode test with the gold passage as the only document (K = 1)")
-    p.add_argument("--config", required=True, nargs="+")
-    p.add_argument("--variant", required=True, choices=VARIANTS)
     p.add_argument("--model-dir", required=True)
     p.add_argument("--passages", required=True)
     p.add_argument("--test", required=True)
@@ -78,8 +75,6 @@ def register(sub) -> None:
 
     p = add_task_command(sub, "hotswap", cmd_hotswap,
                          "Section 4.5: answer the leader questions with the index of each snapshot")
-    p.add_argument("--config", required=True, nargs="+")
-    p.add_argument("--variant", required=True, choices=VARIANTS)
     p.add_argument("--model-dir", required=True)
     p.add_argument("--questions", required=True)
     for s in ("a", "b"):
