@@ -30,7 +30,7 @@ from collections import Counter
 from typing import Callable, ClassVar, Sequence
 
 from rag.errors import ConfigError, DataError
-from rag.scoring.coco import _check_pairs, _cooked_bleu, _tokenize_pairs, bleu1, rouge_l_scores
+from rag.scoring.coco import _check_pairs, _cooked_bleu, _tokenize_pairs, bleu1, rouge_l_mean, rouge_l_scores
 from rag.scoring.answer_match import exact_match, regex_match
 from rag.scoring.qbleu import qbleu1_scores
 
@@ -199,8 +199,8 @@ class RougeL(MeanMetric):
     def each(self, predictions, targets):
         return rouge_l_scores(predictions, targets, self.tokenizer)
 
-    def mean(self, values):  # as rag.scoring.coco.rouge_l
-        return 100.0 * float(sum(values) / len(values))
+    def mean(self, values):
+        return rouge_l_mean(values)
 
 
 @register_metric

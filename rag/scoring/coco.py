@@ -63,7 +63,11 @@ def rouge_l_scores(predictions: Sequence[str], references: Sequence[Sequence[str
     return [rouge.calc_score([h], r) for h, r in zip(hyps, refs)]
 
 
-def rouge_l(predictions: Sequence[str], references: Sequence[Sequence[str]], tokenizer: str = "python") -> float:
-    """MS MARCO ROUGE-L: the mean of :func:`rouge_l_scores`, in percent."""
-    scores = rouge_l_scores(predictions, references, tokenizer)
+def rouge_l_mean(scores: Sequence) -> float:
+    """The mean of per-example ROUGE-L scores (:func:`rouge_l_scores`), in percent: MS MARCO's ROUGE-L."""
     return 100.0 * float(sum(scores) / len(scores))
+
+
+def rouge_l(predictions: Sequence[str], references: Sequence[Sequence[str]], tokenizer: str = "python") -> float:
+    """MS MARCO ROUGE-L of the predictions (:func:`rouge_l_mean` of :func:`rouge_l_scores`)."""
+    return rouge_l_mean(rouge_l_scores(predictions, references, tokenizer))
