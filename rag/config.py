@@ -25,13 +25,18 @@ from rag.config_keys import INDEX_PARAMS
 from rag.errors import ConfigError
 from rag.sections import (ContextEncoder, CorpusOptions, GeneratorLengths, GeneratorOptions, MetricOptions, Miniworld,
                           QuestionEncoder, TaskData, TaskOptions, Tracking, TrainOptions)
-from rag.tasks import TASKS
+from rag.tasks import TASKS, VARIANTS
 
 
-@lru_cache(maxsize=1)
 def schema() -> dict:
     """The config's JSON schema, generated from the declarations (:mod:`rag.config_keys`); its
-    task and variant enums (and the default variant list) come from the registry (rag/tasks.py)."""
+    task and variant enums (and the default variant list) come from the registry (rag/tasks.py),
+    so it is built again when the registry's names change."""
+    return _schema_of(tuple(TASKS), tuple(VARIANTS))
+
+
+@lru_cache(maxsize=None)
+def _schema_of(tasks: tuple, variants: tuple) -> dict:
     return config_keys.json_schema()
 
 

@@ -167,15 +167,7 @@ def test_retriever_missing_file_role_is_named(monkeypatch):
 # ------------------------------------------------------------------ extending the registry
 
 
-@pytest.fixture
-def fresh_schema():
-    """The config schema's task enum is read from the registry when the schema is first built."""
-    schema.cache_clear()
-    yield
-    schema.cache_clear()
-
-
-def test_a_toy_task_with_its_own_format_is_three_places(monkeypatch, tmp_path, fresh_schema):
+def test_a_toy_task_with_its_own_format_is_three_places(monkeypatch, tmp_path):
     """Adding a task with its own file format: its registry entry, its parser and its column in the
     paper's table; nothing else. A local file goes through the config, the real conversion
     (rag.stages.datasets.build_task), scoring and the report's Table 2 and its CSV."""
