@@ -17,6 +17,10 @@ thread; ``torch.use_deterministic_algorithms(True)`` is not needed on CPU (it ma
 scatter/index_add kernels and cuBLAS workspaces: ``CUBLAS_WORKSPACE_CONFIG=:4096:8``). With several
 intra-op threads, float reductions can split differently and change the last bits; resumption
 additionally relies on the checkpoint restoring model, optimizer, scheduler and torch RNG state.
+Seen once, on the CI machine and not since: the from-scratch run's ``bart`` losses differed from the
+baseline's in the last bit from step 10 on (its first ten steps equal, so the pretrained generator was
+most likely the same); 21 from-scratch runs on the development machine, some with the cores loaded,
+gave identical bytes. The determinism test names the stage that diverges, so a recurrence says where.
 
 Kill behaviour found (see the two kill tests):
 * SIGTERM to snakemake's process group: snakemake shuts down and removes the outputs of the
