@@ -19,8 +19,8 @@ intra-op threads, float reductions can split differently and change the last bit
 additionally relies on the checkpoint restoring model, optimizer, scheduler and torch RNG state.
 Seen once, on the CI machine and not since: the from-scratch run's ``bart`` losses differed from the
 baseline's in the last bit from step 10 on (its first ten steps equal, so the pretrained generator was
-most likely the same); 21 from-scratch runs on the development machine, some with the cores loaded,
-gave identical bytes. The determinism test names the stage that diverges, so a recurrence says where.
+most likely the same); on the development machine, 15 runs of this test and 6 re-runs of pretraining
+and both fine-tunes (5 of them with three busy loops on the two cores) gave identical bytes. The determinism test names the stage that diverges, so a recurrence says where.
 
 Kill behaviour found (see the two kill tests):
 * SIGTERM to snakemake's process group: snakemake shuts down and removes the outputs of the
