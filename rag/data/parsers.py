@@ -158,7 +158,13 @@ def _example_objects(path: Path, label: str) -> Iterator[tuple[int, str, dict]]:
         raise DataError(f"{path}: expected a JSON list of examples, got {type(data).__name__}")
     if not data:
         raise DataError(f"{path}: empty list (no records)")
-    for i, item in enumerate(data):
+    yield from _objects(data, path, label)
+
+
+def _objects(items: list, path: Path, label: str) -> Iterator[tuple[int, str, dict]]:
+    """(index, where, object) of each item of ``items``, which must be an object (``where``:
+    ``<path>: <label>[i]``)."""
+    for i, item in enumerate(items):
         where = f"{path}: {label}[{i}]"
         if not isinstance(item, dict):
             raise DataError(f"{where}: expected an object, got {type(item).__name__}")
@@ -270,10 +276,7 @@ def parse_triviaqa(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
     items = _require(data, "Data", list, f"{path}", "top-level key")
     if not items:
         raise DataError(f"{path}: 'Data' is empty (no records)")
-    for i, item in enumerate(items):
-        where = f"{path}: Data[{i}]"
-        if not isinstance(item, dict):
-            raise DataError(f"{where}: expected an object, got {type(item).__name__}")
+    for _, where, item in _objects(items, path, "Data"):
         question = _question(_require(item, "Question", str, where), where, "'Question'")
         qid = _require(item, "QuestionId", str, where)
         if "Answer" not in item:
