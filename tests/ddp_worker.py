@@ -36,18 +36,23 @@ def make_tokenizer(words=WORDS):
 
 
 def make_generator(vocab_size: int, seed: int, d: int = 16, copy: bool = False, local_context: int = 0,
-                   query_separator: list[int] | None = None):
+                   query_separator: list[int] | None = None, copy_next: bool = False):
     from transformers import BartConfig, BartForConditionalGeneration
 
     from rag.models.generator import CopyBart
 
-    cfg = BartConfig(copy_mechanism=copy, local_context=local_context, query_separator=query_separator, vocab_size=vocab_size, d_model=d, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+    cfg = BartConfig(copy_mechanism=copy, copy_next=copy_next, local_context=local_context, query_separator=query_separator, vocab_size=vocab_size, d_model=d, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
                      decoder_attention_heads=2, encoder_ffn_dim=2 * d, decoder_ffn_dim=2 * d,
                      max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
                      init_std=0.3, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
                      forced_bos_token_id=None, forced_eos_token_id=None)
     torch.manual_seed(seed)
-    return (CopyBart if copy else BartForConditionalGeneration)(cfg).eval()
+    model = (CopyBart if copy else BartForConditionalGeneration)(cfg).eval()
+    if copy_next:  # built as a no-op (zero read, zero bias): give it weights, so tests see what it adds
+        with torch.no_grad():
+            torch.nn.init.normal_(model.next_read.weight, std=0.3)
+            model.next_bias.fill_(2.0)
+    return model
 
 
 def make_question_encoder(vocab_size: int, seed: int, d: int = 16):

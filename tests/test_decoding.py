@@ -183,11 +183,12 @@ def _generator(world, copy):
 
     if not copy:
         return None
-    sep = query_separator(world.tokenizer) if copy == "exact_match" else None
-    return make_generator(len(world.tokenizer), seed=7, copy=True, local_context=0 if copy is True else 3, query_separator=sep)
+    sep = query_separator(world.tokenizer) if copy in ("exact_match", "copy_next") else None
+    return make_generator(len(world.tokenizer), seed=7, copy=True, local_context=0 if copy is True else 3, query_separator=sep,
+                          copy_next=copy == "copy_next")
 
 
-@pytest.mark.parametrize("copy", [False, True, "local_context", "exact_match"])
+@pytest.mark.parametrize("copy", [False, True, "local_context", "exact_match", "copy_next"])
 def test_rag_token_beam_is_exact_argmax(world, copy):
     # the cached steps pass the source too; the local-context encoder runs once, before decoding
     gen = _generator(world, copy)
@@ -210,7 +211,7 @@ def test_rag_sequence_fast_with_beams_holding_everything_is_exact_argmax(world):
         assert abs(f.score - score) < 1e-4, (f.score, score)
 
 
-@pytest.mark.parametrize("copy", [False, True, "local_context", "exact_match"])
+@pytest.mark.parametrize("copy", [False, True, "local_context", "exact_match", "copy_next"])
 def test_rag_sequence_thorough_and_fast_agree_when_beams_hold_everything(world, copy):
     gen = _generator(world, copy)
     system = make_system(world, "sequence", generator=gen)
@@ -238,7 +239,7 @@ def test_fast_decoding_never_scores_above_thorough(world):
         assert t.score >= float(exact) - 1e-5  # thorough maximises the exact marginal over the same pool
 
 
-@pytest.mark.parametrize("copy", [False, "exact_match"])
+@pytest.mark.parametrize("copy", [False, "exact_match", "copy_next"])
 def test_thorough_rescoring_equals_teacher_forcing(world, copy, monkeypatch):
     """sequence_logprobs_batch (cached document states, the copy generator's target-only scores,
     calls of a few rows) gives every (question, hypothesis, document) the log-probability one

@@ -89,13 +89,15 @@ def test_length_chunks_minimise_padding_plus_overhead():
         assert cover(chunks) == list(range(6))
 
 
-@pytest.fixture(scope="module", params=[0, 3, "exact_match"], ids=["copy", "copy+local_context", "copy+local_context+exact_match"])
+@pytest.fixture(scope="module", params=[0, 3, "exact_match", "copy_next"],
+                ids=["copy", "copy+local_context", "copy+local_context+exact_match", "copy+local_context+exact_match+copy_next"])
 def copy_parts(parts, request):
     tok, _, ids, mask, tgt = parts
-    if request.param == "exact_match":  # "?" parts passage and query in one of SOURCES; the other rows have no query
+    if request.param in ("exact_match", "copy_next"):  # "?" parts passage and query in one of SOURCES; the other rows have no query
         sep = [tok.convert_tokens_to_ids("?")]
         assert bool(ids.eq(sep[0]).any())
-        return tok, make_generator(len(tok), seed=5, copy=True, local_context=3, query_separator=sep), ids, mask, tgt
+        return tok, make_generator(len(tok), seed=5, copy=True, local_context=3, query_separator=sep,
+                                   copy_next=request.param == "copy_next"), ids, mask, tgt
     return tok, make_generator(len(tok), seed=5, copy=True, local_context=request.param), ids, mask, tgt
 
 
@@ -132,6 +134,8 @@ def test_copy_generator_target_logprobs_and_gradients_equal_the_full_pass(copy_p
         assert "model.encoder.local_context.weight" in ref
     if getattr(gen.config, "query_separator", None):
         assert "model.encoder.match_embed.weight" in ref
+    if getattr(gen.config, "copy_next", False):
+        assert "next_read.weight" in ref and "next_bias" in ref
     gen.zero_grad(set_to_none=True)
     ll, _ = seq2seq.target_logprobs(gen, ids, mask, tgt, tok.pad_token_id, overhead_tokens=overhead)
     assert float((ll - ref_ll.masked_fill(pad, 0)).abs().max()) < 1e-5
@@ -207,3 +211,55 @@ def test_build_bart_sets_the_exact_match_separator_and_refuses_it_without_local_
     assert build_bart(tok, {**g, "exact_match": False}).model.encoder.match_embed is None
     with pytest.raises(ConfigError, match="generator.exact_match"):
         build_bart(tok, {**g, "local_context": 0})
+
+
+def test_continuation_marks_the_source_positions_after_the_last_generated_token():
+    from rag.models.generator import continuation
+
+    specials = (0, 1, 2)  # bos, pad, eos
+    ids = torch.tensor([[0, 5, 6, 9, 5, 7, 2, 1],     # "5 6 9 5 7": 5 is followed by 6 and by 7
+                        [0, 4, 2, 2, 4, 1, 1, 1]])    # a pad id after the last 4 continues nothing
+    mask = torch.tensor([[1] * 7 + [0], [1] * 5 + [0] * 3])
+    dec = torch.tensor([[0, 5, 9, 7],                 # the decoder start continues nothing; 7's next is eos
+                        [0, 4, 2, 8]])                # 2 (eos) is special; 8 is not in the source
+    got = continuation(ids, mask, dec, specials).long().tolist()
+    assert got[0] == [[0] * 8,
+                      [0, 0, 1, 0, 0, 1, 0, 0],       # after 5: positions 2 and 5
+                      [0, 0, 0, 0, 1, 0, 0, 0],       # after 9: position 4
+                      [0, 0, 0, 0, 0, 0, 1, 0]]       # after 7: the eos at 6 (read on to stop)
+    assert got[1] == [[0] * 8, [0, 0, 1, 0, 0, 0, 0, 0], [0] * 8, [0] * 8]  # after 4: its eos; the masked pad is not
+
+
+def test_copy_next_reads_on_from_the_copied_token_and_is_refused_without_copy(tmp_path):
+    """generator.copy_next: built as a no-op, so pretraining starts from the generator without it;
+    given weights, the state after a token moves the copy attention onto the token that follows
+    it in the source; without copy it is a one-line config error."""
+    from conftest import typed_sections
+
+    from rag.errors import ConfigError
+    from rag.models.generator import build_bart
+    from rag.models.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(["the leader of kelvia is mira tolen"] * 10, 300, [], tmp_path)
+    small = {"d_model": 16, "ffn": 32, "heads": 2, "layers": 1}
+    g = typed_sections({"generator": small})["generator"].generator.to_dict()
+    torch.manual_seed(0)
+    plain = build_bart(tok, {**g, "copy_next": False}).eval()
+    model = build_bart(tok, {**g, "copy_next": True}).eval()
+    missing = model.load_state_dict(plain.state_dict(), strict=False).missing_keys
+    assert sorted(missing) == ["next_bias", "next_read.bias", "next_read.weight"]
+    batch = tok(["the leader of kelvia is mira tolen"], return_tensors="pt")
+    ids = batch["input_ids"]
+    mira, tolen = (tok.convert_tokens_to_ids(t) for t in tok.tokenize(" mira tolen"))
+    dec = torch.tensor([[tok.bos_token_id, mira]])
+    with torch.no_grad():
+        before = model(**batch, decoder_input_ids=dec).logits
+        assert float((before - plain(**batch, decoder_input_ids=dec).logits).abs().max()) == 0.0  # a no-op as built
+        model.next_bias.fill_(10.0)
+        after = model(**batch, decoder_input_ids=dec).logits
+    others = [t for t in set(ids[0].tolist()) if t != tolen]
+    assert float(after[0, 1, tolen]) > float(after[0, 1, others].max())  # after "mira", "tolen" leads the source
+    assert float(before[0, 1, tolen]) < float(before[0, 1, others].max())  # as it did not before
+    assert float((after[0, 0] - before[0, 0]).abs().max()) == 0.0  # the decoder start reads nothing on
+    with pytest.raises(ConfigError, match="generator.copy_next"):
+        build_bart(tok, {**g, "copy": False, "local_context": 0, "exact_match": False, "copy_next": True})

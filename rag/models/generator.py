@@ -6,7 +6,8 @@ corpus by the ``pretrain`` rule (:func:`rag.training.pretrain`, on :mod:`rag.mod
 before every task x variant fine-tune starts from it, as the paper fine-tuned a pretrained BART.
 Paper scale: ``generator.init: pretrained`` with ``name_or_path: facebook/bart-large``: the same
 loading code as any saved checkpoint. ``generator.copy`` adds a copy distribution over the source
-tokens (:class:`CopyBart`); ``generator.local_context`` and ``generator.exact_match`` its
+tokens (:class:`CopyBart`), ``generator.copy_next`` lets it read on from the token it last
+copied (:func:`continuation`); ``generator.local_context`` and ``generator.exact_match`` its
 encoder's inputs (:class:`LocalContextEncoder`).
 """
 
@@ -95,6 +96,14 @@ class CopyBart(BartForConditionalGeneration):
     ``encoder_outputs``. A small from-scratch generator learns to copy an answer out of a
     passage far faster with it (measured on miniworld: cloze loss 3.0 after 200 pretraining
     steps with it, 8.3 without); ``generator.copy`` turns it on.
+
+    With ``config.copy_next`` (``generator.copy_next``) the decoder also reads on from the token it
+    generated last, CopyNet's selective read (Gu et al. 2016) in a post-decoder form: the encoder
+    states of the source positions that follow that token (:func:`continuation`) are averaged,
+    projected and added to the decoder state before the vocabulary, the gate and the copy
+    attention read it, and the copy score of those positions gets a learnt bias. A name's second
+    word is then found from its first by position, not by a learnt match of two rare tokens'
+    embeddings, and whether the answer goes on is read off the next source token's state.
     """
 
     def __init__(self, config):
@@ -104,20 +113,34 @@ class CopyBart(BartForConditionalGeneration):
             self.model.encoder = LocalContextEncoder(config)
         self.copy_query = torch.nn.Linear(d, d)
         self.copy_gate = torch.nn.Linear(d, 1)
+        self.copy_next = bool(getattr(config, "copy_next", False))
+        if self.copy_next:
+            self.next_read = torch.nn.Linear(d, d)
+            self.next_bias = torch.nn.Parameter(torch.zeros(()))
         self.post_init()
         if getattr(config, "local_context", 0):  # BART's initialisation leaves convolutions alone
             conv = self.model.encoder.local_context
             torch.nn.init.normal_(conv.weight, std=0.5 * (d * (2 * config.local_context + 1)) ** -0.5)
             torch.nn.init.zeros_(conv.bias)
+        if self.copy_next:  # starts as the generator without it; pretraining learns how far to read on
+            torch.nn.init.zeros_(self.next_read.weight)
+            torch.nn.init.zeros_(self.next_read.bias)
 
-    def _mixture(self, out, attention_mask):
+    def _mixture(self, out, input_ids, attention_mask, decoder_input_ids):
         """The parts of the output distribution at each decoder state: log p_vocab [N, T, V], the
         copy attention over source positions [N, T, S] and the gate g_t [N, T, 1] (the share
         generated from the vocabulary)."""
         h = out.last_hidden_state  # [N, T, d]
         enc = out.encoder_last_hidden_state  # [N, S, d]
+        if self.copy_next:
+            specials = tuple(i for i in (self.config.pad_token_id, self.config.bos_token_id, self.config.eos_token_id,
+                                         self.config.decoder_start_token_id) if i is not None)
+            nxt = continuation(input_ids, attention_mask, decoder_input_ids, specials).to(enc.dtype)  # [N, T, S]
+            h = h + self.next_read((nxt / nxt.sum(-1, keepdim=True).clamp_min(1)) @ enc)
         vocab_lp = torch.log_softmax((self.lm_head(h) + self.final_logits_bias.to(h.dtype)).float(), dim=-1)
         scores = (self.copy_query(h) @ enc.transpose(1, 2)).float() / h.shape[-1] ** 0.5  # [N, T, S]
+        if self.copy_next:
+            scores = scores + self.next_bias.float() * nxt.float()
         scores = scores.masked_fill(attention_mask[:, None, :].eq(0), float("-inf"))
         attn = torch.softmax(scores, dim=-1)
         gate = torch.sigmoid(self.copy_gate(h).float())
@@ -131,7 +154,7 @@ class CopyBart(BartForConditionalGeneration):
         # past_key_values (the decoder start token's cache) is read; no cache is handed back
         out = self.model(attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
                          encoder_outputs=encoder_outputs, past_key_values=past_key_values, use_cache=False)
-        vocab_lp, attn, gate = self._mixture(out, attention_mask)
+        vocab_lp, attn, gate = self._mixture(out, input_ids, attention_mask, decoder_input_ids)
         copy = (attn * input_ids[:, None, :].eq(targets[:, :, None])).sum(-1)  # [N, T]
         return self._log_mix(gate[..., 0], vocab_lp.gather(-1, targets[:, :, None]).squeeze(-1).exp(), copy)
 
@@ -153,7 +176,7 @@ class CopyBart(BartForConditionalGeneration):
         out = self.model(input_ids=input_ids if encoder_outputs is None else None, attention_mask=attention_mask,
                          decoder_input_ids=decoder_input_ids, encoder_outputs=encoder_outputs,
                          past_key_values=past_key_values, use_cache=use_cache, **kwargs)
-        vocab_lp, attn, gate = self._mixture(out, attention_mask)
+        vocab_lp, attn, gate = self._mixture(out, input_ids, attention_mask, decoder_input_ids)
         copy = vocab_lp.new_zeros(vocab_lp.shape).scatter_add_(
             2, input_ids[:, None, :].expand(-1, vocab_lp.shape[1], -1), attn)
         logits = self._log_mix(gate, vocab_lp.exp(), copy)
@@ -162,6 +185,18 @@ class CopyBart(BartForConditionalGeneration):
             loss = torch.nn.functional.nll_loss(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
         return Seq2SeqLMOutput(loss=loss, logits=logits, past_key_values=out.past_key_values,
                                encoder_last_hidden_state=out.encoder_last_hidden_state)
+
+
+def continuation(input_ids: torch.Tensor, attention_mask: torch.Tensor, decoder_input_ids: torch.Tensor,
+                 specials: tuple[int, ...]) -> torch.Tensor:
+    """(N, T, S) 0/1: source position s follows an occurrence of the decoder's input token at t
+    (the token generated last), i.e. ``input_ids[n, s - 1] == decoder_input_ids[n, t]``; special
+    tokens (the decoder start, separators, padding) continue nothing. The positions a copy reads
+    on at: after "vaegour", the "glashial" of every "vaegour glashial" in the source."""
+    prev = torch.cat([input_ids.new_full((input_ids.shape[0], 1), -1), input_ids[:, :-1]], 1)  # [N, S]
+    ok_src = attention_mask.bool() & ~torch.isin(prev, torch.tensor(specials + (-1,), device=prev.device))
+    ok_dec = ~torch.isin(decoder_input_ids, torch.tensor(specials, device=prev.device))
+    return (prev[:, None, :] == decoder_input_ids[:, :, None]) & ok_src[:, None, :] & ok_dec[:, :, None]
 
 
 def query_separator(tokenizer) -> list[int]:
@@ -190,11 +225,14 @@ def build_bart(tokenizer, g: dict):
         # 1,000 steps at 0.02, copying learned in 150 steps at 0.1). Scale it with the width.
         init_std=g.get("init_std", g["d_model"] ** -0.5),
         copy_mechanism=bool(g.get("copy", False)),
+        copy_next=bool(g.get("copy_next", False)),
         local_context=int(g.get("local_context", 0)),
         query_separator=query_separator(tokenizer) if g.get("exact_match") else None,
     )
     if cfg.local_context and not cfg.copy_mechanism:
         raise ConfigError("config key 'generator.local_context' needs generator.copy: true (the copy generator's encoder has it)")
+    if cfg.copy_next and not cfg.copy_mechanism:
+        raise ConfigError("config key 'generator.copy_next' needs generator.copy: true (it reads on from a copied token)")
     if cfg.query_separator and not cfg.local_context:
         raise ConfigError("config key 'generator.exact_match' needs generator.local_context > 0 (the local-context encoder has it); "
                           "set exact_match: false with local_context: 0")
