@@ -118,7 +118,7 @@ CONFIG = Group({
         "vocab_size": Int(minimum=100, default=8000, description="scratch: byte-level BPE vocabulary trained on the corpus"),
         "dropout": Num(minimum=0, maximum=0.9, default=0.0),
         "copy": Bool(default=True, description="scratch: a copy distribution over the source tokens mixed into the output (pointer-generator); the small generator learns to copy answers out of passages with it"),
-        "copy_next": Bool(default=True, description="scratch, with copy: the decoder reads on from the token it generated last (the encoder states of the source positions that follow it, and a copy bias toward them), so a copied name's next word is found by position (rag/models/generator.py continuation)"),
+        "copy_next": Bool(default=False, description="scratch, with copy; opt-in: the decoder reads on from the token it generated last (the encoder states of the source positions that follow it, and a copy bias toward them), so a copied name's next word is found by position (rag/models/generator.py continuation)"),
         "local_context": Int(minimum=0, maximum=8, default=3, description="scratch, with copy: each encoder input embedding plus a convolution over the embeddings of the N tokens on either side (0: off), so a value knows the phrase that states it (rag/models/generator.py LocalContextEncoder)"),
         "exact_match": Bool(default=True, description="scratch, with local_context: each encoder input embedding plus a learnt embedding of whether its token also occurs on the other side of the passage | query separator (DrQA's exact-match feature; rag/models/generator.py exact_match)"),
         "pretrain_steps": Int(minimum=0, default=1000),
