@@ -117,6 +117,9 @@ class CopyBart(BartForConditionalGeneration):
         if self.copy_next:
             self.next_read = torch.nn.Linear(d, d)
             self.next_bias = torch.nn.Parameter(torch.zeros(()))
+            # the tokens that continue nothing (decoder start, separators, padding)
+            self.next_specials = tuple(i for i in (config.pad_token_id, config.bos_token_id, config.eos_token_id,
+                                                   config.decoder_start_token_id) if i is not None)
         self.post_init()
         if getattr(config, "local_context", 0):  # BART's initialisation leaves convolutions alone
             conv = self.model.encoder.local_context
@@ -133,9 +136,7 @@ class CopyBart(BartForConditionalGeneration):
         h = out.last_hidden_state  # [N, T, d]
         enc = out.encoder_last_hidden_state  # [N, S, d]
         if self.copy_next:
-            specials = tuple(i for i in (self.config.pad_token_id, self.config.bos_token_id, self.config.eos_token_id,
-                                         self.config.decoder_start_token_id) if i is not None)
-            nxt = continuation(input_ids, attention_mask, decoder_input_ids, specials).to(enc.dtype)  # [N, T, S]
+            nxt = continuation(input_ids, attention_mask, decoder_input_ids, self.next_specials).to(enc.dtype)  # [N, T, S]
             h = h + self.next_read((nxt / nxt.sum(-1, keepdim=True).clamp_min(1)) @ enc)
         vocab_lp = torch.log_softmax((self.lm_head(h) + self.final_logits_bias.to(h.dtype)).float(), dim=-1)
         scores = (self.copy_query(h) @ enc.transpose(1, 2)).float() / h.shape[-1] ** 0.5  # [N, T, S]
