@@ -302,12 +302,13 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
              max_source_len: int, seed: int, log_fn=None, progress: bool = True, precision: str = "fp32",
              chunk_overhead: int | None = None, restatements: Restatements | None = None,
              restatement_share: float = 0.0, claim_share: float = 0.0, sentence_share: float = 0.0,
-             ckpt_path: str | Path | None = None, identity: dict | None = None,
+             absent_share: float = 0.0, ckpt_path: str | Path | None = None, identity: dict | None = None,
              checkpoint_every: int = PRETRAIN_CHECKPOINT_EVERY, stop_after: int | None = None) -> list[float]:
     """Pretrain ``model`` (on the device it is on) with the cloze objective, and a share
     ``restatement_share`` of each batch from ``restatements`` when given, of which a share
     ``claim_share`` are claims to label (:meth:`Restatements.claim`, FEVER's three labels) and a
-    share ``sentence_share`` facts to restate as a sentence (:meth:`Restatements.sentence`). ``precision``: the forward
+    share ``sentence_share`` facts to restate as a sentence (:meth:`Restatements.sentence`) and a
+    share ``absent_share`` facts asked of a passage that does not state them (:meth:`Restatements.absent`). ``precision``: the forward
     runs under that autocast (fp16 with a gradient scaler), the loss in fp32; ``chunk_overhead``:
     generator.chunk_overhead (None: the device's default).
 
@@ -331,7 +332,8 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
     if ckpt_path is not None:
         run = {"steps": steps, "batch_size": batch_size, "lr": lr, "max_source_len": max_source_len, "seed": seed,
                "precision": precision, "restatement_share": restatement_share, "claim_share": claim_share,
-               "sentence_share": sentence_share, "n": len(texts), **(identity or {})}
+               "sentence_share": sentence_share, "n": len(texts), **(identity or {}),
+               **({"absent_share": absent_share} if absent_share else {})}
         ckpt = Checkpoint(ckpt_path, run, {"generator": model})
         start, losses, extra = ckpt.load(opt, sched, scaler)
         if start:
@@ -349,6 +351,8 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
                     pairs.append(restatements.claim(titles, texts, rng, FEVER3_LABELS, window))
                 elif u < claim_share + sentence_share:
                     pairs.append(restatements.sentence(titles, texts, rng, window))
+                elif u < claim_share + sentence_share + absent_share:
+                    pairs.append(restatements.absent(titles, texts, rng, tokenizer.mask_token, window))
                 else:
                     pairs.append(restatements.example(titles, texts, rng, tokenizer.mask_token, window))
                 continue

@@ -175,3 +175,43 @@ def test_restatements_are_train_facts_read_only_from_their_passage():
         if label == label_token("SUPPORTS"):
             assert any(v in passage for st, v in fits if st)
     assert seen == {label_token(lb) for lb in FEVER3_LABELS}
+
+
+def test_absent_facts_are_asked_of_a_sibling_passage_that_does_not_state_them():
+    import random
+
+    from rag.models.pretraining_data import Restatements
+
+    world = miniworld.build_world(CFG, 3)["a"]
+    rows = miniworld.passages(world, 100)
+    ids, titles, texts = (list(x) for x in zip(*rows))
+    recs = miniworld.restatements(world, 100)
+    restated = Restatements(recs, ids)
+    rows_of = {}
+    for row, title in enumerate(titles):
+        rows_of.setdefault(title, []).append(row)
+    asked = {q.format(v="<mask>"): r for r in recs for q in [r["sentence"]] + r["queries"]}
+    asked.update({q: r for r in recs for q in r["questions"]})
+    attributes = set()
+    for s in range(60):
+        src, target = restated.absent(titles, texts, random.Random(s))
+        head, query = src.split(" // ")
+        title, passage = head.split(" / ", 1)
+        r = asked[query]  # a record's fact, asked as pretraining asks it
+        entity = titles[ids.index(r["passage"])]
+        assert title == entity and len(rows_of[title]) > 1  # another passage of the same article
+        own = texts[ids.index(r["passage"])]
+        assert r["sentence"].format(v=r["value"]) in own and r["value"] not in passage  # that passage does not state it
+        assert target in restated.values[r["attribute"]]  # a value of the asked attribute
+        attributes.add(r["attribute"])
+    assert len(attributes) > 3
+    # the curriculum's window: a few sentences of that passage
+    src, _ = restated.absent(titles, texts, random.Random(0), max_context=1)
+    assert src.split(" // ")[0].split(" / ", 1)[1].count(". ") == 0
+    # a corpus whose articles are one passage each has none to ask
+    import pytest
+
+    from rag.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="pretrain_absent"):
+        Restatements(recs, ids).absent(ids, texts, random.Random(0))  # every passage its own title

@@ -39,7 +39,7 @@ def _pretrain(setup, ckpt_path=None, stop_after=None, identity=None):
     torch.manual_seed(0)
     model = build_bart(tok, g)
     losses = pretrain(model, tok, titles, texts, STEPS, 4, 1e-3, g["max_source_len"], seed=3, progress=False,
-                      restatements=restated, restatement_share=0.5, claim_share=0.3, ckpt_path=ckpt_path,
+                      restatements=restated, restatement_share=0.5, claim_share=0.3, absent_share=0.3, ckpt_path=ckpt_path,
                       identity=identity, checkpoint_every=4, stop_after=stop_after)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, losses
 
@@ -48,8 +48,14 @@ def _equal(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_interrupted_pretraining_resumes_bit_identical(setup, tmp_path, caplog):
+def test_interrupted_pretraining_resumes_bit_identical(setup, tmp_path, caplog, monkeypatch):
+    drawn = []  # the loop draws every kind of restated-fact example, absent facts included
+    for kind in ("example", "claim", "absent"):
+        real = getattr(Restatements, kind)
+        monkeypatch.setattr(Restatements, kind, lambda self, *a, _k=kind, _f=real, **kw: drawn.append(_k) or _f(self, *a, **kw))
     plain_state, plain_losses = _pretrain(setup)  # no checkpoint: the loop as the pretrain rule runs it
+    assert set(drawn) == {"example", "claim", "absent"}
+    monkeypatch.undo()
     state, losses = _pretrain(setup, tmp_path / "full.pt")
     assert losses == plain_losses and _equal(state, plain_state)  # checkpointing changes nothing
     # stopped after 6 steps (the checkpoint holds step 4); a fresh model resumes at step 4

@@ -106,12 +106,20 @@ class Restatements:
         self.values = {a: sorted(v) for a, v in values.items()}
         self.claimable = [i for i, r in enumerate(self.records) if r.get("claims")]
         self.sentence_records = [i for i, r in enumerate(self.records) if r.get("sentences")]
+        self._absent_for, self._absent = None, []  # the corpus texts _absent_rows was computed for, and its rows
 
     def _render(self, i: int, texts: list[str], rng: random.Random):
         """The passage of record ``i`` re-rendered: (shuffled sentences, the value record ``i`` now
         has, its sentence, the phrasing it is stated in)."""
-        text = texts[self.row[i]]
-        for j in self.siblings[self.row[i]]:  # every fact of the passage, so no re-rendered one stands out
+        return self._render_row(self.row[i], texts, rng, i)
+
+    def _render_row(self, row: int, texts: list[str], rng: random.Random, i: int | None = None):
+        """Passage ``row`` re-rendered (every fact it states gets a random value in a random
+        phrasing, the sentences shuffled): (sentences, and for record ``i`` the value it now has,
+        its sentence and the phrasing it is stated in; None for those without ``i``)."""
+        text = texts[row]
+        value = swapped = used = None
+        for j in self.siblings.get(row, ()):  # every fact of the passage, so no re-rendered one stands out
             r = self.records[j]
             stated = r["sentence"].format(v=r["value"])
             if stated not in text:
@@ -124,6 +132,43 @@ class Restatements:
         sentences = [x for x in _SENT.split(text) if x.strip()]
         rng.shuffle(sentences)
         return sentences, value, swapped, used
+
+    def _absent_rows(self, titles: list[str], texts: list[str]) -> list[tuple[int, list[int]]]:
+        """(record, the other passages of its entity's article that state no fact of its attribute
+        and do not hold its value): the records that can be asked of a passage that does not answer
+        them. An entity's passages are those with its title; computed once per corpus."""
+        if self._absent_for is not texts:
+            rows: dict[str, list[int]] = {}
+            for row, title in enumerate(titles):
+                rows.setdefault(title, []).append(row)
+            stated = {(self.row[i], r["attribute"]) for i, r in enumerate(self.records)}
+            self._absent = [(i, others) for i, r in enumerate(self.records)
+                            if (others := [o for o in rows.get(titles[self.row[i]], ()) if o != self.row[i]
+                                           and (o, r["attribute"]) not in stated and r["value"] not in texts[o]])]
+            self._absent_for = texts
+        return self._absent
+
+    def absent(self, titles: list[str], texts: list[str], rng: random.Random, mask_token: str = "<mask>",
+               max_context: int | None = None):
+        """(generator input, target): a fact asked of another passage of its entity's article, one
+        that does not state it (re-rendered like the others), with a random value of the attribute
+        as the target. The reader learns that a passage which does not state the asked relation
+        leaves its value open (the attribute's values spread), instead of answering another of the
+        entity's facts with confidence; RAG's marginalisation over K documents then follows the
+        passage that states it (docs/models.md)."""
+        candidates = self._absent_rows(titles, texts)
+        if not candidates:
+            raise ConfigError("restatements: no fact can be asked of a passage that does not state it "
+                              "(generator.pretrain_absent needs articles of two or more passages)")
+        i, others = rng.choice(candidates)
+        row = rng.choice(others)
+        sentences = self._render_row(row, texts, rng)[0]
+        r = self.records[i]
+        query = rng.choice([r["sentence"]] + r["queries"] + list(r.get("questions", ()))).format(v=mask_token)
+        from rag.models.rag import format_input
+
+        context = _window(" ".join(sentences), sentences, rng.randrange(len(sentences)), rng, max_context)
+        return format_input(titles[row], context, query), rng.choice(self.values[r["attribute"]])
 
     def _other_value(self, attribute: str, value: str, rng: random.Random) -> str:
         return rng.choice([v for v in self.values[attribute] if v != value] or [value])

@@ -67,7 +67,7 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
                             g.max_source_len, cfg.seed, precision=cfg.precision,
                             chunk_overhead=g.chunk_overhead, restatements=restated,
                             restatement_share=g.pretrain_restatements, claim_share=g.pretrain_claims,
-                            sentence_share=g.pretrain_sentences, ckpt_path=ckpt_path, identity=identity)
+                            sentence_share=g.pretrain_sentences, absent_share=g.pretrain_absent, ckpt_path=ckpt_path, identity=identity)
         model.save_pretrained(tmp)
         save_tokenizer(tok, tmp, g.max_source_len)  # as the run tokenizes, also after a resume at the last step
         write_json(tmp / "pretrain.json", {"init": "scratch", "steps": g.pretrain_steps, "seconds": time.time() - t,
