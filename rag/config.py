@@ -192,6 +192,11 @@ def _check_references(cfg: dict) -> None:
         raise ConfigError("config key 'corpus.path': required when corpus.source is local")
     if cfg["generator"]["init"] == "pretrained" and not cfg["generator"].get("name_or_path"):
         raise ConfigError("config key 'generator.name_or_path': required when generator.init is pretrained")
+    g = cfg["generator"]
+    if g["pretrain_claims"] + g["pretrain_sentences"] + g["pretrain_absent"] > 1:
+        raise ConfigError(f"config key 'generator.pretrain_absent': shares of the restated-fact examples add up to more than 1 "
+                          f"(pretrain_claims {g['pretrain_claims']} + pretrain_sentences {g['pretrain_sentences']} "
+                          f"+ pretrain_absent {g['pretrain_absent']})")
     if corpus["source"] == "miniworld":
         mw = cfg["miniworld"]
         if mw["people"] < 2 * mw["countries"]:

@@ -67,6 +67,9 @@ def test_paper_config_is_valid(root, tmp_path, monkeypatch):
         (lambda c: c.update(metrics={"qbleu1": {"w_ner": 0.7, "w_qt": 0.2, "w_re": 0.2}}),
          "config key 'metrics.qbleu1': w_ner + w_qt + w_re = 1.1 > 1"),
         (lambda c: c.update(metrics={"tokenizer": "spacy"}), "config key 'metrics.tokenizer'"),
+        (lambda c: c["generator"].update(pretrain_absent=0.6), "config key 'generator.pretrain_absent': shares of the "
+         "restated-fact examples add up to more than 1 (pretrain_claims 0.25 + pretrain_sentences 0.2 + pretrain_absent 0.6)"),
+        (lambda c: c["generator"].update(pretrain_absent=0.5), None),  # 0.95: a twentieth plain restatements, valid
         (lambda c: c.pop("tasks"), "config key 'tasks' is missing"),
         (lambda c: c.update(tracking=[]), "config key 'tracking': expected an object, got list []"),
         # a key that may be null: what is wrong with a value of its type, or which types it takes
