@@ -165,19 +165,19 @@ class Restatements:
         sentences = self._render_row(row, texts, rng)[0]
         r = self.records[i]
         query = rng.choice([r["sentence"]] + r["queries"] + list(r.get("questions", ()))).format(v=mask_token)
-        from rag.models.rag import format_input
-
-        context = _window(" ".join(sentences), sentences, rng.randrange(len(sentences)), rng, max_context)
-        return format_input(titles[row], context, query), rng.choice(self.values[r["attribute"]])
+        return self._input(titles[row], sentences, None, query, rng, max_context), rng.choice(self.values[r["attribute"]])
 
     def _other_value(self, attribute: str, value: str, rng: random.Random) -> str:
         return rng.choice([v for v in self.values[attribute] if v != value] or [value])
 
     @staticmethod
-    def _input(title: str, sentences: list[str], swapped: str, query: str, rng: random.Random, max_context: int | None):
+    def _input(title: str, sentences: list[str], swapped: str | None, query: str, rng: random.Random,
+               max_context: int | None):
+        """The generator input: ``query`` after a window of ``sentences`` around the one holding
+        ``swapped`` (a random sentence when None)."""
         from rag.models.rag import format_input
 
-        at = next(j for j, x in enumerate(sentences) if swapped in x)
+        at = rng.randrange(len(sentences)) if swapped is None else next(j for j, x in enumerate(sentences) if swapped in x)
         return format_input(title, _window(" ".join(sentences), sentences, at, rng, max_context), query)
 
     def example(self, titles: list[str], texts: list[str], rng: random.Random, mask_token: str = "<mask>",
