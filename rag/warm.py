@@ -65,7 +65,7 @@ SINGLE_THREADED_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL
                        "JE_ARROW_MALLOC_CONF": "background_thread:false"}
 # variables the interpreter or a preloaded library reads once, at start or import: names, and prefixes ending in _
 IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH_", "PYTORCH_", "MLFLOW_",
-                   "PYTHONPATH", "PYTHONHASHSEED", "PYTHONWARNINGS", "LD_PRELOAD", "LD_LIBRARY_PATH")
+                   "PYTHONPATH", "PYTHONHASHSEED", "PYTHONWARNINGS", "MKL_CBWR", "MKL_DYNAMIC", "OMP_DYNAMIC", "LD_PRELOAD", "LD_LIBRARY_PATH")
 # what the rag commands import: the expensive part of every start-up
 PRELOAD = (
     "numpy",

@@ -238,3 +238,19 @@ def test_snakemakes_own_process_imports_no_torch_transformers_or_mlflow(tmp_path
     assert {"rag.config", "rag.warm"} <= named
     code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
     assert _loaded(code, *sorted(named)) == []
+
+
+def test_importing_rag_sets_mkls_reproducibility_conditions_before_torch():
+    """``import rag`` sets MKL_CBWR, MKL_DYNAMIC and OMP_DYNAMIC (Intel's conditions for run-to-run
+    reproducible MKL results) unless the user did, and imports no torch doing it: MKL and OpenMP read
+    them when loaded, so they must be set before."""
+    import os
+
+    from rag import REPRODUCIBLE_ENV
+
+    assert set(REPRODUCIBLE_ENV) == {"MKL_CBWR", "MKL_DYNAMIC", "OMP_DYNAMIC"}
+    code = "import json, os, sys, rag; print(json.dumps([{k: os.environ.get(k) for k in rag.REPRODUCIBLE_ENV}, 'torch' in sys.modules]))"
+    bare = {k: v for k, v in os.environ.items() if k not in REPRODUCIBLE_ENV}
+    for given, expected in [({}, REPRODUCIBLE_ENV), ({"MKL_CBWR": "COMPATIBLE"}, {**REPRODUCIBLE_ENV, "MKL_CBWR": "COMPATIBLE"})]:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=bare | given, cwd=ROOT, check=True)
+        assert json.loads(out.stdout) == [expected, False]
