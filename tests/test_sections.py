@@ -44,7 +44,7 @@ def test_every_section_kind_is_parsed_from_the_real_configs():
 def test_typed_sections_read_as_attributes():
     typed = typed_sections({"retriever": {"index": "hnsw"}, "tasks": {"msmarco": {"well_formed_only": ["train"]}}})
     tr = typed["train_webquestions"]
-    assert tr.task_name == "webquestions" and tr.task.init_from == "nq" and tr.train.steps == 30
+    assert tr.task_name == "webquestions" and tr.task.init_from == "nq" and tr.train.steps == 20
     assert tr.retriever.score_scale == 15.0 and tr.generator.chunk_overhead is None
     assert tr.decoding().decode.of("token").method == "greedy"
     assert typed["index"].retriever.build_params() == {"hnsw_m": 128, "ef_search": 128}
