@@ -56,6 +56,8 @@ import struct
 import sys
 import time
 
+from rag import REPRODUCIBLE_ENV
+
 ENV = "RAG_WARM_SOCKET"
 DIR_PREFIX = "ragrepro-warm-"  # the socket's folder in the temp folder: ragrepro-warm-<snakemake's pid>-<random>
 READY = "serving on"  # the server's log line once its imports are done and it takes requests
@@ -64,8 +66,9 @@ ENTRY = "rag.cli:main"  # what a child runs on the client's arguments
 SINGLE_THREADED_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                        "JE_ARROW_MALLOC_CONF": "background_thread:false"}
 # variables the interpreter or a preloaded library reads once, at start or import: names, and prefixes ending in _
+# (MKL and OpenMP read rag.REPRODUCIBLE_ENV's variables when they load)
 IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH_", "PYTORCH_", "MLFLOW_",
-                   "PYTHONPATH", "PYTHONHASHSEED", "PYTHONWARNINGS", "MKL_CBWR", "MKL_DYNAMIC", "OMP_DYNAMIC", "LD_PRELOAD", "LD_LIBRARY_PATH")
+                   "PYTHONPATH", "PYTHONHASHSEED", "PYTHONWARNINGS", "LD_PRELOAD", "LD_LIBRARY_PATH", *REPRODUCIBLE_ENV)
 # what the rag commands import: the expensive part of every start-up
 PRELOAD = (
     "numpy",
