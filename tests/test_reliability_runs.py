@@ -22,6 +22,10 @@ Interrupted after the last checkpoint, before    | the rerun resumes at the last
   the model was written                          | tokenizer files, predictions) is byte-identical to an
                                                  | uninterrupted run's; meta.json and metrics.json differ only in
                                                  | timings and the MLflow run id
+A finished fine-tune re-run because an input was | its checkpoint holds a stamp of its inputs (generator weights and
+  made again (the generator pretrained under     | task data by bytes; passages, embeddings, index by size and
+  another config, the index rebuilt)             | time): it starts over; it used to resume at the last step and
+                                                 | write the old model again
 """
 
 from __future__ import annotations
@@ -183,6 +187,46 @@ def test_pretraining_resumed_at_the_last_step_writes_the_same_files(upstream, tm
     a, b = _files(upstream.generator), _files(tmp_path / "model")
     assert a.keys() == b.keys() and "tokenizer.json" in a
     assert [name for name in a if _comparable(name, a[name]) != _comparable(name, b[name])] == []
+
+
+def test_checkpoint_of_other_inputs_is_not_resumed(upstream, tmp_path, caplog):
+    """A finished fine-tune's checkpoint outlives its job. When Snakemake re-ran the job because an
+    input was made again (the generator pretrained under another config), the rerun "resumed" at the
+    last step and wrote the old model again. Now the checkpoint knows its inputs (the generator's
+    weights and the task data by their bytes; passages, embeddings and index by size and time): the
+    same inputs resume, a generator pretrained anew or an index written again start over."""
+    import copy
+
+    from safetensors.torch import load_file
+
+    run, gen, index = tmp_path / "run", tmp_path / "generator", tmp_path / "flat.faiss"
+    shutil.copytree(upstream.generator, gen)
+    shutil.copy2(upstream.index, index)
+
+    def train() -> str:
+        argv = upstream.train_argv(upstream.sections, run, fused=False)
+        argv[argv.index("--generator") + 1], argv[argv.index("--index") + 1] = str(gen), str(index)
+        caplog.clear()
+        with caplog.at_level("INFO", logger="rag.training"):
+            _main(argv)
+        return caplog.text
+
+    first = train()
+    assert "resumed" not in first and "at step 4" in train()  # the same inputs: resumed at the last step
+    old = load_file(run / "model" / "generator" / "model.safetensors")
+    cfg = copy.deepcopy(upstream.cfg)
+    cfg["generator"].update(pretrain_steps=3)
+    sec = upstream.write_sections(cfg, tmp_path / "config")
+    _main(["pretrain", "--config", str(sec["generator"]), "--passages", str(upstream.passages), "--checkpoint-dir",
+           str(tmp_path / "generator-checkpoint"), "--out", str(gen)])
+    log = train()
+    assert "not resuming" in log and "inputs: '" in log and "resumed" not in log, log
+    new = load_file(run / "model" / "generator" / "model.safetensors")
+    assert any(not (old[n] == new[n]).all() for n in old), "the model was not trained again"
+    st = index.stat()
+    os.utime(index, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # the index written again
+    log = train()
+    assert "not resuming" in log and "resumed" not in log, log
 
 
 # ------------------------------------------------------------------------------------ one writer per fine-tune

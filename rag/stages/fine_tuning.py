@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from rag.errors import ConfigError, DataError
-from rag.io import atomic_dir, read_jsonl, write_json
+from rag.io import atomic_dir, input_stamp, read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
 from rag.sections import TrainSection
 from rag.stages.model_loading import build_system, check_k, trained_question_encoder
@@ -144,9 +144,13 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
         # frozen parts (lower question-encoder layers, pooler) get no gradient: let DDP skip them
         ddp_module = torch.nn.parallel.DistributedDataParallel(system, find_unused_parameters=True)
     # the training configuration only (not the eval_<task> section a fused train job also reads):
-    # after an edit of test-time keys the finished checkpoint resumes at its last step
+    # after an edit of test-time keys the finished checkpoint resumes at its last step. And the
+    # inputs it trains on: a checkpoint of an earlier pretrained generator, other task data or
+    # another index is not resumed (Snakemake re-runs the job; the checkpoint folder outlives it)
     identity = {"config_hash": hash_of({"config": cfg.to_dict(), "variant": variant, "init": str(init),
-                                            "n_train": len(inputs)})}
+                                            "n_train": len(inputs)}),
+                "inputs": input_stamp(read=[train_data, init],
+                                      stat=[files.passages, *files.embeddings, files.index, files.bm25])}
     start = time.time()
     try:
         losses = train(system, inputs, targets, steps=t.steps, batch_size=t.batch_size, k=t.k, lr=t.lr,
