@@ -117,27 +117,6 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
-def input_stamp(read: Iterable[str | os.PathLike | None] = (), stat: Iterable[str | os.PathLike | None] = ()) -> str:
-    """A short digest of a job's inputs as they are now, for a checkpoint to know what it was
-    written against. ``read``: files, and folders whose weight files (``*.safetensors``, ``*.bin``)
-    count, by their bytes (a model folder saved again with the same weights gives the same stamp);
-    ``stat``: files by size and modification time, as Snakemake reads them (embeddings and indexes,
-    too large to read at every start). None entries are skipped."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for path in (Path(p) for p in read if p):
-        files = sorted(f for pat in ("*.safetensors", "*.bin") for f in path.rglob(pat)) if path.is_dir() else [path]
-        for f in files:
-            h.update(f"{f}\0".encode())
-            with open(f, "rb") as fh:
-                h.update(hashlib.file_digest(fh, "sha256").digest())
-    for path in (Path(p) for p in stat if p):
-        st = path.stat()
-        h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    return h.hexdigest()[:16]
-
-
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     with atomic_open(path) as fh:
         json.dump(obj, fh, indent=2, sort_keys=True, ensure_ascii=False)

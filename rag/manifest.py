@@ -131,24 +131,30 @@ def gpu_model(device: str) -> str | None:
 
 
 # ------------------------------------------------------------------------------------ writing
-def build_manifest(*, run: dict, config: dict, seed: int, device: str, threads: int, precision: str,
-                   passages: str | os.PathLike | None, splits: dict[str, str | os.PathLike],
-                   index: str | os.PathLike | None, init: str | os.PathLike | None = None, extra: dict | None = None) -> dict:
+def data_entries(*, passages: str | os.PathLike | None, splits: dict[str, str | os.PathLike],
+                 index: str | os.PathLike | None, init: str | os.PathLike | None = None) -> dict:
+    """The ``data`` of a run's manifest: :func:`file_entry` of each file it read. ``passages`` /
+    ``index``: the retrieval files (None where the variant reads none: a closed-book run);
+    ``splits``: split -> the data file; ``init``: the model folder it started from (the pretrained
+    generator, or the NQ model WebQuestions and CuratedTrec start from), hashed file by file. A
+    fine-tune hashes them when it starts: its checkpoint is not resumed against other inputs."""
+    return {"passages": file_entry(passages), "index": file_entry(index),
+            "splits": {split: file_entry(path) for split, path in sorted(splits.items())}, "init": file_entry(init)}
+
+
+def build_manifest(*, run: dict, config: dict, seed: int, device: str, threads: int, precision: str, data: dict,
+                   extra: dict | None = None) -> dict:
     """The manifest of one run.
 
     ``run``: what it is (experiment, task, variant, ...); ``config``: its config section(s) as read
     (a ``seed`` key in it is left out: ``seed`` is the seed the run used, given on its own, so runs
-    that differ by seed only say so); ``passages`` / ``index``: the retrieval files it read (None
-    where the variant reads none: a closed-book run); ``splits``: split -> the data file it read;
-    ``init``: the model folder it started from (the pretrained generator, or the NQ model
-    WebQuestions and CuratedTrec start from), hashed file by file."""
+    that differ by seed only say so); ``data``: :func:`data_entries` of the files it read."""
     section = _without_seed(config)
     return {
         "schema": SCHEMA,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "run": dict(run),
-        "data": {"passages": file_entry(passages), "index": file_entry(index),
-                 "splits": {split: file_entry(path) for split, path in sorted(splits.items())}, "init": file_entry(init)},
+        "data": data,
         "config": {"sha256": canonical_hash(_without_labels(section)), "section": section},
         "code": git_state(),
         "packages": package_versions(),

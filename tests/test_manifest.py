@@ -34,10 +34,12 @@ def files(tmp_path):
 
 
 def _manifest(files, seed=13, passages="passages.tsv", config=CONFIG, **kw):
-    args = dict(run={"experiment": "e", "task": "nq", "variant": "rag_token"}, config=config, seed=seed, device="cpu",
-                threads=1, precision="fp32", passages=files / passages if passages else None,
+    data = dict(passages=files / passages if passages else None,
                 splits={"train": files / "train.jsonl", "test": files / "test.jsonl"}, index=files / "flat.faiss",
                 init=files / "gen")
+    data.update((k, kw.pop(k)) for k in list(kw) if k in data)
+    args = dict(run={"experiment": "e", "task": "nq", "variant": "rag_token"}, config=config, seed=seed, device="cpu",
+                threads=1, precision="fp32", data=M.data_entries(**data))
     args.update(kw)
     return M.build_manifest(**args)
 

@@ -22,10 +22,10 @@ Interrupted after the last checkpoint, before    | the rerun resumes at the last
   the model was written                          | tokenizer files, predictions) is byte-identical to an
                                                  | uninterrupted run's; meta.json and metrics.json differ only in
                                                  | timings and the MLflow run id
-A finished fine-tune re-run because an input was | its checkpoint holds a stamp of its inputs (generator weights and
-  made again (the generator pretrained under     | task data by bytes; passages, embeddings, index by size and
-  another config, the index rebuilt)             | time): it starts over; it used to resume at the last step and
-                                                 | write the old model again
+A finished fine-tune re-run because an input was | its checkpoint holds a hash of the files its manifest records
+  made again (the generator pretrained under     | (generator folder, training data, passages, index): it starts
+  another config, the index rebuilt)             | over; it used to resume at the last step and write the old
+                                                 | model again
 """
 
 from __future__ import annotations
@@ -192,9 +192,9 @@ def test_pretraining_resumed_at_the_last_step_writes_the_same_files(upstream, tm
 def test_checkpoint_of_other_inputs_is_not_resumed(upstream, tmp_path, caplog):
     """A finished fine-tune's checkpoint outlives its job. When Snakemake re-ran the job because an
     input was made again (the generator pretrained under another config), the rerun "resumed" at the
-    last step and wrote the old model again. Now the checkpoint knows its inputs (the generator's
-    weights and the task data by their bytes; passages, embeddings and index by size and time): the
-    same inputs resume, a generator pretrained anew or an index written again start over."""
+    last step and wrote the old model again. Now the checkpoint knows its inputs (the files its
+    manifest hashes): the same inputs resume, a generator pretrained anew or an index with other
+    bytes start over."""
     import copy
 
     from safetensors.torch import load_file
@@ -223,8 +223,12 @@ def test_checkpoint_of_other_inputs_is_not_resumed(upstream, tmp_path, caplog):
     assert "not resuming" in log and "inputs: '" in log and "resumed" not in log, log
     new = load_file(run / "model" / "generator" / "model.safetensors")
     assert any(not (old[n] == new[n]).all() for n in old), "the model was not trained again"
-    st = index.stat()
-    os.utime(index, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # the index written again
+    import numpy as np
+
+    emb = tmp_path / "emb-0.npy"  # the index built again from other embeddings
+    np.save(emb, np.load(upstream.emb)[::-1].copy())
+    _main(["index", "--config", str(upstream.sections["index"]), "--embeddings", str(emb), "--out", str(index),
+           "--stats", str(tmp_path / "flat.stats.json")])
     log = train()
     assert "not resuming" in log and "resumed" not in log, log
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from rag.errors import ConfigError, DataError
-from rag.io import atomic_dir, input_stamp, read_jsonl, write_json
+from rag.io import atomic_dir, read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
 from rag.sections import TrainSection
 from rag.stages.model_loading import build_system, check_k, trained_question_encoder
@@ -111,7 +111,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     import torch
 
     from rag.config import config_hash as hash_of
-    from rag.manifest import build_manifest, write_manifest
+    from rag.manifest import build_manifest, canonical_hash, data_entries, write_manifest
     from rag.models.tokenizer import ensure_label_tokens, save_tokenizer
     from rag.tracking import Run
     from rag.training import train
@@ -145,12 +145,17 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
         ddp_module = torch.nn.parallel.DistributedDataParallel(system, find_unused_parameters=True)
     # the training configuration only (not the eval_<task> section a fused train job also reads):
     # after an edit of test-time keys the finished checkpoint resumes at its last step. And the
-    # inputs it trains on: a checkpoint of an earlier pretrained generator, other task data or
-    # another index is not resumed (Snakemake re-runs the job; the checkpoint folder outlives it)
+    # files it trains on, as the manifest hashes them: a checkpoint of an earlier pretrained
+    # generator, other task data or another index is not resumed (the checkpoint folder outlives
+    # the job Snakemake re-runs)
+    retrieves = vspec.retriever is not None
+    splits = {"train": train_data, **({split: io[0] for split, io in eval_io.items()} if eval_io else {})}
+    data = data_entries(passages=files.passages if retrieves else None,
+                        index=(files.index or files.bm25) if retrieves else None, splits=splits, init=init)
     identity = {"config_hash": hash_of({"config": cfg.to_dict(), "variant": variant, "init": str(init),
                                             "n_train": len(inputs)}),
-                "inputs": input_stamp(read=[train_data, init],
-                                      stat=[files.passages, *files.embeddings, files.index, files.bm25])}
+                "inputs": canonical_hash({"passages": data["passages"], "index": data["index"], "init": data["init"],
+                                          "train": data["splits"]["train"]})[:16]}
     start = time.time()
     try:
         losses = train(system, inputs, targets, steps=t.steps, batch_size=t.batch_size, k=t.k, lr=t.lr,
@@ -186,14 +191,11 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
                                         "mlflow_experiment_id": run.experiment_id, "steps": t.steps, "k": t.k,
                                         "train_seconds": seconds, "n_train": len(inputs), "init": init,
                                         "losses": losses})
-        splits = {"train": train_data, **({split: io[0] for split, io in eval_io.items()} if eval_io else {})}
         write_manifest(tmp / "manifest.json", build_manifest(
             run={"experiment": cfg.name, "task": name, "variant": variant, "mlflow_run_id": run.run_id,
                  "ddp_processes": world},
             config={f"train_{name}": cfg.to_dict(), **({f"eval_{name}": cfg.evaluation.to_dict()} if cfg.evaluation else {})},
-            seed=cfg.seed, device=device, threads=torch.get_num_threads(), precision=cfg.precision,
-            passages=files.passages if vspec.retriever is not None else None,
-            index=(files.index or files.bm25) if vspec.retriever is not None else None, splits=splits, init=init))
+            seed=cfg.seed, device=device, threads=torch.get_num_threads(), precision=cfg.precision, data=data))
     run.artifact(Path(out) / "manifest.json")
     log.info("%s/%s: %d steps in %.1fs, final loss %.3f", name, variant, t.steps, seconds, losses[-1] if losses else float("nan"))
     if eval_io:  # evaluate in this process (config key evaluate_in_train_job): no second start-up
