@@ -297,6 +297,43 @@ def test_second_writer_of_a_fine_tune_is_refused(upstream, tmp_path):
 
 
 # ------------------------------------------------------------------------------------ K against the corpus
+def test_sweep_reads_the_runs_own_test_decode_at_the_tasks_k(upstream, tmp_path, capsys):
+    """The sweep's K that equals the task's test-time K (2 here) is the test decode the fine-tune
+    already wrote: read from its predictions (an answer changed there shows in the sweep), and the
+    sweep's file is the one a sweep decoding every K writes. Predictions of another test set or
+    another K stop it, naming the file."""
+    from rag.cli import main
+
+    run = tmp_path / "run"
+    _main(upstream.train_argv(upstream.sections, run))
+    sec = upstream.sections
+    argv = ["topk-sweep", "--config", str(sec["train_nq"]), str(sec["eval_nq"]), "--variant", "rag_token",
+            "--passages", str(upstream.passages), "--embeddings", str(upstream.emb), "--index", str(upstream.index),
+            "--experiments-config", str(sec["experiments"]), "--model-dir", str(run / "model"),
+            "--test", str(upstream.data["test"])]
+    decoded = run / "test" / "predictions.jsonl"
+    _main(argv + ["--out", str(tmp_path / "all.json")])
+    _main(argv + ["--test-predictions", str(decoded), "--out", str(tmp_path / "reused.json")])
+    assert (tmp_path / "reused.json").read_bytes() == (tmp_path / "all.json").read_bytes()
+
+    rows = [json.loads(x) for x in decoded.read_text().splitlines()]
+    altered = tmp_path / "altered.jsonl"
+    altered.write_text("".join(json.dumps({**r, "prediction": r["targets"][0]}) + "\n" for r in rows))
+    _main(argv + ["--test-predictions", str(altered), "--out", str(tmp_path / "altered.json")])
+    got = json.loads((tmp_path / "altered.json").read_text())
+    assert got["k"] == [1, 2] and got["em"][1] == 100.0 and got["per_example"]["2"]["correct"] == [100.0] * len(rows)
+    assert got["em"][0] == json.loads((tmp_path / "all.json").read_text())["em"][0]  # K = 1 decoded as before
+
+    for name, bad, what in [("order", rows[::-1], "not those of the test set"),
+                            ("k", [{**r, "doc_ids": r["doc_ids"][:1]} for r in rows], ":1: 1 documents, the task's test-time K is 2")]:
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in bad))
+        assert main(argv + ["--test-predictions", str(path), "--out", str(tmp_path / f"{name}.json")]) == 2
+        err = _error(capsys)
+        assert err.startswith(f"error: {path}") and what in err, err
+        assert not (tmp_path / f"{name}.json").exists()
+
+
 def _error(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     return err[-1] if err else ""

@@ -26,7 +26,8 @@ def cmd_topk_sweep(args) -> None:
 
     cfg, device = task_setup(args)
     topk_sweep(cfg, read_section(ExperimentsSection, args.experiments_config), device, args.variant,
-               model_dir=args.model_dir, files=RetrievalFiles.from_args(args), test=args.test, out=args.out)
+               model_dir=args.model_dir, files=RetrievalFiles.from_args(args), test=args.test, out=args.out,
+               decoded=args.test_predictions)
 
 
 def cmd_hotswap(args) -> None:
@@ -62,6 +63,7 @@ def register(sub) -> None:
                          "Figure 3: test-time K against the task metric and answer recall")
     add_retrieval_args(p)
     p.add_argument("--test", required=True, help="test jsonl to decode at each K")
+    p.add_argument("--test-predictions", help="the run's test predictions (the task's test-time K): that K is read, not decoded again")
     p.add_argument("--experiments-config", required=True)
     p.add_argument("--model-dir", required=True)
     p.add_argument("--out", required=True)

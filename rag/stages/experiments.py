@@ -15,10 +15,12 @@ from rag.tasks import TASKS
 
 
 def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant: str, *, model_dir: str | Path,
-               files: RetrievalFiles, test: str | Path, out: str | Path) -> None:
+               files: RetrievalFiles, test: str | Path, out: str | Path, decoded: str | Path | None = None) -> None:
     """Figure 3: decode ``test`` at each test-time K of the sweep with the saved model; write the
     task metric, answer recall and per-question results. A K larger than the corpus stops it,
-    naming its key, before the model is loaded."""
+    naming its key, before the model is loaded. ``decoded``: the run's own test predictions (the
+    task's decoding, at its test-time K): that K is read from them instead of decoded again, the
+    same decoding of the same model."""
     from rag import metrics as M
     from rag.tracking import Run
 
@@ -35,8 +37,9 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
     res["per_example"] = {}
     regex = TASKS[cfg.task_name].kind == "regex"
     opts = metric_options(ev)
+    reuse = _decoded_at(decoded, ev, variant, rows) if decoded is not None else None
     for k in ks:
-        preds = predict(ev, system, variant, rows, k=k)
+        preds = reuse[1] if reuse is not None and reuse[0] == k else predict(ev, system, variant, rows, k=k)
         scores, rec = score_predictions(ev, preds, passages)
         # per question, in id order: the claims checklist bootstraps over them
         preds = sorted(preds, key=lambda x: x["id"])
@@ -50,6 +53,25 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
         res["answer_recall"].append(rec.get(f"answer_recall@{k}", float("nan")))
         run.metrics({"topk_" + primary: scores[primary], "topk_answer_recall": res["answer_recall"][-1]}, step=k)
     write_json(out, res)
+
+
+def _decoded_at(path: str | Path, ev, variant: str, rows: list[dict]) -> tuple[int, list[dict]]:
+    """(the task's test-time K, the predictions of ``path``): a run's test predictions, checked to
+    answer ``rows`` in their order with that many documents each (the file of another test set or
+    K stops the sweep, naming it)."""
+    from rag.errors import DataError
+    from rag.tasks import variant_spec
+
+    k = ev.decode.of(variant_spec(variant).model).k
+    preds = read_jsonl(path, required=("id", "prediction", "targets", "doc_ids", "gold_docs"))
+    if [p["id"] for p in preds] != [r["id"] for r in rows]:
+        raise DataError(f"{path}: its questions are not those of the test set the sweep decodes "
+                        f"(predictions of another test file?)")
+    bad = next((i for i, p in enumerate(preds) if len(p["doc_ids"]) != k), None)
+    if bad is not None:
+        raise DataError(f"{path}:{bad + 1}: {len(preds[bad]['doc_ids'])} documents, the task's test-time K is {k} "
+                        f"(predictions of another decoding?)")
+    return k, preds
 
 
 def hotswap(cfg: TrainSection, device: str, variant: str, *, model_dir: str | Path, questions: str | Path,

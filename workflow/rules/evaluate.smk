@@ -39,6 +39,7 @@ rule topk_sweep:
         exp=section("experiments"),
         model=f"{RUN}/model",
         test=f"{R}/data/{{task}}/test.jsonl",
+        test_predictions=f"{RUN}/test/predictions.jsonl",
     output:
         f"{R}/experiments/topk/{{task}}/{{variant}}/seed{{seed}}.json",
     params:
@@ -52,7 +53,7 @@ rule topk_sweep:
         CONDA
     shell:
         "RAG_THREADS={threads:q} rag --record {params.record:q} topk-sweep --seed {wildcards.seed:q} --config {input.cfg:q} --experiments-config {input.exp:q} "
-        "--variant {wildcards.variant:q} --test {input.test:q} --model-dir {input.model:q} "
+        "--variant {wildcards.variant:q} --test {input.test:q} --test-predictions {input.test_predictions:q} --model-dir {input.model:q} "
         "{params.retrieval:q} --out {output:q} 2> {log:q}"
 
 
