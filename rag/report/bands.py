@@ -148,41 +148,71 @@ def format_results(header: dict, results: list[Result]) -> str:
 
 
 # --------------------------------------------------------------------------- making bands
-Z_BAND = 4.0  # tolerance = Z_BAND standard deviations of the difference between two runs' means
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
+FAMILY_ALPHA = 0.05  # several-seed cells: the chance that any of them leaves its band by chance on another run
+Z_ONE_SEED = 4.0  # one-seed cells: tolerance in SDs across worlds (which over-cover another machine's training noise)
+
+
+def band_multiplier(df: int, cells: int) -> float:
+    """Student's t quantile that a cell leaves with probability ``FAMILY_ALPHA / cells`` (two-sided):
+    a tolerance of this many estimated SDs lets all ``cells`` bands of a file hold together with
+    probability at least 1 - FAMILY_ALPHA (Bonferroni), where the SD is estimated with ``df`` degrees
+    of freedom (a few seeds and worlds: its uncertainty widens the band, as a prediction interval)."""
+    from scipy.stats import t
+
+    if df < 1 or cells < 1:
+        raise ValueError(f"a band multiplier needs df >= 1 and cells >= 1, got {df}, {cells}")
+    return float(t.ppf(1.0 - FAMILY_ALPHA / (2 * cells), df))
 
 
 def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[float]]],
                n_of: dict[tuple[str, str, str], int]) -> list[Band]:
     """Bands centred on the ``center`` experiment's mean over seeds.
 
-    Several-seed cells: σ, the SD of one fine-tune, pooled from the seeds of every experiment
-    given (the within-experiment spread: the test set is fixed, only training varies); the
-    tolerance covers another run's mean over the same number of seeds, S, on another machine:
-    ``Z_BAND · σ · sqrt(2 / S)``. One-seed cells: σ is the SD across the experiments (top-level
-    seeds: the world and the training vary, so it is wider than training alone), and the tolerance
-    ``Z_BAND · σ · sqrt(2)``. Every tolerance is at least two test examples' worth (200 / n points)."""
+    Several-seed cells: σ, the SD of one fine-tune, pooled from the seeds of every experiment given
+    (the within-experiment spread: the test set is fixed, only training varies); the tolerance covers
+    another run's mean over the same number of seeds, S, on another machine:
+    ``band_multiplier(df, several-seed cells) · σ · sqrt(2 / S)``. One-seed cells: σ is the SD across the
+    experiments (top-level seeds: the world, its test set and the training vary, so it over-covers
+    what another machine changes), pooled over the one-seed cells of the same task, split and metric
+    (one cell's SD from three worlds can be near 0 by chance) and never below the cell's own; the
+    tolerance is ``Z_ONE_SEED · σ · sqrt(2)``. Every tolerance is at least two test examples' worth
+    (200 / n points)."""
+    cells = [c for c in sorted(center) if center.get(c)]
+    several = sum(len(center[c]) > 1 for c in cells)  # the family the several-seed tolerances hold together
+    across: dict[Cell, tuple[float, int]] = {}  # one-seed cell -> (variance across experiments, its df)
+    for cell in cells:
+        if len(center[cell]) == 1:
+            means = [statistics.fmean(center[cell])] + [statistics.fmean(o[cell]) for o in others if o.get(cell)]
+            if len(means) > 1:
+                across[cell] = (statistics.variance(means), len(means) - 1)
+    pools: dict[tuple[str, str, str], list[tuple[float, int]]] = {}
+    for (task, _, split, metric), vd in across.items():
+        pools.setdefault((task, split, metric), []).append(vd)
     bands = []
-    for cell in sorted(center):
-        vals = center.get(cell)
-        if not vals:
-            continue
+    for cell in cells:
+        vals = center[cell]
         task, variant, split, metric = cell
         n = n_of.get((task, variant, split)) or 1
         floor = 200.0 / n
+        tol = 0.0
         if len(vals) > 1:
             groups = [v for v in [vals, *[o.get(cell) or [] for o in others]] if len(v) > 1]
             df = sum(len(g) - 1 for g in groups)
             pooled = math.sqrt(sum((len(g) - 1) * statistics.variance(g) for g in groups) / df)
-            tol = Z_BAND * pooled * math.sqrt(2 / len(vals))
+            k = band_multiplier(df, several)
+            tol = k * pooled * math.sqrt(2 / len(vals))
             how = (f"{len(vals)} seeds; one fine-tune's SD {pooled:.2f} pooled over {len(groups)} experiments "
-                   f"({df} df); tolerance {Z_BAND:g} SD of a difference of two {len(vals)}-seed means")
+                   f"({df} df); tolerance {k:.2f} SD (t, {df} df) of a difference of two {len(vals)}-seed means")
+        elif cell in across:
+            pool = pools[(task, split, metric)]
+            df = sum(d for _, d in pool)
+            own, pooled = math.sqrt(across[cell][0]), math.sqrt(sum(v * d for v, d in pool) / df)
+            tol = Z_ONE_SEED * max(own, pooled) * math.sqrt(2)
+            how = (f"1 seed; SD {own:.2f} across {across[cell][1] + 1} top-level seeds (world and training), "
+                   f"{pooled:.2f} pooled over the {len(pool)} one-seed variant(s) of {task} {split} {metric} ({df} df); "
+                   f"tolerance {Z_ONE_SEED:g} times the larger, of a difference of two runs")
         else:
-            means = [statistics.fmean(vals)] + [statistics.fmean(o[cell]) for o in others if o.get(cell)]
-            sd = statistics.stdev(means) if len(means) > 1 else 0.0
-            tol = Z_BAND * sd * math.sqrt(2)
-            how = (f"1 seed; SD {sd:.2f} across {len(means)} top-level seeds (world and training); "
-                   f"tolerance {Z_BAND:g} SD of a difference of two runs")
+            how = "1 seed in 1 experiment: no spread measured"
         if tol < floor:
             how += f"; raised to two test examples ({floor:.2f})"
             tol = floor
