@@ -73,22 +73,14 @@ def _described(root: str) -> str:
 
 
 def cmd_bands(args) -> int:
-    from rag.report.bands import FAMILY_ALPHA, Z_ONE_SEED, experiment_values, make_bands, write_bands
+    from rag.report.bands import experiment_values, make_bands, rule, write_bands
 
     center, n_of = experiment_values(args.center)
     others = [experiment_values(o)[0] for o in args.others]
     bands = make_bands(center, others, n_of)
     method = (f"Centred on the experiment of {_described(args.center)} (each cell the mean over its fine-tune seeds); "
               f"spread from it and {len(others)} more of the same config: "
-              + ", ".join(_described(o) for o in args.others) + ". A several-seed cell's SD is that of one fine-tune, "
-              "pooled within experiments (the test set fixed, only training varying: what another machine's floats do); "
-              "its tolerance is that SD times Student's t at the SD's degrees of freedom, for a difference of two means "
-              "over that many seeds, at the level where every several-seed cell holds together with probability "
-              f"{1 - FAMILY_ALPHA:.0%} (Bonferroni): an SD from a few seeds and worlds can be small by chance, and t widens "
-              "the band by what it does not know. A one-seed cell's SD is taken across the experiments (world, test set "
-              "and training varying: it over-covers another machine), pooled over the one-seed cells of its task, split "
-              f"and metric and never below its own; its tolerance is {Z_ONE_SEED:g} SD of a difference of two runs. "
-              "Each at least two test examples' worth.")
+              + ", ".join(_described(o) for o in args.others) + ". " + rule())
     write_bands(args.out, bands, {"version": 1, "name": args.name, "method": method})
     print(f"wrote {len(bands)} bands to {args.out}")
     return 0

@@ -164,6 +164,18 @@ def band_multiplier(df: int, cells: int) -> float:
     return float(t.ppf(1.0 - FAMILY_ALPHA / (2 * cells), df))
 
 
+def rule() -> str:
+    """How :func:`make_bands` sets a tolerance, in words (a band file's ``method:`` says it)."""
+    return ("A several-seed cell's SD is that of one fine-tune, pooled within experiments (the test set fixed, only "
+            "training varying: what another machine's floats do); its tolerance is that SD times Student's t at the "
+            "SD's degrees of freedom, for a difference of two means over that many seeds, at the level where every "
+            f"several-seed cell holds together with probability {1 - FAMILY_ALPHA:.0%} (Bonferroni): an SD from a few "
+            "seeds and worlds can be small by chance, and t widens the band by what it does not know. A one-seed "
+            "cell's SD is taken across the experiments (world, test set and training varying: it over-covers another "
+            "machine), pooled over the one-seed cells of its task, split and metric and never below its own; its "
+            f"tolerance is {Z_ONE_SEED:g} SD of a difference of two runs. Each at least two test examples' worth.")
+
+
 def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[float]]],
                n_of: dict[tuple[str, str, str], int]) -> list[Band]:
     """Bands centred on the ``center`` experiment's mean over seeds.
