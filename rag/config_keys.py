@@ -126,6 +126,7 @@ CONFIG = Group({
         "pretrain_claims": Num(minimum=0, maximum=1, default=0.25, description="miniworld: share of the restated-fact examples that are claims to label SUPPORTS / REFUTES / NOT ENOUGH INFO from the re-rendered passage (FEVER's reading)"),
         "pretrain_sentences": Num(minimum=0, maximum=1, default=0.2, description="miniworld: share of the restated-fact examples that restate the fact as a whole sentence (an MS-MARCO answer, a Jeopardy clue), so the generator writes sentences as well as copying spans"),
         "pretrain_absent": Num(minimum=0, maximum=1, default=0.0, description="miniworld: share of the restated-fact examples that ask a fact of another passage of its entity's article, one that does not state it, with a random value of the attribute as the target: the reader learns that such a passage leaves the value open (rag/models/pretraining_data.py Restatements.absent)"),
+        "pretrain_counterfactuals": Enum(("attribute", "kind"), default="attribute", description="miniworld: where a restated fact's counterfactual values come from: attribute, the values the attribute has among training facts; kind, for a value that is an entity (a leader, a capital), every entity of its kind, held-out ones included, so the reader copies names it never saw as a value (rag/models/pretraining_data.py Restatements)"),
         "pretrain_batch_size": Int(minimum=1, default=32),
         "pretrain_lr": Num(exclusive_minimum=0, default=0.001),
         "max_source_len": Int(minimum=8, default=160),

@@ -32,6 +32,7 @@ import random
 import re
 from dataclasses import dataclass, field
 
+from rag.errors import ConfigError
 from rag.tasks import FEVER2_LABELS, FEVER3_LABELS
 
 ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "tr", "st", "th", "sh", "gl", "pl", "vr"]
@@ -293,6 +294,24 @@ def passages(world: dict[str, Entity], words: int) -> list[tuple[str, str, str]]
     return out
 
 
+_PASSAGE_ID = re.compile(r"(country|city|person)\d+_\d+")
+
+
+def kind_pools(passage_ids: list[str], titles: list[str]) -> dict[str, list[str]]:
+    """kind (country | city | person) -> the names of every entity of that kind, training or held
+    out, read from the corpus's passages (ids ``<kind><n>_<j>`` as :func:`passages` writes them,
+    titled with the entity's name): the counterfactual values of an entity-valued fact
+    (``generator.pretrain_counterfactuals: kind``)."""
+    pools: dict[str, set] = {}
+    for pid, title in zip(passage_ids, titles):
+        m = _PASSAGE_ID.fullmatch(pid)
+        if m is None:
+            raise ConfigError(f"generator.pretrain_counterfactuals: kind reads miniworld passage ids "
+                              f"(<kind><n>_<j>), and the corpus has {pid!r}")
+        pools.setdefault(m.group(1), set()).add(title)
+    return {k: sorted(v) for k, v in sorted(pools.items())}
+
+
 def fact_passages(world: dict[str, Entity], words: int) -> dict[tuple[str, str], str]:
     """(entity id, attribute) -> id of the passage that states it."""
     out = {}
@@ -312,7 +331,8 @@ def restatements(world: dict[str, Entity], words: int) -> list[dict]:
     answer with a sentence stating the fact (an MS-MARCO query and answer, a Jeopardy entity and
     its one-fact clue); ``claims``: stated as FEVER states it, with ``{v}``; ``unstated``:
     [attribute, claim] pairs for the FEVER attributes of the entity's kind that the passage does
-    not state.
+    not state; ``value_kind``: for a value that is an entity of the world (a leader, a capital),
+    its kind.
     Pretraining re-renders the passage with random values, so the answer can only be read from
     the passage, never memorised; dev and test entities are left out."""
     where = fact_passages(world, words)
@@ -337,8 +357,17 @@ def restatements(world: dict[str, Entity], words: int) -> list[dict]:
                 "claims": [FEVER_CLAIMS[attr][0].format(s=e.name, v="{v}")] if attr in FEVER_CLAIMS else [],
                 "unstated": [[a, FEVER_CLAIMS[a][0].format(s=e.name, v="{v}")] for a in sorted(FEVER_CLAIMS)
                              if ATTR_KIND[a] == e.kind and a not in stated_here[pid]],
+                **({"value_kind": kind} if (kind := _value_kind(world, e, attr)) else {}),
             })
     return out
+
+
+def _value_kind(world: dict[str, Entity], e: Entity, attr: str) -> str | None:
+    """The kind of the entity that is the value of ``attr`` of ``e`` (None for a number, a word)."""
+    if attr == "leads":
+        return "country"
+    v = e.attrs.get(attr)
+    return world[v].kind if isinstance(v, str) and v in world else None
 
 
 def _sentences(e: Entity, attr: str) -> list[list[str]]:

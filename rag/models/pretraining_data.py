@@ -86,9 +86,17 @@ class Restatements:
     swapped but each passage's wording and order fixed, 2,500 pretraining steps read 85 % of
     training restatements and 45 % of held-out ones: the model had learnt the training
     passages' layouts). ``questions`` (record key, optional): the relation asked as the tasks
-    ask it, e.g. "who is the leader of X", also drawn as queries."""
+    ask it, e.g. "who is the leader of X", also drawn as queries.
 
-    def __init__(self, records: list[dict], passage_ids: list[str]):
+    The counterfactual values of an attribute are the values its training facts have, or, with
+    ``pools`` (kind -> names, :func:`rag.data.miniworld.kind_pools`), for an attribute whose
+    records name the kind of their value (record key ``value_kind``: a leader is a person), the
+    names of every entity of that kind, held-out ones included: the reader then copies names it
+    never saw as a training fact's value, as a held-out entity's leader is (measured on the
+    default's hot-swap: with training leaders' names only, RAG-Sequence wrote the first word of
+    an unseen leader's name and stopped; benchmarks/README.md)."""
+
+    def __init__(self, records: list[dict], passage_ids: list[str], pools: dict[str, list[str]] | None = None):
         row = {pid: i for i, pid in enumerate(passage_ids)}
         missing = [r["passage"] for r in records if r["passage"] not in row]
         if missing:
@@ -104,9 +112,29 @@ class Restatements:
         for r in self.records:
             values.setdefault(r["attribute"], set()).add(r["value"])
         self.values = {a: sorted(v) for a, v in values.items()}
+        if pools is not None:
+            self._pool_values(pools)
         self.claimable = [i for i, r in enumerate(self.records) if r.get("claims")]
         self.sentence_records = [i for i, r in enumerate(self.records) if r.get("sentences")]
         self._absent_for, self._absent = None, []  # the corpus texts _absent_rows was computed for, and its rows
+
+    def _pool_values(self, pools: dict[str, list[str]]) -> None:
+        """Each entity-valued attribute's counterfactual values: every name of its value's kind."""
+        kinds: dict[str, set] = {}
+        for r in self.records:
+            kinds.setdefault(r["attribute"], set()).add(r.get("value_kind"))
+        if not any(k for ks in kinds.values() for k in ks):
+            raise ConfigError("restatements: no record names the kind of its value (value_kind), which "
+                              "generator.pretrain_counterfactuals: kind needs (records of an older corpus rule?)")
+        for attribute, ks in sorted(kinds.items()):
+            if ks == {None}:
+                continue
+            if len(ks) != 1:
+                raise ConfigError(f"restatements: the values of {attribute!r} are of several kinds ({sorted(map(str, ks))})")
+            kind = next(iter(ks))
+            if not pools.get(kind):
+                raise ConfigError(f"restatements: {attribute!r} values are {kind} names and the corpus has no {kind}")
+            self.values[attribute] = sorted(set(pools[kind]) | set(self.values[attribute]))
 
     def _render(self, i: int, texts: list[str], rng: random.Random):
         """The passage of record ``i`` re-rendered: (shuffled sentences, the value record ``i`` now

@@ -47,7 +47,12 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
         texts += p.texts
         ids += p.ids
     records = read_jsonl(restatements) if restatements else None
-    restated = Restatements(records, ids) if records is not None else None
+    pools = None
+    if records is not None and g.pretrain_counterfactuals == "kind":
+        from rag.data.miniworld import kind_pools
+
+        pools = kind_pools(ids, titles)
+    restated = Restatements(records, ids, pools) if records is not None else None
     ckpt_path = identity = None
     hold = contextlib.ExitStack()
     if checkpoint_dir:  # the checkpoint is resumed by the same configuration and inputs only
