@@ -215,3 +215,37 @@ def test_absent_facts_are_asked_of_a_sibling_passage_that_does_not_state_them():
 
     with pytest.raises(ConfigError, match="pretrain_absent"):
         Restatements(recs, ids).absent(ids, texts, random.Random(0))  # every passage its own title
+
+
+def test_counterfactuals_of_an_entity_valued_fact_are_every_entity_of_its_kind():
+    import random
+
+    import pytest
+
+    from rag.errors import ConfigError
+    from rag.models.pretraining_data import Restatements
+
+    world = miniworld.build_world(CFG, 3)["a"]
+    rows = miniworld.passages(world, 100)
+    ids, titles, texts = (list(x) for x in zip(*rows))
+    recs = miniworld.restatements(world, 100)
+    kinds = {r["attribute"]: r.get("value_kind") for r in recs}
+    assert kinds["leader"] == "person" and kinds["capital"] == "city" and kinds["leads"] == "country"
+    assert kinds["born"] is None and kinds["occupation"] is None  # a year, a word: no entity
+    pools = miniworld.kind_pools(ids, titles)
+    assert {k: set(v) for k, v in pools.items()} == {k: {e.name for e in world.values() if e.kind == k}
+                                                      for k in ("country", "city", "person")}
+    old, new = Restatements(recs, ids), Restatements(recs, ids, pools)
+    unseen = set(pools["person"]) - set(old.values["leader"])  # e.g. held-out countries' leaders
+    assert unseen and set(old.values["leader"]) <= set(pools["person"])  # training leaders' names only
+    assert set(new.values["leader"]) == set(pools["person"])  # every person, held-out ones too
+    assert new.values["born"] == old.values["born"]
+    leaders = [r for r in recs if r["attribute"] == "leader"]
+    one = Restatements(leaders, ids, pools)
+    read = {one.example(titles, texts, random.Random(s))[1] for s in range(200)}
+    assert read & unseen and read <= set(pools["person"])  # names no training fact has are read in pretraining
+    # a corpus of other ids, or records of an older corpus rule, stop it with the key named
+    with pytest.raises(ConfigError, match="pretrain_counterfactuals"):
+        miniworld.kind_pools(["doc1_0"], ["A title"])
+    with pytest.raises(ConfigError, match="value_kind"):
+        Restatements([{k: v for k, v in r.items() if k != "value_kind"} for r in recs], ids, pools)
