@@ -176,6 +176,12 @@ def rule() -> str:
             f"tolerance is {Z_ONE_SEED:g} SD of a difference of two runs. Each at least two test examples' worth.")
 
 
+def _pooled_sd(parts: list[tuple[float, int]]) -> tuple[float, int]:
+    """(pooled SD, its degrees of freedom) of (variance, df) pairs: the df-weighted mean variance."""
+    df = sum(d for _, d in parts)
+    return math.sqrt(sum(v * d for v, d in parts) / df), df
+
+
 def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[float]]],
                n_of: dict[tuple[str, str, str], int]) -> list[Band]:
     """Bands centred on the ``center`` experiment's mean over seeds.
@@ -209,16 +215,15 @@ def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[flo
         tol = 0.0
         if len(vals) > 1:
             groups = [v for v in [vals, *[o.get(cell) or [] for o in others]] if len(v) > 1]
-            df = sum(len(g) - 1 for g in groups)
-            pooled = math.sqrt(sum((len(g) - 1) * statistics.variance(g) for g in groups) / df)
+            pooled, df = _pooled_sd([(statistics.variance(g), len(g) - 1) for g in groups])
             k = band_multiplier(df, several)
             tol = k * pooled * math.sqrt(2 / len(vals))
             how = (f"{len(vals)} seeds; one fine-tune's SD {pooled:.2f} pooled over {len(groups)} experiments "
                    f"({df} df); tolerance {k:.2f} SD (t, {df} df) of a difference of two {len(vals)}-seed means")
         elif cell in across:
             pool = pools[(task, split, metric)]
-            df = sum(d for _, d in pool)
-            own, pooled = math.sqrt(across[cell][0]), math.sqrt(sum(v * d for v, d in pool) / df)
+            pooled, df = _pooled_sd(pool)
+            own = math.sqrt(across[cell][0])
             tol = Z_ONE_SEED * max(own, pooled) * math.sqrt(2)
             how = (f"1 seed; SD {own:.2f} across {across[cell][1] + 1} top-level seeds (world and training), "
                    f"{pooled:.2f} pooled over the {len(pool)} one-seed variant(s) of {task} {split} {metric} ({df} df); "
