@@ -38,20 +38,20 @@ def test_default_dry_run_lists_every_job(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     counts = job_counts(res.stdout + res.stderr)
     # config.yaml: evaluate_in_train_job, so each train job also decodes dev/test; NQ runs
-    # 7 variants and TriviaQA 5 (no BM25), 4 of them with three fine-tune seeds (seeds), the others one
-    # (one_seed_variants);
+    # 7 variants and TriviaQA 5 (no BM25), 4 of them with five (NQ, tasks.nq.seeds) or three (seeds)
+    # fine-tune seeds, the others one (one_seed_variants);
     # the other 6 tasks the 3 of their tasks.<task>.variants, one seed each (tasks.<task>.seeds)
-    assert counts["train"] == (4 * 3 + 3) + (4 * 3 + 1) + 6 * 3 and "evaluate" not in counts
+    assert counts["train"] == (4 * 5 + 3) + (4 * 3 + 1) + 6 * 3 and "evaluate" not in counts
     assert counts["encode_shard"] == 4  # 2 shards x (snapshot a, snapshot b)
     # NQ's RAG-Sequence and RAG-Token: one K sweep, hot-swap and oracle per seed
-    assert counts["topk_sweep"] == 6 and counts["hotswap"] == 6 and counts["oracle"] == 6 and counts["report"] == 1
+    assert counts["topk_sweep"] == 10 and counts["hotswap"] == 10 and counts["oracle"] == 10 and counts["report"] == 1
     separate = yaml.safe_load((ROOT / "config.yaml").read_text())
     separate["evaluate_in_train_job"] = False
     (tmp_path / "separate.yaml").write_text(yaml.safe_dump(separate))
     res = smk(tmp_path, "-n", configfile=tmp_path / "separate.yaml")
     assert res.returncode == 0, res.stderr[-3000:]
     split = job_counts(res.stdout + res.stderr)
-    assert split["train"] == 46 and split["evaluate"] == 46 and split["total"] == counts["total"] + 46
+    assert split["train"] == 54 and split["evaluate"] == 54 and split["total"] == counts["total"] + 54
 
 
 def test_config_error_stops_before_any_job(tmp_path):

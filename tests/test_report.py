@@ -451,6 +451,20 @@ def test_cells_and_claims_are_means_over_seeds(tmp_path):
     assert "every interval covers the test sample only and ignores training variance" in out.read_text()
 
 
+def test_the_seeds_line_names_each_seed_count():
+    """Runs with five, three and one seed: each several-seed group with its runs, then the one-seed rest."""
+    from types import SimpleNamespace
+
+    from rag.report.build import seeds_line
+
+    by_seed = {("nq", v, s): dict.fromkeys(range(1, 6)) for v in ("rag_token", "rag_token_frozen") for s in ("dev", "test")}
+    by_seed |= {("triviaqa", "rag_token", s): dict.fromkeys(range(1, 4)) for s in ("dev", "test")}
+    by_seed |= {(t, "bart", "test"): {1: None} for t in ("nq", "triviaqa", "fever3")}
+    line = seeds_line(SimpleNamespace(by_seed=by_seed))
+    assert line.startswith("Fine-tune seeds: 5 per run for 2 runs (Natural Questions RAG-Token, Natural Questions "
+                           "RAG-Token-Frozen); 3 per run for 1 run (TriviaQA RAG-Token), 1 for the other 3. ")
+
+
 def test_a_second_file_for_the_same_run_and_seed_is_refused(tmp_path):
     for i in range(2):
         d = tmp_path / f"copy{i}"
