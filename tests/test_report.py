@@ -462,7 +462,7 @@ def test_the_seeds_line_names_each_seed_count():
     by_seed |= {(t, "bart", "test"): {1: None} for t in ("nq", "triviaqa", "fever3")}
     line = seeds_line(SimpleNamespace(by_seed=by_seed))
     assert line.startswith("Fine-tune seeds: 5 per run for 2 runs (Natural Questions RAG-Token, Natural Questions "
-                           "RAG-Token-Frozen); 3 per run for 1 run (TriviaQA RAG-Token), 1 for the other 3. ")
+                           "RAG-Token-Frozen); 3 per run for 1 run (TriviaQA RAG-Token), 1 for the other 3 runs. ")
 
 
 def test_a_second_file_for_the_same_run_and_seed_is_refused(tmp_path):
