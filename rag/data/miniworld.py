@@ -532,7 +532,7 @@ def make_task(world: dict[str, Entity], task: str, split: str, n: int, seed: int
     if task in QA_TEMPLATES:
         for i, (e, attr) in enumerate(_take(_candidates(world, task, split, rng), n, task, split)):
             ans = _value(world, e, attr)
-            kind = world[e.attrs[attr]].kind if isinstance(e.attrs[attr], str) and e.attrs[attr] in world else None
+            kind = _value_kind(world, e, attr)
             q = qa_question(task, attr, e.name)
             targets = [_regex_for(ans)] if task == "curatedtrec" else _aliases(ans, kind)
             rows.append({"id": f"{task}-{split}-{i}", "input": q, "targets": targets,
