@@ -327,9 +327,12 @@ def seeds_line(runs: Runs) -> str:
     if set(counts) == {1}:
         return ("One fine-tune seed per run: every interval covers the test sample only and ignores training "
                 "variance (the seed, and CPU float differences, which act like one); config key seeds runs more.")
-    several = "; ".join(f"{k} per run for {len(counts[k])} run{'s' * (len(counts[k]) > 1)} ({', '.join(sorted(counts[k]))})"
+    def runs_of(k: int) -> str:
+        return f"{len(counts[k])} run{'s' * (len(counts[k]) > 1)}"
+
+    several = "; ".join(f"{k} per run for {runs_of(k)} ({', '.join(sorted(counts[k]))})"
                         for k in sorted(counts, reverse=True) if k > 1)
-    return (f"Fine-tune seeds: {several}" + (f", 1 for the other {len(counts[1])} run{'s' * (len(counts[1]) > 1)}" if 1 in counts else "")
+    return (f"Fine-tune seeds: {several}" + (f", 1 for the other {runs_of(1)}" if 1 in counts else "")
             + ". Each number is the mean over its seeds; its interval carries the seed variance and the test sample, "
             "except where a run has one seed (the test sample only).")
 
