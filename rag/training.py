@@ -4,7 +4,8 @@ run, and its one checkpoint rule (:class:`Checkpoint`); the run lock and the DDP
 
 Fine-tuning's data order is a pure function of (seed, step) (pretraining's sampler RNG state
 goes into the checkpoint), and the checkpoint holds model, optimizer,
-scheduler and RNG states (and the fp16 gradient scaler's), so a run stopped at any point and
+scheduler and RNG states (and the fp16 gradient scaler's; the one saved after the last step, the
+trained weights and RNG state alone), so a run stopped at any point and
 resumed ends with the same weights as an uninterrupted run. ``precision`` (bf16 | fp16 | fp32):
 the forward runs under autocast (``RagSystem.precision``), the loss is fp32, fp16 scales the loss
 with a ``torch.amp.GradScaler``. With ``torchrun`` (DDP) each process takes its slice of the
@@ -112,8 +113,12 @@ class Checkpoint:
     """The one checkpoint rule of every resumable loop (fine-tuning, pretraining).
 
     ``path`` holds the step, the losses so far, the state of each of ``modules`` (name -> module,
-    None for an absent one), the optimizer's, scheduler's, gradient scaler's and torch RNG states,
-    any ``extra`` state the loop adds, and ``identity``: what the run was configured with. A
+    None for an absent one or one the run does not train), the optimizer's, scheduler's, gradient
+    scaler's and torch RNG states, any ``extra`` state the loop adds, and ``identity``: what the run
+    was configured with. The save after the last step leaves the optimizer, scheduler and scaler out
+    (``final``): a run resumed there has no step left to take, since its identity holds its step
+    count; with a frozen question encoder left out too, a finished run's checkpoint holds its trained
+    weights and little else. A
     checkpoint whose identity differs from this run's was written under another configuration:
     it is not resumed (a warning names the differences) and the run starts from step 0, its first
     save replacing the file. Snakemake re-runs a job when its config section changes, so this is
@@ -127,18 +132,19 @@ class Checkpoint:
         self.identity = dict(identity)
         self.modules = modules
 
-    def save(self, opt, sched, step: int, losses: list[float], scaler=None, extra: dict | None = None) -> None:
+    def save(self, opt, sched, step: int, losses: list[float], scaler=None, extra: dict | None = None,
+             final: bool = False) -> None:
         state = {
             "step": step,
             "run": self.identity,
             **{name: (m.state_dict() if m is not None else {}) for name, m in self.modules.items()},
-            "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict(),
+            "optimizer": None if final else opt.state_dict(),
+            "scheduler": None if final else sched.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "losses": torch.tensor(losses, dtype=torch.float64),
             "extra": dict(extra or {}),
         }
-        if scaler is not None:
+        if scaler is not None and not final:
             state["grad_scaler"] = scaler.state_dict()
         with atomic_path(self.path) as tmp:
             torch.save(state, tmp)
@@ -175,8 +181,9 @@ class Checkpoint:
         for name, m in self.modules.items():
             if m is not None and state.get(name):
                 m.load_state_dict(state[name])
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
+        if state["optimizer"] is not None:  # None: saved after the last step, nothing left to optimise
+            opt.load_state_dict(state["optimizer"])
+            sched.load_state_dict(state["scheduler"])
         if scaler is not None and "grad_scaler" in state:
             scaler.load_state_dict(state["grad_scaler"])
         torch.set_rng_state(state["torch_rng"])
@@ -236,7 +243,8 @@ def optimize(step_loss: Callable[[int], torch.Tensor], params: list, opt, sched,
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
         done_here += 1
         if checkpoint is not None and rank == 0 and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
-            checkpoint.save(opt, sched, step + 1, losses, scaler, extra_state() if extra_state else None)
+            checkpoint.save(opt, sched, step + 1, losses, scaler, extra_state() if extra_state else None,
+                            final=step + 1 == steps)
         if stop_after is not None and done_here >= stop_after:
             break
     return losses
@@ -272,7 +280,9 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
     run = {"steps": steps, "batch_size": batch_size, "k": k, "lr": lr, "qenc_lr": qenc_lr, "warmup": warmup,
            "epsilon": epsilon, "seed": seed, "train_question_encoder": train_question_encoder, "n": len(inputs),
            **(identity or {})}
-    ckpt = Checkpoint(Path(ckpt_dir) / CKPT, run, {"generator": system.generator, "question_encoder": system.question_encoder})
+    # a frozen question encoder is the one the run was given: a resume loads it again, the checkpoint leaves it out
+    trained_qenc = system.question_encoder if train_question_encoder else None
+    ckpt = Checkpoint(Path(ckpt_dir) / CKPT, run, {"generator": system.generator, "question_encoder": trained_qenc})
     start, losses, _ = ckpt.load(opt, sched, scaler)
     system.train()
     if system.question_encoder is not None and not train_question_encoder:

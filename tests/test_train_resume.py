@@ -27,6 +27,8 @@ def test_resume_after_interruption_matches_uninterrupted_run(tmp_path, uninterru
     first_params, first_losses = run_training(tmp_path, steps=N, checkpoint_every=2, stop_after=N // 2)
     assert len(first_losses) == N // 2
     assert _same(first_params, full_params) > 1e-4  # stopped early: the weights really differ
+    midway = torch.load(tmp_path / CKPT, map_location="cpu", weights_only=True)
+    assert midway["step"] == N // 2 and midway["optimizer"]["state"] and midway["scheduler"]  # what a resume needs
     # a fresh system object (fresh weights), the same checkpoint folder: it must pick up at step N/2
     params, losses = run_training(tmp_path, steps=N, checkpoint_every=2)
     assert len(losses) == N
@@ -34,6 +36,22 @@ def test_resume_after_interruption_matches_uninterrupted_run(tmp_path, uninterru
     assert _same(params, full_params) < 1e-6
     state = torch.load(tmp_path / CKPT, map_location="cpu", weights_only=True)
     assert state["step"] == N and len(state["losses"]) == N
+    # after the last step nothing is left to optimise: the optimizer's and scheduler's states are left out
+    assert state["optimizer"] is None and state["scheduler"] is None
+    assert state["generator"] and state["question_encoder"]
+
+
+def test_frozen_question_encoder_is_left_out_of_the_checkpoint_and_a_resume_ends_the_same(tmp_path):
+    """A frozen twin's question encoder is the one it was given: its checkpoint leaves it out (in the
+    default a frozen twin's checkpoint was 109 MB, 87 of them MiniLM's weights), and a run stopped
+    midway, resumed in a fresh process, still ends where an uninterrupted run ends."""
+    full_params, full_losses = run_training(tmp_path / "full", steps=N, checkpoint_every=2, train_question_encoder=False)
+    run_training(tmp_path / "stopped", steps=N, checkpoint_every=2, train_question_encoder=False, stop_after=N // 2)
+    midway = torch.load(tmp_path / "stopped" / CKPT, map_location="cpu", weights_only=True)
+    assert midway["question_encoder"] == {} and midway["generator"] and midway["optimizer"]["state"]
+    params, losses = run_training(tmp_path / "stopped", steps=N, checkpoint_every=2, train_question_encoder=False)
+    assert losses == full_losses and _same(params, full_params) == 0.0
+    assert any(n.startswith("retriever.question_encoder.") for n in params)  # the encoder is there, just not saved
 
 
 def test_finished_run_is_not_retrained(tmp_path, uninterrupted):
