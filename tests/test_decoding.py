@@ -387,3 +387,56 @@ def test_other_tokenizers_decode_as_the_library(world):
     tok = world.tokenizer
     ids = tok("a b a")["input_ids"]
     assert decode_ids(tok, ids) == tok.decode(ids, skip_special_tokens=True)
+
+
+class _AlwaysCopying:
+    """CachedStep as before its two skips: the cache reordered at every step, the encoder rows
+    indexed at every step."""
+
+    @staticmethod
+    def make():
+        import rag.models.rag as R
+
+        class Always(R.CachedStep):
+            def _encoder_rows(self, flat):
+                return self.enc.ids[flat], self.enc.hidden[flat], self.enc.mask[flat]
+
+            def __call__(self, prefix, owner):
+                out = super().__call__(prefix, owner)
+                self.cache_rows = -1  # no order matches: every later step reorders
+                return out
+
+        return Always
+
+
+@pytest.mark.parametrize("kind,method", [("token", "greedy"), ("token", "beam"), ("sequence", "thorough"),
+                                         ("sequence", "greedy")])
+@pytest.mark.parametrize("copy", [False, "exact_match"])
+def test_cached_steps_skip_copies_without_changing_a_bit(world, monkeypatch, kind, method, copy):
+    # greedy search keeps every row in place until a question finishes: no reorder of the cache
+    # there, and the encoder rows are indexed once per set of live rows; answers and scores the same
+    import rag.models.rag as R
+    from transformers.cache_utils import EncoderDecoderCache
+
+    reorders = []
+    original = EncoderDecoderCache.reorder_cache
+    monkeypatch.setattr(EncoderDecoderCache, "reorder_cache", lambda self, idx: (reorders.append(len(idx)), original(self, idx))[1])
+    from ddp_worker import make_generator
+
+    # a generator of its own (other tests train the world's): seed 7 decodes several steps before EOS
+    gen = _generator(world, copy) if copy else make_generator(len(world.tokenizer), seed=7)
+    system = make_system(world, kind, generator=gen)
+    questions = QUESTIONS + ["a a b", "b a", "a"]
+
+    def run():
+        reorders.clear()
+        preds = system.generate(questions, 3, method=method, beams=3, max_new_tokens=8)
+        return [(p.text, p.score) for p in preds], len(reorders)
+
+    skipping, n_skipping = run()
+    monkeypatch.setattr(R, "CachedStep", _AlwaysCopying.make())
+    always, n_always = run()
+    assert skipping == always
+    assert n_always > 0
+    if method == "greedy":
+        assert n_skipping < n_always, (n_skipping, n_always)

@@ -348,12 +348,26 @@ class CachedStep:
     ``rows_of(owner)`` gives, per prefix row, the encoder rows it is decoded against ([N, R]:
     R = K documents for RAG-Token, 1 otherwise); ``combine(lp [N, R, V], owner)`` turns their
     log-probs into the step's distribution.
+
+    Two copies are skipped where they would change nothing: the cache is not reordered when every
+    row keeps its place (greedy search, until a problem finishes), and the encoder rows are indexed
+    once and reused while the set of live rows stays the same. Profiled on one H100 (bart-large size,
+    bf16, B=16, K=10), the reorder's gathers took 23 % of RAG-Token greedy decoding's GPU time, which
+    transformers does not spend (benchmarks/README.md, "GPU at paper size").
     """
 
     def __init__(self, system: RagSystem, enc: Encoded, rows_of, combine):
         self.system, self.enc, self.rows_of, self.combine = system, enc, rows_of, combine
         self.cache = None
+        self.cache_rows = 0
         self.index: dict[tuple, int] = {}
+        self._rows = None  # (flat rows, their ids, encoder states, mask)
+
+    def _encoder_rows(self, flat: torch.Tensor):
+        if self._rows is None or not torch.equal(self._rows[0], flat):
+            e = self.enc
+            self._rows = (flat, e.ids[flat], e.hidden[flat], e.mask[flat])
+        return self._rows[1:]
 
     @torch.inference_mode()
     def __call__(self, prefix: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
@@ -369,14 +383,16 @@ class CachedStep:
             inp, past = prefix.to(dev), None
         else:
             parent = torch.tensor([self.index[(o, p[:-1])] for o, p in keys], dtype=torch.long)
-            self.cache.reorder_cache((parent[:, None] * r + torch.arange(r)).reshape(-1).to(dev))
+            order = (parent[:, None] * r + torch.arange(r)).reshape(-1)
+            if len(order) != self.cache_rows or not torch.equal(order, torch.arange(self.cache_rows)):
+                self.cache.reorder_cache(order.to(dev))
             inp, past = prefix[:, -1:].to(dev), self.cache
+        ids, hidden, mask = self._encoder_rows(flat)
         with self.system.autocast():
-            out = self.system.generator(input_ids=self.enc.ids[flat],
-                                        encoder_outputs=BaseModelOutput(last_hidden_state=self.enc.hidden[flat]),
-                                        attention_mask=self.enc.mask[flat], decoder_input_ids=inp.repeat_interleave(r, dim=0),
+            out = self.system.generator(input_ids=ids, encoder_outputs=BaseModelOutput(last_hidden_state=hidden),
+                                        attention_mask=mask, decoder_input_ids=inp.repeat_interleave(r, dim=0),
                                         past_key_values=past, use_cache=True)
-        self.cache = out.past_key_values
+        self.cache, self.cache_rows = out.past_key_values, len(flat)
         self.index = {key: i for i, key in enumerate(keys)}
         lp = torch.log_softmax(out.logits[:, -1].float(), dim=-1).view(n, r, -1)
         return self.combine(lp, owner)
