@@ -401,10 +401,8 @@ class _AlwaysCopying:
             def _encoder_rows(self, flat):
                 return self.enc.ids[flat], self.enc.hidden[flat], self.enc.mask[flat]
 
-            def __call__(self, prefix, owner):
-                out = super().__call__(prefix, owner)
-                self.cache_rows = -1  # no order matches: every later step reorders
-                return out
+            def _reorder(self, order):
+                self.cache.reorder_cache(order.to(self.system.device))
 
         return Always
 

@@ -12,7 +12,6 @@ most self time. Wall well above device time means the step waits on the host (la
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 from torch.autograd import DeviceType
@@ -23,16 +22,9 @@ from benchmarks.common import sync
 
 
 def measure(name: str, fn, zero, calls: int, device: str, rows: int) -> dict:
-    for _ in range(2):  # warm-up: kernels chosen, caches filled
-        zero()
-        fn()
-    sync(device)
-    t = time.perf_counter()
-    for _ in range(calls):
-        zero()
-        fn()
-    sync(device)
-    wall = (time.perf_counter() - t) / calls
+    zero()
+    fn()  # a first warm-up call; timed_blocks makes the second, then times one block of `calls`
+    wall = bp.timed_blocks({name: fn}, zero, calls, 1, device)[name]
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=acts) as prof:
         for _ in range(calls):

@@ -359,7 +359,6 @@ class CachedStep:
     def __init__(self, system: RagSystem, enc: Encoded, rows_of, combine):
         self.system, self.enc, self.rows_of, self.combine = system, enc, rows_of, combine
         self.cache = None
-        self.cache_rows = 0
         self.index: dict[tuple, int] = {}
         self._rows = None  # (flat rows, their ids, encoder states, mask)
 
@@ -368,6 +367,12 @@ class CachedStep:
             e = self.enc
             self._rows = (flat, e.ids[flat], e.hidden[flat], e.mask[flat])
         return self._rows[1:]
+
+    def _reorder(self, order: torch.Tensor) -> None:
+        """Cache row i <- row order[i]; nothing when every row keeps its place."""
+        rows = len(self._rows[0])  # the cache holds the rows of the last step
+        if len(order) != rows or not torch.equal(order, torch.arange(rows)):
+            self.cache.reorder_cache(order.to(self.system.device))
 
     @torch.inference_mode()
     def __call__(self, prefix: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
@@ -383,16 +388,14 @@ class CachedStep:
             inp, past = prefix.to(dev), None
         else:
             parent = torch.tensor([self.index[(o, p[:-1])] for o, p in keys], dtype=torch.long)
-            order = (parent[:, None] * r + torch.arange(r)).reshape(-1)
-            if len(order) != self.cache_rows or not torch.equal(order, torch.arange(self.cache_rows)):
-                self.cache.reorder_cache(order.to(dev))
+            self._reorder((parent[:, None] * r + torch.arange(r)).reshape(-1))
             inp, past = prefix[:, -1:].to(dev), self.cache
         ids, hidden, mask = self._encoder_rows(flat)
         with self.system.autocast():
             out = self.system.generator(input_ids=ids, encoder_outputs=BaseModelOutput(last_hidden_state=hidden),
                                         attention_mask=mask, decoder_input_ids=inp.repeat_interleave(r, dim=0),
                                         past_key_values=past, use_cache=True)
-        self.cache, self.cache_rows = out.past_key_values, len(flat)
+        self.cache = out.past_key_values
         self.index = {key: i for i, key in enumerate(keys)}
         lp = torch.log_softmax(out.logits[:, -1].float(), dim=-1).view(n, r, -1)
         return self.combine(lp, owner)
