@@ -169,6 +169,12 @@ def _check_references(cfg: dict) -> None:
                                       f"(its seeds: {run_seeds(cfg, src, v)})")
         if task["source"] == "miniworld" and cfg["corpus"]["source"] != "miniworld":
             raise ConfigError(f"config key 'tasks.{name}.source': miniworld tasks need corpus.source: miniworld")
+        if task.get("train_sampling") is not None:
+            from rag.data.miniworld import FACT_TASKS
+
+            if task["source"] != "miniworld" or name not in FACT_TASKS:
+                raise ConfigError(f"config key 'tasks.{name}.train_sampling': applies to the miniworld tasks whose examples "
+                                  f"each ask one fact ({', '.join(FACT_TASKS)}), not to {task['source']} {name}")
         if task["source"] == "miniworld":
             for split in ("train", "dev", "test"):
                 if split not in task:

@@ -55,6 +55,7 @@ TASK = D.define("task", Group({
     "format": Str(),
     "well_formed_only": AnyOf((Bool(), List(Enum(SPLITS), unique=True)), default=False, description="msmarco: keep only examples with a well-formed answer: true (every split) or a list of splits (the paper: [train, dev])"),
     "formats": Map(Str(), description="per-split parser override (split -> PARSERS name); default: format"),
+    "train_sampling": Enum(("facts", "attributes"), description="miniworld QA and MS-MARCO: how the training questions are drawn: facts (unset: every stated fact of the split equally likely, so an attribute is as common as its kind of entity) or attributes (in turn over the attributes, each about as often); dev and test draw facts"),
     "decode_sequence": DECODE.ref(default={}, description="test-time decoding of RAG-Sequence (and BART); method, beams and max_new_tokens default to the paper's for the task's kind (rag/tasks.py)"),
     "decode_token": DECODE.ref(default={}, description="test-time decoding of RAG-Token"),
 }, default=NO_DEFAULT))

@@ -297,6 +297,7 @@ class TaskData(Section):
     test = read("tasks.*.test")
     format = read("tasks.*.format")
     formats = read("tasks.*.formats")  # split -> parser
+    train_sampling = read("tasks.*.train_sampling", optional=True)  # miniworld: facts (unset) or attributes
 
     def keeps_well_formed_only(self, split: str) -> bool:
         wf = self.well_formed_only

@@ -78,6 +78,11 @@ def test_paper_config_is_valid(root, tmp_path, monkeypatch):
         (lambda c: c["tasks"]["webquestions"].update(init_from="squad"), "config key 'tasks.webquestions.init_from': 'squad' is not one of"),
         (lambda c: c["tasks"]["msmarco"].update(well_formed_only="yes"),
          "config key 'tasks.msmarco.well_formed_only': expected boolean or a list of string, got str 'yes'"),
+        (lambda c: c["tasks"]["msmarco"].update(train_sampling="attributes"), None),
+        (lambda c: c["tasks"]["nq"].update(train_sampling="entities"), "config key 'tasks.nq.train_sampling': 'entities' is not one of"),
+        (lambda c: c["tasks"]["fever3"].update(train_sampling="attributes"),
+         "config key 'tasks.fever3.train_sampling': applies to the miniworld tasks whose examples each ask one fact "
+         "(nq, triviaqa, webquestions, curatedtrec, msmarco), not to miniworld fever3"),
     ],
 )
 def test_schema_errors_name_the_key(base, mutate, message):

@@ -48,6 +48,60 @@ def test_test_entities_are_disjoint_from_train():
         assert train and test and not (train & test), task
 
 
+def test_training_questions_can_take_the_attributes_in_turn():
+    import random
+
+    world = miniworld.build_world(CFG, 3)["a"]
+    pool = miniworld._candidates(world, "nq", "train", random.Random(0))
+    per_attr = Counter(a for _, a in pool)  # 10 (currency) to 31 (birthplace) facts
+    n = 10 * len(per_attr)
+    facts = miniworld.make_task(world, "nq", "train", n, 3)
+    turns = miniworld.make_task(world, "nq", "train", n, 3, sampling="attributes")
+    assert set(Counter(r["meta"]["attribute"] for r in turns).values()) == {10}  # each attribute as often
+    assert max(Counter(r["meta"]["attribute"] for r in facts).values()) > 15  # facts: as common as their entities
+    # the same facts, each asked once while they last; past them the round goes on over the rest
+    assert {(r["meta"]["subject"], r["meta"]["attribute"]) for r in turns} <= {(e.id, a) for e, a in pool}
+    assert len({r["input"] for r in turns}) == n
+    more = miniworld.make_task(world, "nq", "train", 12 * len(per_attr), 3, sampling="attributes")
+    assert Counter(r["meta"]["attribute"] for r in more)["currency"] == 10 and len({r["input"] for r in more}) == len(more)
+
+
+def test_train_sampling_changes_the_train_split_only_and_only_its_tasks_sections(tmp_path):
+    from rag.stages.datasets import build_task
+    from tests.conftest import typed_sections
+
+    import yaml
+
+    from tests.conftest import ROOT
+
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
+    cfg["tasks"]["nq"].pop("train_sampling", None)
+    (tmp_path / "plain.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    small = {"tasks": {"nq": {"train": 60, "dev": 10, "test": 20}}}
+    plain = typed_sections(small, tmp_path / "plain.yaml")
+    turns = typed_sections({"tasks": {"nq": dict(small["tasks"]["nq"], train_sampling="attributes")}}, tmp_path / "plain.yaml")
+    files = {}
+    for tag, secs in (("facts", plain), ("attributes", turns)):
+        outs = {split: tmp_path / f"{tag}-{split}.jsonl" for split in ("train", "dev", "test")}
+        build_task(secs["data_nq"], outs, {})
+        files[tag] = {split: p.read_bytes() for split, p in outs.items()}
+    assert files["facts"]["train"] != files["attributes"]["train"]
+    assert files["facts"]["dev"] == files["attributes"]["dev"] and files["facts"]["test"] == files["attributes"]["test"]
+    # unset, the key is in no section: the other tasks' sections (and a run's files) stay as they were
+    assert "train_sampling" not in plain["data_nq"].to_dict()["task"]
+    assert turns["data_nq"].to_dict()["task"]["train_sampling"] == "attributes"
+    assert all(plain[k].to_dict() == turns[k].to_dict() for k in plain if not k.endswith("_nq") and k != "report")
+
+
+def test_train_sampling_is_refused_where_examples_are_not_facts():
+    import pytest
+
+    world = miniworld.build_world(CFG, 3)["a"]
+    for task in ("jeopardy", "fever3"):
+        with pytest.raises(ValueError, match="does not apply"):
+            miniworld.make_task(world, task, "train", 10, 3, sampling="attributes")
+
+
 def test_answers_are_in_the_gold_passage():
     world = miniworld.build_world(CFG, 3)["a"]
     text = {pid: t for pid, _, t in miniworld.passages(world, 100)}

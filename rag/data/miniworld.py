@@ -503,8 +503,14 @@ def _aliases(answer: str, world_kind: str | None) -> list[str]:
     return out
 
 
-def _candidates(world, task: str, split: str, rng: random.Random):
-    """All (entity, attribute) pairs of ``split`` that a task's templates can ask about."""
+# the tasks whose examples each ask one stated fact (tasks.<task>.train_sampling applies to them)
+FACT_TASKS = (*QA_TEMPLATES, "msmarco")
+
+
+def _candidates(world, task: str, split: str, rng: random.Random, sampling: str = "facts"):
+    """All (entity, attribute) pairs of ``split`` that a task's templates can ask about, in the
+    order examples take them: shuffled (``sampling`` facts), or in turn over the attributes
+    (attributes: each attribute's facts in that shuffled order, the attributes in a shuffled one)."""
     out = []
     templates = QA_TEMPLATES[task] if task in QA_TEMPLATES else MSMARCO_TEMPLATES
     for e in sorted(world.values(), key=lambda e: e.id):
@@ -514,6 +520,18 @@ def _candidates(world, task: str, split: str, rng: random.Random):
             if ATTR_KIND[attr] == e.kind and attr in e.stated:
                 out.append((e, attr))
     rng.shuffle(out)
+    if sampling == "attributes":
+        by_attr: dict[str, list] = {}
+        for pair in out:
+            by_attr.setdefault(pair[1], []).append(pair)
+        order = sorted(by_attr)
+        rng.shuffle(order)
+        queues = [by_attr[a][::-1] for a in order]  # popped from the end: each attribute's shuffled order
+        out = []
+        while any(queues):
+            out += [q.pop() for q in queues if q]
+    elif sampling != "facts":
+        raise ValueError(f"unknown sampling {sampling!r} (facts or attributes)")
     return out
 
 
@@ -524,13 +542,17 @@ def _take(pool: list, n: int, task: str, split: str) -> list:
     return [pool[i % len(pool)] for i in range(n)]
 
 
-def make_task(world: dict[str, Entity], task: str, split: str, n: int, seed: int, words: int = 100) -> list[dict]:
-    """``n`` examples of ``task`` about the entities of ``split``; ``words`` is the corpus' passage size."""
+def make_task(world: dict[str, Entity], task: str, split: str, n: int, seed: int, words: int = 100,
+              sampling: str = "facts") -> list[dict]:
+    """``n`` examples of ``task`` about the entities of ``split``; ``words`` is the corpus' passage size;
+    ``sampling``: how QA and MS-MARCO examples draw their facts (:func:`_candidates`)."""
     rng = random.Random(f"{seed}:{task}:{split}")
     where = fact_passages(world, words)
     rows = []
+    if sampling != "facts" and task not in FACT_TASKS:
+        raise ValueError(f"{task} draws one example per entity or per label, not per fact: sampling {sampling!r} does not apply")
     if task in QA_TEMPLATES:
-        for i, (e, attr) in enumerate(_take(_candidates(world, task, split, rng), n, task, split)):
+        for i, (e, attr) in enumerate(_take(_candidates(world, task, split, rng, sampling), n, task, split)):
             ans = _value(world, e, attr)
             kind = _value_kind(world, e, attr)
             q = qa_question(task, attr, e.name)
@@ -538,7 +560,7 @@ def make_task(world: dict[str, Entity], task: str, split: str, n: int, seed: int
             rows.append({"id": f"{task}-{split}-{i}", "input": q, "targets": targets,
                          "meta": {"subject": e.id, "attribute": attr, "gold_docs": _gold_docs(world, e, attr, where), "answer": ans}})
     elif task == "msmarco":
-        for i, (e, attr) in enumerate(_take(_candidates(world, task, split, rng), n, task, split)):
+        for i, (e, attr) in enumerate(_take(_candidates(world, task, split, rng, sampling), n, task, split)):
             q, a = MSMARCO_TEMPLATES[attr]
             ans = _value(world, e, attr)
             rows.append({"id": f"{task}-{split}-{i}", "input": q.format(s=e.name.lower()), "targets": [a.format(s=e.name, a=ans)],

@@ -51,7 +51,8 @@ def build_task(cfg: DataSection, outs: dict[str, str | Path], sources: dict[str,
         world = miniworld.build_world(cfg.miniworld.to_dict(), cfg.seed)["a"]
         for split in SPLITS:
             try:
-                rows = miniworld.make_task(world, name, split, getattr(task, split), cfg.seed, cfg.miniworld.passage_words)
+                sampling = (task.train_sampling or "facts") if split == "train" else "facts"
+                rows = miniworld.make_task(world, name, split, getattr(task, split), cfg.seed, cfg.miniworld.passage_words, sampling)
             except ValueError as exc:
                 raise ConfigError(f"config key 'tasks.{name}.{split}': {exc}") from None
             write_jsonl(outs[split], rows)
