@@ -185,3 +185,27 @@ def test_check_scores_the_predictions_themselves(tmp_path, capsys):
     capsys.readouterr()
     assert main(args) == 1
     assert "1 cell(s) out of band: nq/rag_token/test/em" in capsys.readouterr().err
+
+
+def test_predictions_given_in_another_order_than_the_metrics_are_refused(tmp_path, capsys):
+    """--predictions pair with --metrics by position: a list in another order is one error line
+    naming both files, not one run's answers scored as another's."""
+    metrics, preds = [], []
+    for variant in ("rag_sequence", "rag_token"):
+        d = tmp_path / "runs" / "nq" / variant / "seed1" / "test"
+        d.mkdir(parents=True)
+        (d / "predictions.jsonl").write_text(json.dumps({"id": "q0", "prediction": "yes", "targets": ["yes"]}) + "\n")
+        (d / "metrics.json").write_text(json.dumps({"task": "nq", "variant": variant, "split": "test", "seed": 1,
+                                                    "n": 1, "metrics": {"em": 100.0}}))
+        metrics.append(d / "metrics.json")
+        preds.append(d / "predictions.jsonl")
+    bands = tmp_path / "bands.yaml"
+    bands.write_text(yaml.safe_dump({"cells": [{"task": "nq", "variant": "rag_token", "split": "test", "metric": "em",
+                                                "expected": 100.0, "tolerance": 1.0, "source": "test"}]}))
+    args = ["check", "--bands", str(bands), "--metrics", *map(str, metrics), "--predictions"]
+    assert main(args + [str(p) for p in preds]) == 0
+    capsys.readouterr()
+    assert main(args + [str(p) for p in preds[::-1]]) != 0
+    err = capsys.readouterr().err
+    assert f"{preds[1]}: paired by position with {metrics[0]}, but it is run nq/rag_token/seed1/test, not nq/rag_sequence/seed1/test" in err
+    assert len(err.strip().splitlines()) == 1

@@ -45,6 +45,7 @@ class ReportInputs:
                 raise DataError(f"{path}: a second metrics file for {'/'.join(key)} seed {seed} (first: {seeds[seed]})")
             seeds[seed] = path
             if predictions:
+                _check_pair(path, predictions[i])
                 out.predictions.setdefault(key, {})[seed] = predictions[i]
         for kind, files, fields in (("topk", topk, ("task", "variant")), ("oracle", oracle, ("task", "variant")),
                                     ("hotswap", hotswap, ("variant",))):
@@ -77,6 +78,16 @@ class ReportInputs:
 
     def experiment_keys(self, kind: str) -> list[tuple[str, ...]]:
         return sorted(self.experiments.get(kind, {}))
+
+
+def _check_pair(metrics: Path, predictions: Path) -> None:
+    """A predictions file paired by position with a metrics file must be the same run's where both
+    sit in the DAG's layout (``<task>/<variant>/seed<seed>/<split>/``): a list given in another
+    order would otherwise score one run's answers as another's."""
+    a, b = metrics.parent.parts[-4:], predictions.parent.parts[-4:]
+    if len(a) == len(b) == 4 and a[2].startswith("seed") and b[2].startswith("seed") and a != b:
+        raise DataError(f"{predictions}: paired by position with {metrics}, but it is run {'/'.join(b)}, not "
+                        f"{'/'.join(a)} (give one predictions file per metrics file, in the same order)")
 
 
 def _object(path: Path) -> dict:
