@@ -85,6 +85,47 @@ def test_a_one_seed_cell_takes_the_spread_of_its_task_split_and_metric():
     assert "pooled over the 2 one-seed variant(s)" in bands["rag_sequence"].source
 
 
+def test_replicates_widen_a_one_seed_cell_whose_training_moves_it_more_than_the_worlds():
+    """The default's CuratedTrec RAG-Token dev EM (one seed, 50 questions) read 48 / 60 / 56 in three
+    worlds and 80 on another code path of the same CPU: one training draw moved it more than the worlds
+    spread. Replicates (the same config with more fine-tune seeds on the one-seed runs) measure that
+    training SD; the tolerance takes it where it is the larger, and leaves the rest as they were."""
+    ct, ms, nq = ("curatedtrec", "rag_token", "dev", "em_regex"), ("msmarco", "rag_token", "test", "rougeL"), ("nq", "rag_token", "test", "em")
+    center = {ct: [48.0], ms: [40.0], nq: [74.0, 76.0, 75.0]}
+    others = [{ct: [60.0], ms: [41.0], nq: [74.0, 76.0, 75.0]}, {ct: [56.0], ms: [39.0], nq: [74.0, 76.0, 75.0]}]
+    n_of = {("curatedtrec", "rag_token", "dev"): 50, ("msmarco", "rag_token", "test"): 10**6, ("nq", "rag_token", "test"): 10**6}
+    before = {b.task: b for b in make_bands(center, others, n_of)}
+    # replicates of two worlds, three fine-tune seeds each: CT's seeds spread by 16 points, MS-MARCO's by 0.5
+    reps = [{ct: [48.0, 80.0, 64.0], ms: [40.0, 40.5, 39.5], nq: [1.0, 99.0, 50.0]},
+            {ct: [60.0, 44.0, 76.0], ms: [41.0, 41.5, 40.5]}]
+    after = {b.task: b for b in make_bands(center, others, n_of, reps)}
+    sd, k = 16.0, band_multiplier(4, 2)  # pooled over the two replicates, 2 + 2 df; two such cells
+    assert after["curatedtrec"].tolerance == pytest.approx(k * sd * 2 ** 0.5, abs=0.01)
+    # 80 against 48 sat at 0.92 of the worlds' tolerance; the training SD puts it well inside
+    assert abs(80.0 - 48.0) / before["curatedtrec"].tolerance > 0.9 > 0.5 > abs(80.0 - 48.0) / after["curatedtrec"].tolerance
+    assert "training SD 16.00" in after["curatedtrec"].source and "the tolerance" in after["curatedtrec"].source
+    # MS-MARCO: the worlds spread more than training does; its band stays as it was
+    assert after["msmarco"].tolerance == before["msmarco"].tolerance and "training SD 0.50" in after["msmarco"].source
+    # replicates leave a several-seed cell (its own seeds measure its training SD) and every centre alone
+    assert after["nq"] == before["nq"] and all(after[t].expected == before[t].expected for t in after)
+
+
+def test_rag_bands_takes_replicates(tmp_path):
+    centre, rep = tmp_path / "centre", tmp_path / "rep"
+    fabricate(centre)
+    fabricate(tmp_path / "other", shift={("nq", "bart", "test", "em"): 1.0})
+    runs = dict(RUNS)
+    runs[("nq", "bart", "test")] = {"em": [1.3, 21.3, 11.3]}  # the one-seed cell run with three seeds: SD 10
+    fabricate(rep, runs=runs)
+    out = tmp_path / "bands.yaml"
+    assert main(["bands", "--center", str(centre), "--others", str(tmp_path / "other"), "--replicates", str(rep),
+                 "--name", "fabricated", "--out", str(out)]) == 0
+    header, bands = load_bands(out)
+    bart = {b.cell: b for b in bands}[("nq", "bart", "test", "em")]
+    assert bart.tolerance == pytest.approx(band_multiplier(2, 1) * 10 * 2 ** 0.5, abs=0.01)
+    assert "replicate" in header["method"] and "training SD" in header["method"]
+
+
 def test_bands_hold_together_at_their_nominal_rate():
     """Calibration on synthetic experiments with a known training SD: bands made (make_bands) from
     three experiments of three seeds each hold every one of 100 cells on a fourth run (another

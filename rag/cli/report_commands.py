@@ -77,10 +77,14 @@ def cmd_bands(args) -> int:
 
     center, n_of = experiment_values(args.center)
     others = [experiment_values(o)[0] for o in args.others]
-    bands = make_bands(center, others, n_of)
+    replicates = [experiment_values(r)[0] for r in args.replicates]
+    bands = make_bands(center, others, n_of, replicates)
     method = (f"Centred on the experiment of {_described(args.center)} (each cell the mean over its fine-tune seeds); "
               f"spread from it and {len(others)} more of the same config: "
-              + ", ".join(_described(o) for o in args.others) + ". " + rule())
+              + ", ".join(_described(o) for o in args.others) + ". "
+              + (f"Training spread of the one-seed cells from {len(replicates)} replicate(s) with more fine-tune seeds: "
+                 + ", ".join(_described(r) for r in args.replicates) + ". " if replicates else "")
+              + rule(bool(replicates)))
     write_bands(args.out, bands, {"version": 1, "name": args.name, "method": method})
     print(f"wrote {len(bands)} bands to {args.out}")
     return 0
@@ -118,6 +122,9 @@ def register(sub) -> None:
     p = sub.add_parser("bands", help="write a band file from finished experiments of one config under several top-level seeds")
     p.add_argument("--center", required=True, help="results/<name> of the experiment the bands are centred on")
     p.add_argument("--others", nargs="*", default=[], help="results/<name> of the same config under other top-level seeds")
+    p.add_argument("--replicates", nargs="*", default=[],
+                   help="results/<name> of the same config with more fine-tune seeds on the runs it runs once "
+                        "(one_seed_variants: []): the training SD of the one-seed cells")
     p.add_argument("--name", required=True, help="what the bands are for (shown by rag check)")
     p.add_argument("--out", required=True, help="band file to write")
     p.set_defaults(func=cmd_bands)

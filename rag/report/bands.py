@@ -164,8 +164,9 @@ def band_multiplier(df: int, cells: int) -> float:
     return float(t.ppf(1.0 - FAMILY_ALPHA / (2 * cells), df))
 
 
-def rule() -> str:
-    """How :func:`make_bands` sets a tolerance, in words (a band file's ``method:`` says it)."""
+def rule(replicates: bool = False) -> str:
+    """How :func:`make_bands` sets a tolerance, in words (a band file's ``method:`` says it);
+    ``replicates``: the bands were made with replicate experiments (the last sentence but one)."""
     return ("A several-seed cell's SD is that of one fine-tune, pooled within experiments (the test set fixed, only "
             "training varying: what another machine's floats do); its tolerance is that SD times Student's t at the "
             "SD's degrees of freedom, for a difference of two means over that many seeds, at the level where every "
@@ -173,7 +174,13 @@ def rule() -> str:
             "seeds and worlds can be small by chance, and t widens the band by what it does not know. A one-seed "
             "cell's SD is taken across the experiments (world, test set and training varying: it over-covers another "
             "machine), pooled over the one-seed cells of its task, split and metric and never below its own; its "
-            f"tolerance is {Z_ONE_SEED:g} SD of a difference of two runs. Each at least two test examples' worth.")
+            f"tolerance is {Z_ONE_SEED:g} SD of a difference of two runs. "
+            + ("Where replicates ran a one-seed cell with several fine-tune seeds, its tolerance is at least their "
+               "training SD (pooled over the replicates and over the one-seed cells of its task, split and metric, "
+               "and never below its own) times Student's t at that SD's degrees of freedom, for a difference of two "
+               f"runs, at the level where every such cell holds together with probability {1 - FAMILY_ALPHA:.0%}: "
+               "one training draw can move a small test set more than three worlds spread. " if replicates else "")
+            + "Each at least two test examples' worth.")
 
 
 def _pooled_sd(parts: list[tuple[float, int]]) -> tuple[float, int]:
@@ -183,7 +190,8 @@ def _pooled_sd(parts: list[tuple[float, int]]) -> tuple[float, int]:
 
 
 def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[float]]],
-               n_of: dict[tuple[str, str, str], int]) -> list[Band]:
+               n_of: dict[tuple[str, str, str], int],
+               replicates: list[dict[Cell, list[float]]] = ()) -> list[Band]:
     """Bands centred on the ``center`` experiment's mean over seeds.
 
     Several-seed cells: σ, the SD of one fine-tune, pooled from the seeds of every experiment given
@@ -193,8 +201,16 @@ def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[flo
     experiments (top-level seeds: the world, its test set and the training vary, so it over-covers
     what another machine changes), pooled over the one-seed cells of the same task, split and metric
     (one cell's SD from three worlds can be near 0 by chance) and never below the cell's own; the
-    tolerance is ``Z_ONE_SEED · σ · sqrt(2)``. Every tolerance is at least two test examples' worth
-    (200 / n points)."""
+    tolerance is ``Z_ONE_SEED · σ · sqrt(2)``.
+
+    ``replicates``: experiments of the same config with more fine-tune seeds on the runs the default
+    runs once (e.g. ``one_seed_variants: []``). A one-seed cell they ran with several seeds gets its
+    training SD from them: within each replicate (its test set fixed), pooled over the replicates and
+    over the one-seed cells of its task, split and metric, never below the cell's own. Its tolerance is
+    then at least ``band_multiplier(df, such cells) · σ_train · sqrt(2)``: a small test set can move
+    more with one training draw (another machine's floats) than three worlds spread. Replicates leave
+    several-seed cells and every band's centre as they are. Every tolerance is at least two test
+    examples' worth (200 / n points)."""
     cells = [c for c in sorted(center) if center.get(c)]
     several = sum(len(center[c]) > 1 for c in cells)  # the family the several-seed tolerances hold together
     across: dict[Cell, tuple[float, int]] = {}  # one-seed cell -> (variance across experiments, its df)
@@ -206,6 +222,15 @@ def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[flo
     pools: dict[tuple[str, str, str], list[tuple[float, int]]] = {}
     for (task, _, split, metric), vd in across.items():
         pools.setdefault((task, split, metric), []).append(vd)
+    train: dict[Cell, tuple[float, int]] = {}  # one-seed cell -> (training variance within replicates, its df)
+    for cell in cells:
+        groups = [r[cell] for r in replicates if len(center[cell]) == 1 and len(r.get(cell) or []) > 1]
+        if groups:
+            sd, df = _pooled_sd([(statistics.variance(g), len(g) - 1) for g in groups])
+            train[cell] = (sd * sd, df)
+    train_pools: dict[tuple[str, str, str], list[tuple[float, int]]] = {}
+    for (task, _, split, metric), vd in train.items():
+        train_pools.setdefault((task, split, metric), []).append(vd)
     bands = []
     for cell in cells:
         vals = center[cell]
@@ -230,6 +255,18 @@ def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[flo
                    f"tolerance {Z_ONE_SEED:g} times the larger, of a difference of two runs")
         else:
             how = "1 seed in 1 experiment: no spread measured"
+        if cell in train:
+            pool = train_pools[(task, split, metric)]
+            pooled, df = _pooled_sd(pool)
+            own = math.sqrt(train[cell][0])
+            k = band_multiplier(df, len(train))
+            by_training = k * max(own, pooled) * math.sqrt(2)
+            how += (f"; training SD {own:.2f} over {train[cell][1]} df of replicates, {pooled:.2f} pooled over "
+                    f"{len(pool)} one-seed variant(s) ({df} df): {k:.2f} times the larger (t, {df} df) of a difference "
+                    f"of two runs is {by_training:.2f}")
+            if by_training > tol:
+                how += ", the tolerance"
+                tol = by_training
         if tol < floor:
             how += f"; raised to two test examples ({floor:.2f})"
             tol = floor
