@@ -172,6 +172,25 @@ def test_check_passes_in_band_and_fails_naming_exactly_the_cells_pushed_out(tmp_
     assert em_line.split()[1:5] == ["75.0", "±", "2.7", "66.0"]  # the expected value beside the measured mean
 
 
+def test_a_check_of_another_world_says_whose_bands_they_are(tmp_path, capsys):
+    """`--config seed=14` is another world: the default's bands (top-level seed 13) need not hold for it,
+    and the check says so beside its verdict instead of leaving a user to read 11 failures as a fault."""
+    centre = tmp_path / "centre"
+    fabricate(centre)
+    (centre / "config").mkdir()
+    (centre / "config" / "corpus.json").write_text(json.dumps({"seed": 13}))
+    bands = tmp_path / "bands.yaml"
+    assert main(["bands", "--center", str(centre), "--name", "fabricated", "--out", str(bands)]) == 0
+    assert load_bands(bands)[0]["seed"] == 13
+    files = fabricate(tmp_path / "run", shift={("nq", "rag_token", "test", "em"): -9.0})
+    assert main(["check", "--bands", str(bands), "--metrics", *map(str, files), "--seed", "14"]) == 1
+    err = capsys.readouterr().err
+    assert f"note: {bands} holds for top-level seed 13 (its world); this experiment's is 14" in err
+    assert "1 cell(s) out of band: nq/rag_token/test/em" in err
+    assert main(["check", "--bands", str(bands), "--metrics", *map(str, files), "--seed", "13"]) == 1
+    assert "note:" not in capsys.readouterr().err
+
+
 def test_a_check_that_matches_no_run_fails(tmp_path, capsys):
     bands = bands_file(tmp_path)
     files = fabricate(tmp_path / "other_task", runs={("fever3", "bart", "test"): {"accuracy": [40.0]}})

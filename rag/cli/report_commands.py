@@ -51,6 +51,10 @@ def cmd_check(args) -> int:
     text = format_results(header, results)
     print(text)
     failed = [r for r in results if r.status == "FAIL"]
+    other_world = args.seed is not None and header.get("seed") is not None and args.seed != header["seed"]
+    if other_world:
+        print(f"note: {args.bands} holds for top-level seed {header['seed']} (its world); this experiment's is {args.seed}, "
+              "another world, whose cells need not fall in these bands (rag bands makes bands for it)", file=sys.stderr)
     if failed:
         print(f"error: {len(failed)} cell(s) out of band: " + ", ".join("/".join(r.band.cell) for r in failed), file=sys.stderr)
         return 1
@@ -63,12 +67,17 @@ def cmd_check(args) -> int:
     return 0
 
 
-def _described(root: str) -> str:
-    """An experiment by its top-level seed (its corpus section records it), else its folder's name."""
+def _top_seed(root: str):
+    """An experiment's top-level seed (its corpus section records it), or None."""
     from rag.io import read_json
 
     section = Path(root) / "config" / "corpus.json"
-    seed = read_json(section).get("seed") if section.is_file() else None
+    return read_json(section).get("seed") if section.is_file() else None
+
+
+def _described(root: str) -> str:
+    """An experiment by its top-level seed, else its folder's name."""
+    seed = _top_seed(root)
     return f"top-level seed {seed}" if seed is not None else Path(root).name
 
 
@@ -85,7 +94,10 @@ def cmd_bands(args) -> int:
               + (f"Training spread of the one-seed cells from {len(replicates)} replicate(s) with more fine-tune seeds: "
                  + ", ".join(_described(r) for r in args.replicates) + ". " if replicates else "")
               + rule(bool(replicates)))
-    write_bands(args.out, bands, {"version": 1, "name": args.name, "method": method})
+    header = {"version": 1, "name": args.name}
+    if _top_seed(args.center) is not None:
+        header["seed"] = _top_seed(args.center)  # the world the bands hold for (rag check --seed)
+    write_bands(args.out, bands, {**header, "method": method})
     print(f"wrote {len(bands)} bands to {args.out}")
     return 0
 
@@ -117,6 +129,8 @@ def register(sub) -> None:
     p.add_argument("--predictions", nargs="*", default=[],
                    help="their predictions.jsonl files, in the same order: the task metrics are scored again from them")
     p.add_argument("--out", default=None, help="also write the table here (written only when every cell is in band)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="the experiment's top-level seed: a note when the band file holds for another (its seed:)")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("bands", help="write a band file from finished experiments of one config under several top-level seeds")

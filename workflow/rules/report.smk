@@ -40,8 +40,11 @@ if CFG["bands"]:  # config key bands: null leaves the experiment without a check
             predictions=run_files("predictions.jsonl"),
         output:
             f"{R}/check.txt",
+        params:
+            seed=CFG["seed"],
         localrule: True
         conda:
             CONDA
         shell:
-            "rag check --bands {input.bands:q} --metrics {input.metrics:q} --predictions {input.predictions:q} --out {output:q}"
+            "rag check --bands {input.bands:q} --metrics {input.metrics:q} --predictions {input.predictions:q} "
+            "--seed {params.seed} --out {output:q}"
