@@ -47,4 +47,4 @@ if CFG["bands"]:  # config key bands: null leaves the experiment without a check
             CONDA
         shell:
             "rag check --bands {input.bands:q} --metrics {input.metrics:q} --predictions {input.predictions:q} "
-            "--seed {params.seed} --out {output:q}"
+            "--seed {params.seed:q} --out {output:q}"
