@@ -103,9 +103,11 @@ def test_replicates_widen_a_one_seed_cell_whose_training_moves_it_more_than_the_
     assert after["curatedtrec"].tolerance == pytest.approx(k * sd * 2 ** 0.5, abs=0.01)
     # 80 against 48 sat at 0.92 of the worlds' tolerance; the training SD puts it well inside
     assert abs(80.0 - 48.0) / before["curatedtrec"].tolerance > 0.9 > 0.5 > abs(80.0 - 48.0) / after["curatedtrec"].tolerance
-    assert "training SD 16.00" in after["curatedtrec"].source and "the tolerance" in after["curatedtrec"].source
+    assert "training SD 16.00 pooled within the replicates (4 df)" in after["curatedtrec"].source
+    assert "the tolerance" in after["curatedtrec"].source
     # MS-MARCO: the worlds spread more than training does; its band stays as it was
     assert after["msmarco"].tolerance == before["msmarco"].tolerance and "training SD 0.50" in after["msmarco"].source
+    assert "the tolerance" not in after["msmarco"].source
     # replicates leave a several-seed cell (its own seeds measure its training SD) and every centre alone
     assert after["nq"] == before["nq"] and all(after[t].expected == before[t].expected for t in after)
 

@@ -175,11 +175,11 @@ def rule(replicates: bool = False) -> str:
             "cell's SD is taken across the experiments (world, test set and training varying: it over-covers another "
             "machine), pooled over the one-seed cells of its task, split and metric and never below its own; its "
             f"tolerance is {Z_ONE_SEED:g} SD of a difference of two runs. "
-            + ("Where replicates ran a one-seed cell with several fine-tune seeds, its tolerance is at least their "
-               "training SD (pooled over the replicates and over the one-seed cells of its task, split and metric, "
-               "and never below its own) times Student's t at that SD's degrees of freedom, for a difference of two "
-               f"runs, at the level where every such cell holds together with probability {1 - FAMILY_ALPHA:.0%}: "
-               "one training draw can move a small test set more than three worlds spread. " if replicates else "")
+            + ("Where replicates ran a one-seed cell with several fine-tune seeds, its tolerance is at least its "
+               "training SD (within each replicate, pooled over them) times Student's t at that SD's degrees of "
+               "freedom, for a difference of two runs, at the level where every such cell holds together with "
+               f"probability {1 - FAMILY_ALPHA:.0%}: one training draw can move a small test set more than three "
+               "worlds spread. " if replicates else "")
             + "Each at least two test examples' worth.")
 
 
@@ -205,10 +205,11 @@ def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[flo
 
     ``replicates``: experiments of the same config with more fine-tune seeds on the runs the default
     runs once (e.g. ``one_seed_variants: []``). A one-seed cell they ran with several seeds gets its
-    training SD from them: within each replicate (its test set fixed), pooled over the replicates and
-    over the one-seed cells of its task, split and metric, never below the cell's own. Its tolerance is
-    then at least ``band_multiplier(df, such cells) · σ_train · sqrt(2)``: a small test set can move
-    more with one training draw (another machine's floats) than three worlds spread. Replicates leave
+    training SD σ_train from them: within each replicate (its test set fixed), pooled over the
+    replicates (variants are not pooled: a closed-book BART that answers nothing has no spread to lend
+    a RAG model). Its tolerance is then at least ``band_multiplier(df, such cells) · σ_train · sqrt(2)``,
+    calibrated as the several-seed cells are: a small test set can move more with one training draw
+    (another machine's floats) than three worlds spread. Replicates leave
     several-seed cells and every band's centre as they are. Every tolerance is at least two test
     examples' worth (200 / n points)."""
     cells = [c for c in sorted(center) if center.get(c)]
@@ -228,9 +229,6 @@ def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[flo
         if groups:
             sd, df = _pooled_sd([(statistics.variance(g), len(g) - 1) for g in groups])
             train[cell] = (sd * sd, df)
-    train_pools: dict[tuple[str, str, str], list[tuple[float, int]]] = {}
-    for (task, _, split, metric), vd in train.items():
-        train_pools.setdefault((task, split, metric), []).append(vd)
     bands = []
     for cell in cells:
         vals = center[cell]
@@ -256,14 +254,11 @@ def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[flo
         else:
             how = "1 seed in 1 experiment: no spread measured"
         if cell in train:
-            pool = train_pools[(task, split, metric)]
-            pooled, df = _pooled_sd(pool)
-            own = math.sqrt(train[cell][0])
+            sd, df = math.sqrt(train[cell][0]), train[cell][1]
             k = band_multiplier(df, len(train))
-            by_training = k * max(own, pooled) * math.sqrt(2)
-            how += (f"; training SD {own:.2f} over {train[cell][1]} df of replicates, {pooled:.2f} pooled over "
-                    f"{len(pool)} one-seed variant(s) ({df} df): {k:.2f} times the larger (t, {df} df) of a difference "
-                    f"of two runs is {by_training:.2f}")
+            by_training = k * sd * math.sqrt(2)
+            how += (f"; training SD {sd:.2f} pooled within the replicates ({df} df): {k:.2f} SD (t, {df} df) of a "
+                    f"difference of two runs is {by_training:.2f}")
             if by_training > tol:
                 how += ", the tolerance"
                 tol = by_training
