@@ -128,6 +128,27 @@ def test_rag_bands_takes_replicates(tmp_path):
     assert "replicate" in header["method"] and "training SD" in header["method"]
 
 
+def test_a_band_that_would_span_the_whole_scale_is_listed_unchecked(tmp_path, capsys):
+    """A one-seed cell whose training moves it by 40 points (SD) at one seed gets a calibrated band
+    wider than 0-100: it could hold every value, so the band file lists it under unchecked: with its
+    reason, and rag check says how many it left out."""
+    centre, rep = tmp_path / "centre", tmp_path / "rep"
+    files = fabricate(centre)
+    fabricate(tmp_path / "other", shift={("nq", "bart", "test", "em"): 1.0})
+    fabricate(rep, runs={**RUNS, ("nq", "bart", "test"): {"em": [1.3, 81.3, 41.3]}})
+    out = tmp_path / "bands.yaml"
+    assert main(["bands", "--center", str(centre), "--others", str(tmp_path / "other"), "--replicates", str(rep),
+                 "--name", "fabricated", "--out", str(out)]) == 0
+    header, bands = load_bands(out)
+    assert ("nq", "bart", "test", "em") not in {b.cell for b in bands} and len(bands) == 5
+    (entry,) = header["unchecked"]
+    assert entry["cell"] == "nq/bart/test/em" and "training SD 40.00" in entry["why"] and entry["tolerance"] > 100
+    assert "unchecked" in header["method"]
+    capsys.readouterr()
+    assert main(["check", "--bands", str(out), "--metrics", *map(str, files)]) == 0
+    assert "1 cell(s) unchecked" in capsys.readouterr().out
+
+
 def test_bands_hold_together_at_their_nominal_rate():
     """Calibration on synthetic experiments with a known training SD: bands made (make_bands) from
     three experiments of three seeds each hold every one of 100 cells on a fourth run (another

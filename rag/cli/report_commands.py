@@ -82,7 +82,7 @@ def _described(root: str) -> str:
 
 
 def cmd_bands(args) -> int:
-    from rag.report.bands import experiment_values, make_bands, rule, write_bands
+    from rag.report.bands import experiment_values, make_bands, rule, split_unchecked, write_bands
 
     center, n_of = experiment_values(args.center)
     others = [experiment_values(o)[0] for o in args.others]
@@ -97,8 +97,13 @@ def cmd_bands(args) -> int:
     header = {"version": 1, "name": args.name}
     if _top_seed(args.center) is not None:
         header["seed"] = _top_seed(args.center)  # the world the bands hold for (rag check --seed)
+    bands, unchecked = split_unchecked(bands)
+    if unchecked:
+        method += (f" {len(unchecked)} cell(s) whose band would span the whole 0-100 scale are listed under unchecked: "
+                   "instead (a band that holds every value checks nothing).")
+        header["unchecked"] = unchecked
     write_bands(args.out, bands, {**header, "method": method})
-    print(f"wrote {len(bands)} bands to {args.out}")
+    print(f"wrote {len(bands)} bands to {args.out}" + (f"; {len(unchecked)} cell(s) unchecked" if unchecked else ""))
     return 0
 
 

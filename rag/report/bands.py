@@ -144,6 +144,9 @@ def format_results(header: dict, results: list[Result]) -> str:
     counts = {s: sum(r.status == s for r in results) for s in ("OK", "FAIL", "not run")}
     lines.append(f"{counts['OK']} in band, {counts['FAIL']} out of band, {counts['not run']} not run "
                  f"(of {len(results)} bands{'; ' + str(header['name']) if header.get('name') else ''})")
+    if header.get("unchecked"):
+        lines.append(f"{len(header['unchecked'])} cell(s) unchecked: their band would span the whole scale "
+                     "(the band file's unchecked: list says why)")
     return "\n".join(lines)
 
 
@@ -282,6 +285,23 @@ def experiment_values(root: str | Path) -> tuple[dict[Cell, list[float]], dict[t
     return run_values(files), n_of
 
 
+SCALE = (0.0, 100.0)  # every metric the project bands is a percentage
+
+
+def spans_scale(band: Band) -> bool:
+    """A band that holds every value a percentage can take checks nothing."""
+    return band.expected - band.tolerance <= SCALE[0] and band.expected + band.tolerance >= SCALE[1]
+
+
+def split_unchecked(bands: list[Band]) -> tuple[list[Band], list[dict]]:
+    """(the bands that can fail, the cells whose band would span the whole scale): these go to the band
+    file's ``unchecked:`` list with their reason (the source), not among its cells."""
+    keep = [b for b in bands if not spans_scale(b)]
+    out = [{"cell": "/".join(b.cell), "expected": b.expected, "tolerance": b.tolerance, "why": b.source}
+           for b in bands if spans_scale(b)]
+    return keep, out
+
+
 def write_bands(path: str | Path, bands: list[Band], header: dict) -> None:
     import yaml
 
@@ -289,6 +309,8 @@ def write_bands(path: str | Path, bands: list[Band], header: dict) -> None:
 
     cells = [{"task": b.task, "variant": b.variant, "split": b.split, "metric": b.metric, "expected": b.expected,
               "tolerance": b.tolerance, "seeds": b.seeds, "source": b.source} for b in bands]
-    text = yaml.safe_dump({**header, "cells": cells}, sort_keys=False, allow_unicode=True, width=120)
+    rest = {k: v for k, v in header.items() if k != "unchecked"}
+    tail = {"unchecked": header["unchecked"]} if header.get("unchecked") else {}
+    text = yaml.safe_dump({**rest, "cells": cells, **tail}, sort_keys=False, allow_unicode=True, width=120)
     with atomic_open(Path(path)) as fh:
         fh.write(text)
