@@ -95,8 +95,9 @@ def cmd_bands(args) -> int:
                  + ", ".join(_described(r) for r in args.replicates) + ". " if replicates else "")
               + rule(bool(replicates)))
     header = {"version": 1, "name": args.name}
-    if _top_seed(args.center) is not None:
-        header["seed"] = _top_seed(args.center)  # the world the bands hold for (rag check --seed)
+    seed = _top_seed(args.center)
+    if seed is not None:
+        header["seed"] = seed  # the world the bands hold for (rag check --seed)
     bands, unchecked = split_unchecked(bands)
     if unchecked:
         method += (f" {len(unchecked)} cell(s) whose band would span the whole 0-100 scale are listed under unchecked: "

@@ -227,8 +227,8 @@ def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[flo
     for (task, _, split, metric), vd in across.items():
         pools.setdefault((task, split, metric), []).append(vd)
     train: dict[Cell, tuple[float, int]] = {}  # one-seed cell -> (training variance within replicates, its df)
-    for cell in cells:
-        groups = [r[cell] for r in replicates if len(center[cell]) == 1 and len(r.get(cell) or []) > 1]
+    for cell in (c for c in cells if len(center[c]) == 1):
+        groups = [r[cell] for r in replicates if len(r.get(cell) or []) > 1]
         if groups:
             sd, df = _pooled_sd([(statistics.variance(g), len(g) - 1) for g in groups])
             train[cell] = (sd * sd, df)
