@@ -15,10 +15,14 @@ the mean over seeds. Its variance has two parts, estimated apart and added:
   already puts into the test-sample term, ``max(0, var_s(x̄_s) - σ̂²_interaction / n)``; for a
   corpus-level statistic, the plain sample variance of the per-seed statistics (slightly wide).
   Two sides trained apart add theirs; a difference within the same models (K = 8 vs K = 1 of one
-  fine-tune) is one side whose per-seed statistic is the difference.
+  fine-tune), or between twins trained with the same seeds (a fine-tuned retriever and its frozen
+  twin: the same batches in the same order from the same generator), is one side whose per-seed
+  statistic is the difference.
 
 The 95 % interval is ``estimate ± t · sqrt(V)``, ``t`` Student's quantile at the Welch-Satterthwaite
-degrees of freedom of the summed variance: with three seeds and a seed variance that dominates,
+degrees of freedom of the summed variance, each seed term counted with the whole mean square of its
+per-seed values (S - 1 degrees of freedom), not only the part left after the subtraction above,
+which is as uncertain as that mean square: with three seeds and a seed variance that dominates,
 ``t`` approaches 4.3 (2 degrees of freedom), as an honest interval from three draws must; with a
 seed variance that is small against the test sample's it approaches 1.96. With one seed per side
 the seed part is unknown and left out: the interval is the test sample's alone, and says so
@@ -59,27 +63,36 @@ def _t_quantile(df: float) -> float:
     return float(t.ppf(1 - ALPHA / 2, df)) if np.isfinite(df) else float(t.ppf(1 - ALPHA / 2, 1e9))
 
 
-def _combine(estimate: float, v_examples: float, seed_terms: list[tuple[float, int]], n: int,
+def _combine(estimate: float, v_examples: float, seed_terms: list[tuple[float, float, int]], n: int,
              seed_sd: float | None, side_seeds: tuple[int, ...]) -> Interval:
-    """``seed_terms``: (s² / S, S) of each side with S > 1."""
-    v_seed = sum(v for v, _ in seed_terms)
+    """``seed_terms``, of each side with S > 1: (σ²_seed / S, the mean square it is estimated from / S, S).
+
+    A seed term's degrees of freedom are those of the mean square of its S per-seed values (S - 1),
+    whose whole size enters Satterthwaite's formula even where the test-sample term's share of it was
+    subtracted from σ²_seed: the estimate is as uncertain as that mean square. (Counting only σ²_seed
+    made the interval of a cell whose seed spread is the size of its test-sample error a 91-93 %
+    interval at three to five seeds, not 95 %: ``tests/test_stats.py``.)"""
+    v_seed = sum(v for v, _, _ in seed_terms)
     total = v_examples + v_seed
     seeds = min(side_seeds)
     if total <= 0:
         return Interval(estimate, estimate, estimate, seed_sd, seeds, n, side_seeds)
-    denom = sum(v * v / (s - 1) for v, s in seed_terms) + (v_examples * v_examples / (n - 1) if n > 1 else 0.0)
+    denom = (sum(ms * ms / (s - 1) for v, ms, s in seed_terms if v > 0)
+             + (v_examples * v_examples / (n - 1) if n > 1 else 0.0))
     df = total * total / denom if denom > 0 else float("inf")
     half = _t_quantile(df) * float(np.sqrt(total))
     return Interval(estimate, estimate - half, estimate + half, seed_sd, seeds, n, side_seeds)
 
 
-def _seed_part(per_seed: list[np.ndarray | float]) -> tuple[list[tuple[float, int]], float | None]:
+def _seed_part(per_seed: list[np.ndarray | float]) -> tuple[list[tuple[float, float, int]], float | None]:
+    """The seed terms of per-seed statistics taken as they are (their sample variance), and the
+    largest side's spread."""
     terms, sds = [], []
     for values in per_seed:
         v = np.asarray(values, dtype=float)
         if v.size > 1:
             var = float(v.var(ddof=1))
-            terms.append((var / v.size, v.size))
+            terms.append((var / v.size, var / v.size, v.size))
             sds.append(float(np.sqrt(var)))
     return terms, (max(sds) if sds else None)
 
@@ -99,7 +112,8 @@ def mean_interval(sides: Sequence[tuple[int, np.ndarray]]) -> Interval:
     estimate = float(per_example.mean())
     v_examples = float(per_example.var(ddof=1)) / n if n > 1 else 0.0
     _, sd = _seed_part([m.mean(1) for _, m in mats])  # the spread shown: of the per-seed means as measured
-    terms = [(_seed_variance(m) / m.shape[0], m.shape[0]) for _, m in mats if m.shape[0] > 1]
+    terms = [(_seed_variance(m) / m.shape[0], float(m.mean(1).var(ddof=1)) / m.shape[0], m.shape[0])
+             for _, m in mats if m.shape[0] > 1]
     return _combine(estimate, v_examples, terms, n, sd, tuple(m.shape[0] for _, m in mats))
 
 
