@@ -162,3 +162,28 @@ def test_every_claim_is_decided_across_seeds(tmp_path):
     assert by["… and the answers (RAG-Token, NQ)"].spread.startswith("3 seeds, sd ")
     assert by["RAG beats closed-book BART on open-domain QA"].spread.startswith("3 vs 1 seeds")
     assert by["… and RAG-Sequence answers better with more documents"].seeds == 3
+
+
+def test_fine_tuned_and_frozen_twins_are_paired_by_seed(tmp_path):
+    """A fine-tuned run and its frozen twin trained with the same seeds: the interval is that of the
+    per-seed differences (one side, its spread theirs); a twin with other seeds stays two sides."""
+    from rag.report.claims import Evidence, build_claims
+    from rag.report.stats import mean_interval
+
+    inputs, passages = _fake_experiment(tmp_path)
+    ev = Evidence(inputs, passages)
+    a, b = ev.correct("nq", "rag_token", "em"), ev.correct("nq", "rag_token_frozen", "em")
+    by = {c.claim: c for c in build_claims(inputs, passages)}
+    row = by["… and the answers (RAG-Token, NQ)"]
+    iv = mean_interval([(1, a - b)])
+    assert (row.diff, row.lo, row.hi, row.seed_sd) == (iv.estimate, iv.lo, iv.hi, iv.seed_sd)
+    assert row.side_seeds == (3,) and row.spread == f"3 seeds, sd {iv.seed_sd:.1f}"
+    assert (row.lo, row.hi) != (lambda u: (u.lo, u.hi))(mean_interval([(1, a), (-1, b)]))
+
+    del inputs.predictions[("nq", "rag_token_frozen", "test")][3]  # the frozen twin ran seeds 1 and 2 only
+    del inputs.metrics[("nq", "rag_token_frozen", "test")][3]
+    ev = Evidence(inputs, passages)
+    b = ev.correct("nq", "rag_token_frozen", "em")
+    row = {c.claim: c for c in build_claims(inputs, passages)}["… and the answers (RAG-Token, NQ)"]
+    iv = mean_interval([(1, a), (-1, b)])
+    assert (row.diff, row.lo, row.hi) == (iv.estimate, iv.lo, iv.hi) and row.spread.startswith("3 vs 2 seeds")

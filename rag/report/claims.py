@@ -127,6 +127,11 @@ class Evidence:
         return self._matrix(preds, lambda p: 100.0 * any(M.answer_in_text(self.passages.get(d, ""), p["targets"], regex=regex)
                                                           for d in p["doc_ids"][:k]))
 
+    def seeds(self, task: str, variant: str) -> list[int] | None:
+        """The fine-tune seeds of a run's test predictions, in the order of its score matrices' rows."""
+        preds = self.predictions(task, variant)
+        return None if preds is None else list(preds)
+
     def json(self, kind: str, *key: str) -> dict[int, dict] | None:
         """seed -> an experiment's result: ("topk" | "oracle", task, variant) or ("hotswap", variant)."""
         files = self.inputs.experiment(kind, *key)
@@ -139,9 +144,11 @@ def _diff_claim(claim: str, paper: str, what: str, a, b, bar_text: str, bar: Cal
                 direction: int = 1, ci_above_zero: bool = False, paired_seeds: bool = False) -> Claim:
     """A claim on the difference mean(a) - mean(b) of per-example scores (seeds x examples, or one
     row for one seed), the mean over seeds and examples; its interval carries the seed variance and
-    the test sample (:func:`rag.report.stats.mean_interval`). ``paired_seeds``: a and b come from the
-    same fine-tunes (K = 8 vs K = 1 of one model), so the seeds' spread is that of their per-seed
-    differences. ``ci_above_zero``: the bar also asks that the interval's lower end be above 0."""
+    the test sample (:func:`rag.report.stats.mean_interval`). ``paired_seeds``: row s of a and of b
+    share seed s, either as the same fine-tunes (K = 8 vs K = 1 of one model) or as twins trained with
+    the same seed (a fine-tuned and a frozen retriever: the same batches in the same order from the
+    same pretrained generator), so the seeds' spread is that of their per-seed differences.
+    ``ci_above_zero``: the bar also asks that the interval's lower end be above 0."""
     if ci_above_zero:
         bar_text += ", CI above 0"
     if a is None or b is None:
@@ -229,22 +236,24 @@ def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: d
                     f"{QA} frozen dense answer recall@5 vs @1", r5, r1, "recall@1 in [35, 80] and recall@5 ≥ 85",
                     lambda d: 35 <= np.mean(r1) <= 80 and np.mean(r5) >= 85)
     out.append(c)
-    # 2. fine-tuned retriever > frozen (Table 6)
+    # 2. fine-tuned retriever > frozen (Table 6); twins trained with the same seeds are paired by seed
     for task in ROLES.fine_tuning:
         col = TASKS[task].column("table6")
         for model in ("rag_token", "rag_sequence"):
             name = VARIANTS[model].display
+            seeds = ev.seeds(task, model)
+            twins = seeds is not None and len(seeds) > 1 and seeds == ev.seeds(task, f"{model}_frozen")
             t6 = (f"Table 6 (dev, {col.label}): {name} {pv('table6', name, col.label)} vs {name}-Frozen "
                   f"{pv('table6', f'{name}-Frozen', col.label)}")
             out.append(_diff_claim(f"Fine-tuning the question encoder helps ({name}, {TASKS[task].short})",
                                    t6,
                                    "answer recall@1, fine-tuned vs frozen", ev.hits(task, model, 1), ev.hits(task, f"{model}_frozen", 1),
-                                   "≥ +5 points", lambda d: d >= 5))
+                                   "≥ +5 points", lambda d: d >= 5, paired_seeds=twins))
             out.append(_diff_claim(f"… and the answers ({name}, {TASKS[task].short})",
                                    t6,
                                    "exact match, fine-tuned vs frozen", ev.correct(task, model, col.metric),
                                    ev.correct(task, f"{model}_frozen", col.metric), "≥ +3 points", lambda d: d >= 3,
-                                   ci_above_zero=task in ROLES.fine_tuning_strict))
+                                   ci_above_zero=task in ROLES.fine_tuning_strict, paired_seeds=twins))
     # 3. dense > BM25 on paraphrased QA
     out.append(_diff_claim("Dense retrieval beats BM25 on QA",
                            f"Table 6 (dev, {qa_col.label}): RAG-Token {pv('table6', 'RAG-Token', qa_col.label)} vs RAG-Token-BM25 "
