@@ -70,7 +70,7 @@ def _combine(estimate: float, v_examples: float, seed_terms: list[tuple[float, f
     A seed term's degrees of freedom are those of the mean square of its S per-seed values (S - 1),
     whose whole size enters Satterthwaite's formula even where the test-sample term's share of it was
     subtracted from σ²_seed: the estimate is as uncertain as that mean square. (Counting only σ²_seed
-    made the interval of a cell whose seed spread is the size of its test-sample error a 91-93 %
+    made the interval of a cell whose seed spread is the size of its test-sample error an 89-93 %
     interval at three to five seeds, not 95 %: ``tests/test_stats.py``.)"""
     v_seed = sum(v for v, _, _ in seed_terms)
     total = v_examples + v_seed
