@@ -112,20 +112,25 @@ def mean_interval(sides: Sequence[tuple[int, np.ndarray]]) -> Interval:
     estimate = float(per_example.mean())
     v_examples = float(per_example.var(ddof=1)) / n if n > 1 else 0.0
     _, sd = _seed_part([m.mean(1) for _, m in mats])  # the spread shown: of the per-seed means as measured
-    terms = [(_seed_variance(m) / m.shape[0], float(m.mean(1).var(ddof=1)) / m.shape[0], m.shape[0])
-             for _, m in mats if m.shape[0] > 1]
+    terms = []
+    for _, m in mats:
+        if m.shape[0] > 1:
+            var, ms = _seed_variance(m)
+            terms.append((var / m.shape[0], ms / m.shape[0], m.shape[0]))
     return _combine(estimate, v_examples, terms, n, sd, tuple(m.shape[0] for _, m in mats))
 
 
-def _seed_variance(m: np.ndarray) -> float:
-    """σ²_seed of a (seeds x examples) matrix: the variance of its seed means less the interaction's
-    share of it, which the test-sample term carries (two-way random effects, method of moments)."""
+def _seed_variance(m: np.ndarray) -> tuple[float, float]:
+    """(σ²_seed, the mean square it is estimated from) of a (seeds x examples) matrix: the variance of
+    its seed means less the interaction's share of it, which the test-sample term carries (two-way
+    random effects, method of moments), and that variance of the seed means."""
     seeds, n = m.shape
+    ms = float(m.mean(1).var(ddof=1))
     if n < 2:
-        return float(m.mean(1).var(ddof=1))
+        return ms, ms
     resid = m - m.mean(1, keepdims=True) - m.mean(0, keepdims=True) + m.mean()
     interaction = float((resid ** 2).sum()) / ((seeds - 1) * (n - 1))
-    return max(0.0, float(m.mean(1).var(ddof=1)) - interaction / n)
+    return max(0.0, ms - interaction / n), ms
 
 
 def statistic_interval(sides: Sequence[tuple[int, Sequence[Statistic]]], n: int, resamples: int = RESAMPLES,
