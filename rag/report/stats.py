@@ -111,12 +111,14 @@ def mean_interval(sides: Sequence[tuple[int, np.ndarray]]) -> Interval:
     per_example = sum(sign * m.mean(0) for sign, m in mats)
     estimate = float(per_example.mean())
     v_examples = float(per_example.var(ddof=1)) / n if n > 1 else 0.0
-    _, sd = _seed_part([m.mean(1) for _, m in mats])  # the spread shown: of the per-seed means as measured
-    terms = []
+    terms, mean_squares = [], []
     for _, m in mats:
         if m.shape[0] > 1:
             var, ms = _seed_variance(m)
             terms.append((var / m.shape[0], ms / m.shape[0], m.shape[0]))
+            mean_squares.append(ms)
+    # the spread shown: the largest side's SD of its per-seed means as measured (the mean square's root)
+    sd = float(np.sqrt(max(mean_squares))) if mean_squares else None
     return _combine(estimate, v_examples, terms, n, sd, tuple(m.shape[0] for _, m in mats))
 
 
