@@ -207,6 +207,31 @@ def test_e2e_rerun_does_nothing_and_config_change_is_local(e2e):
     assert counts == {"config_section": 2, "task_data": 1, "train": 4, "report": 1, "all": 1, "total": 9}, counts
 
 
+@pytest.mark.slow
+def test_e2e_copied_without_snakemake_records_an_edit_stops_instead_of_being_ignored(e2e, tmp_path):
+    """A results/ copied without .snakemake/ keeps its file times but not Snakemake's record of the
+    params: an edited section would be taken as up to date. The run stops naming the files; the
+    --forcerun it names plans what the edit plans with the records."""
+    work = tmp_path / "work"
+    shutil.copytree(e2e[0], work, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
+    cfg = work / "config.yaml"
+    res = smk(work, "-n", configfile=cfg)
+    assert res.returncode == 0 and "Nothing to be done" in res.stdout + res.stderr, res.stderr[-2000:]
+    changed = yaml.safe_load(cfg.read_text())
+    changed["tasks"]["fever3"]["train"] = 12
+    cfg2 = work / "changed.yaml"
+    cfg2.write_text(yaml.safe_dump(changed))
+    res = smk(work, "-n", configfile=cfg2)
+    stale = ["results/e2e/config/data_fever3.json", "results/e2e/config/train_fever3.json"]
+    assert res.returncode != 0 and "Job stats" not in res.stdout + res.stderr
+    assert "error: config section(s) data_fever3, train_fever3 differ" in res.stderr, res.stderr[-2000:]
+    assert f"run once with --forcerun {' '.join(stale)} (" in res.stderr
+    res = smk(work, "-n", "--forcerun", *stale, configfile=cfg2)
+    assert res.returncode == 0, res.stderr[-2000:]
+    counts = job_counts(res.stdout + res.stderr)
+    assert counts == {"config_section": 2, "task_data": 1, "train": 4, "report": 1, "all": 1, "total": 9}, counts
+
+
 def _planned(work: Path, cfg: Path, edit) -> dict[str, int]:
     """The jobs a dry run plans after ``edit`` (a function changing the config mapping)."""
     changed = yaml.safe_load(cfg.read_text())

@@ -6,7 +6,8 @@
 # config's top-level `name`), so two experiments never share or overwrite an output.
 import sys
 
-from rag.config import config_hash, encoder_slug, load_config, run_seeds, sections, task_variants
+from rag.config import (check_section_files, config_hash, encoder_slug, forced_on_command_line, load_config, run_seeds,
+                        sections, snakemake_keeps_records, task_variants)
 from rag.errors import ConfigError
 from rag.retrieval import FILE_ROLES
 from rag.tasks import RETRIEVERS, ROLES, TASKS, VARIANTS, variant_spec
@@ -24,6 +25,14 @@ except ConfigError as exc:
 SECTIONS = sections(CFG)
 EXP = CFG["name"]  # the experiment: results/<EXP>/..., reports/<EXP>/..., MLflow experiments <EXP>/<task>
 R = f"results/{EXP}"
+# an edited section re-runs by Snakemake's record of the params; with no records (results/ copied
+# without .snakemake/) it would be ignored without a word: stop, naming the --forcerun that re-runs it
+try:
+    _db_url = getattr(getattr(workflow, "workflow_settings", None), "persistence_backend_db_url", None)
+    check_section_files(f"{R}/config", SECTIONS, records=snakemake_keeps_records(db_url=_db_url),
+                        forced=forced_on_command_line(sys.argv[1:]))
+except ConfigError as exc:
+    sys.exit(f"error: {exc}")
 NAME = CFG["corpus"]["name"]  # the corpus (wildcard {corpus}; the hot-swap's second snapshot is <NAME>_b)
 TASK_NAMES = sorted(CFG["tasks"])
 # the variants each task runs: tasks.<task>.variants, else the top-level variants
