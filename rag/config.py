@@ -409,7 +409,9 @@ def forced_on_command_line(argv: Sequence[str]) -> set[str]:
 def snakemake_keeps_records(workdir: str | Path = ".", db_url: str | None = None) -> bool:
     """Whether Snakemake holds records of earlier runs in ``workdir`` (its file backend's
     ``.snakemake/metadata/`` with a record in it, its default database ``.snakemake/metadata.db``,
-    or a database elsewhere, ``db_url``, which is taken as holding them)."""
+    or a database elsewhere, ``db_url``, which is taken as holding them). A record of any run counts:
+    where a folder's own key for one file lies is Snakemake's business, so a ``results/`` copied
+    beside another experiment's records is not caught (a miss, never a false stop)."""
     meta = Path(workdir) / ".snakemake"
     folder = meta / "metadata"
     return bool(db_url) or (meta / "metadata.db").is_file() or (folder.is_dir() and any(folder.iterdir()))
