@@ -26,13 +26,15 @@ SECTIONS = sections(CFG)
 EXP = CFG["name"]  # the experiment: results/<EXP>/..., reports/<EXP>/..., MLflow experiments <EXP>/<task>
 R = f"results/{EXP}"
 # an edited section re-runs by Snakemake's record of the params; with no records (results/ copied
-# without .snakemake/) it would be ignored without a word: stop, naming the --forcerun that re-runs it
-try:
-    _db_url = getattr(getattr(workflow, "workflow_settings", None), "persistence_backend_db_url", None)
-    check_section_files(f"{R}/config", SECTIONS, records=snakemake_keeps_records(db_url=_db_url),
-                        forced=forced_on_command_line(sys.argv[1:]))
-except ConfigError as exc:
-    sys.exit(f"error: {exc}")
+# without .snakemake/) it would be ignored without a word: stop, naming the --forcerun that re-runs it.
+# Checked where the DAG is planned (a cluster job reads this file again, on sections planned already).
+if getattr(workflow, "is_main_process", True):
+    try:
+        _db_url = getattr(getattr(workflow, "workflow_settings", None), "persistence_backend_db_url", None)
+        check_section_files(f"{R}/config", SECTIONS, records=snakemake_keeps_records(db_url=_db_url),
+                            forced=forced_on_command_line(sys.argv[1:]))
+    except ConfigError as exc:
+        sys.exit(f"error: {exc}")
 NAME = CFG["corpus"]["name"]  # the corpus (wildcard {corpus}; the hot-swap's second snapshot is <NAME>_b)
 TASK_NAMES = sorted(CFG["tasks"])
 # the variants each task runs: tasks.<task>.variants, else the top-level variants
