@@ -22,7 +22,8 @@ import yaml
 
 from rag import config_keys, keyspec
 from rag.config_keys import INDEX_PARAMS
-from rag.errors import ConfigError
+from rag.errors import ConfigError, DataError
+from rag.io import read_json
 from rag.sections import (ContextEncoder, CorpusOptions, GeneratorLengths, GeneratorOptions, MetricOptions, Miniworld,
                           QuestionEncoder, TaskData, TaskOptions, Tracking, TrainOptions)
 from rag.tasks import TASKS, VARIANTS
@@ -372,8 +373,8 @@ def check_section_files(folder: str | Path, pieces: dict[str, dict], records: bo
         if not path.is_file() or path.resolve() in named:
             continue
         try:
-            held = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            held = read_json(path)
+        except (DataError, OSError):  # unreadable: not the config's value
             held = None
         if held != json.loads(json.dumps(value)):
             stale.append(str(path))
