@@ -41,26 +41,29 @@ def _schema_of(tasks: tuple, variants: tuple) -> dict:
     return config_keys.json_schema()
 
 
+def read_config_file(path: str | Path) -> Any:
+    """The YAML document of config file ``path``, as written (no defaults filled, nothing checked);
+    a missing file, bad UTF-8 or bad YAML is one ConfigError naming the file (and line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.safe_load(fh)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not valid UTF-8") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+
+
 def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     """Validate ``source`` (a mapping or a YAML path), fill defaults, return the resolved config.
 
     ``check_files``: every local input file the config names must exist (relative paths from the
     working directory, as the rules read them); ``False`` checks the configuration alone."""
-    if isinstance(source, (str, Path)):
-        path = Path(source)
-        if not path.is_file():
-            raise ConfigError(f"{path}: config file not found")
-        try:
-            with open(path, encoding="utf-8") as fh:
-                data = yaml.safe_load(fh)
-        except UnicodeDecodeError:
-            raise ConfigError(f"{path}: not valid UTF-8") from None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark else str(path)
-            raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
-    else:
-        data = source
+    data = read_config_file(source) if isinstance(source, (str, Path)) else source
     if not isinstance(data, dict):
         raise ConfigError(f"config must be a mapping of keys, got {type(data).__name__}")
     cfg = copy.deepcopy(data)
@@ -431,6 +434,28 @@ def run_seeds(cfg: dict, task: str, variant: str) -> list[int]:
     chosen = cfg["tasks"][task].get("seeds") or cfg["seeds"]
     return list(chosen[:1] if variant in cfg["one_seed_variants"] else chosen)
 
+
+def replicate_config(data: dict, seeds: Sequence[int]) -> tuple[dict, list[tuple[str, str, list[int], list[int]]]]:
+    """The config that replicates ``data``'s one-seed runs with fine-tune seeds ``seeds`` (for
+    ``rag bands --replicates``: their training spread), and what it changes.
+
+    ``data`` is a config as written; the copy returned is the same mapping with
+    ``one_seed_variants: []`` (those variants run every seed of their task) and ``seeds`` on each task
+    that runs one seed. Runs with several seeds keep theirs, and no config section a finished run of
+    ``data`` reads changes (the report's lists the seeds): run over a copy of that experiment, only
+    the new seeds' fine-tunes, what reads them and the report run. The change is ``(task, variant, seeds before, seeds after)`` for each run whose
+    seeds grow. A config that does not validate raises ConfigError (a task's ``init_from`` needs each
+    of its seeds on its source task)."""
+    before = load_config(data, check_files=False)
+    out = copy.deepcopy(data)
+    out["one_seed_variants"] = []
+    for task, spec in before["tasks"].items():
+        if len(spec.get("seeds") or before["seeds"]) == 1:
+            out["tasks"][task]["seeds"] = list(seeds)
+    after = load_config(out, check_files=False)
+    changes = [(task, variant, run_seeds(before, task, variant), run_seeds(after, task, variant))
+               for task in before["tasks"] for variant in task_variants(before, task)]
+    return out, [c for c in changes if c[2] != c[3]]
 
 
 def _sections(cfg: dict) -> dict[str, dict]:

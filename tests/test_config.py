@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rag.config import check_section_files, forced_on_command_line, load_config, sections, snakemake_keeps_records
+from rag.cli import main
+from rag.config import (check_section_files, forced_on_command_line, load_config, replicate_config, run_seeds, sections,
+                        snakemake_keeps_records, task_variants)
 from rag.errors import ConfigError
 from tests.conftest import typed_sections
 
@@ -331,3 +333,54 @@ def test_report_scale_names_each_tasks_fine_tuning_steps(base):
     cfg["tasks"]["nq"]["steps"] = 9
     others = ", ".join(sorted(t for t in cfg["tasks"] if t != "nq"))
     assert sections(load_config(cfg))["report"]["scale"]["train_steps"] == f"9 (nq); 7 ({others})"
+
+
+def _without_seeds(data: dict) -> dict:
+    rest = copy.deepcopy(data)
+    rest.pop("one_seed_variants", None)
+    for spec in rest["tasks"].values():
+        spec.pop("seeds", None)
+    return rest
+
+
+def test_replicate_config_gives_each_one_seed_run_more_seeds_and_changes_no_run_that_exists(base):
+    given = copy.deepcopy(base)
+    out, changes = replicate_config(base, [1, 2, 3])
+    assert base == given  # the input is left as it was
+    before, after = load_config(base), load_config(out)
+    runs = [(t, v) for t in before["tasks"] for v in task_variants(before, t)]
+    assert runs == [(t, v) for t in after["tasks"] for v in task_variants(after, t)]
+    grown = {(t, v): run_seeds(after, t, v) for t, v in runs if len(run_seeds(before, t, v)) == 1}
+    assert {(t, v) for t, v in runs if run_seeds(before, t, v) != run_seeds(after, t, v)} == set(grown)
+    assert [(t, v, b, a) for t, v, b, a in changes] == [(t, v, [1], grown[t, v]) for t, v in runs if (t, v) in grown]
+    # a one-seed variant of a task with several seeds runs them all; a one-seed task runs the seeds asked
+    assert grown["nq", "bart"] == grown["nq", "rag_token_bm25"] == [1, 2, 3, 4, 5]
+    assert grown["triviaqa", "bart"] == grown["fever3", "rag_token"] == grown["webquestions", "rag_sequence"] == [1, 2, 3]
+    assert len(grown) == 22
+    # the written config differs in those keys only, and the sections the runs read are the same (the
+    # report's lists the seeds): over a finished experiment only the new seeds' jobs run
+    assert _without_seeds(out) == _without_seeds(base)
+    old, new = sections(before), sections(after)
+    assert sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)) == ["report"]
+
+
+def test_replicate_config_that_does_not_validate_names_the_key(root):
+    e2e = yaml.safe_load((root / "tests" / "data" / "e2e.yaml").read_text())
+    with pytest.raises(ConfigError, match=r"tasks\.webquestions\.seeds.*seed 3 .*init_from"):
+        replicate_config(e2e, [1, 2, 3])  # WebQuestions starts from NQ's models, and NQ runs seeds 1 and 2
+    out, changes = replicate_config(e2e, [1, 2])
+    assert {t: s.get("seeds") for t, s in out["tasks"].items()} == {"nq": [1, 2], "webquestions": [1, 2], "fever3": [1, 2]}
+    assert len(changes) == 10 and out["one_seed_variants"] == []
+
+
+def test_replicate_config_command_writes_a_config_that_loads(root, tmp_path, capsys):
+    out = tmp_path / "replicates.yaml"
+    assert main(["replicate-config", "--config", str(root / "config.yaml"), "--seeds", "1", "2", "3", "--out", str(out)]) == 0
+    assert "22 run(s) get more seeds, 50 more fine-tune(s)" in capsys.readouterr().out
+    assert out.read_text().startswith("# rag replicate-config --config ")
+    assert load_config(out)["tasks"]["msmarco"]["seeds"] == [1, 2, 3]
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- a\n- b\n")
+    assert main(["replicate-config", "--config", str(listing), "--seeds", "1", "--out", str(tmp_path / "x.yaml")]) == 2
+    assert f"{listing}: a config must be a mapping of keys, got list" in capsys.readouterr().err
+    assert not (tmp_path / "x.yaml").exists()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rag.config import replicate_config
 from tests.conftest import ROOT, chromium_render, needs_chromium, snakemake_bin
 
 
@@ -272,6 +273,21 @@ def test_e2e_config_edits_rerun_only_what_they_change(e2e):
     # runtime knobs invalidate nothing
     got = _planned(work, cfg, lambda c: c.update(threads=2, resources={"train": {"mem_mb": 100}}))
     assert got == {}, got
+
+
+@pytest.mark.slow
+def test_e2e_replicate_config_plans_the_new_seeds_only(e2e):
+    """rag replicate-config over a finished experiment: the one-seed runs' new seeds and the report
+    run; no fine-tune or experiment that exists runs again (the bands' --replicates, made cheaply)."""
+    work, cfg = e2e
+    out, changes = replicate_config(yaml.safe_load(cfg.read_text()), [1, 2])
+    assert len(changes) == 10  # NQ's BART and BM25, WebQuestions' and FEVER-3's four variants: seed 2
+    path = work / "replicates.yaml"
+    path.write_text(yaml.safe_dump(out))
+    res = smk(work, "-n", configfile=path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    counts = job_counts(res.stdout + res.stderr)
+    assert counts == {"config_section": 1, "train": 10, "report": 1, "all": 1, "total": 13}, counts
 
 
 def _run_ids(results: Path, one_seed_only: bool = False) -> set[str]:

@@ -1,6 +1,7 @@
 """Report commands: ``report`` (the measured tables and the HTML report: :mod:`rag.report`),
-``check`` (a finished experiment against a band file) and ``bands`` (a band file from several
-experiments): :mod:`rag.report.bands`."""
+``check`` (a finished experiment against a band file), ``bands`` (a band file from several
+experiments): :mod:`rag.report.bands`, and ``replicate-config`` (the config whose experiment gives
+``bands --replicates``)."""
 
 from __future__ import annotations
 
@@ -108,6 +109,28 @@ def cmd_bands(args) -> int:
     return 0
 
 
+def cmd_replicate_config(args) -> int:
+    import yaml
+
+    from rag.config import read_config_file, replicate_config
+    from rag.errors import ConfigError
+    from rag.io import atomic_open
+
+    data = read_config_file(args.config)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{args.config}: a config must be a mapping of keys, got {type(data).__name__}")
+    out, changes = replicate_config(data, args.seeds)
+    seeds = " ".join(str(s) for s in args.seeds)
+    with atomic_open(Path(args.out)) as fh:
+        fh.write(f"# rag replicate-config --config {args.config} --seeds {seeds}: its one-seed runs with seeds {seeds}\n"
+                 f"# (one_seed_variants: [], seeds on each task that ran one); run it over a copy of that experiment\n")
+        yaml.safe_dump(out, fh, sort_keys=False)
+    new = sum(len(after) - len(before) for _, _, before, after in changes)
+    print(f"wrote {args.out}: {len(changes)} run(s) get more seeds, {new} more fine-tune(s)"
+          + "".join(f"\n  {task}/{variant}: seeds {before} -> {after}" for task, variant, before, after in changes))
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("report", help="write the measured tables (CSV) and the HTML report from the files named")
     p.add_argument("--metrics", nargs="*", default=[], help="metrics.json files (each names its task, variant, split)")
@@ -148,3 +171,10 @@ def register(sub) -> None:
     p.add_argument("--name", required=True, help="what the bands are for (shown by rag check)")
     p.add_argument("--out", required=True, help="band file to write")
     p.set_defaults(func=cmd_bands)
+
+    p = sub.add_parser("replicate-config",
+                       help="write the config that runs a config's one-seed runs with more fine-tune seeds (bands --replicates)")
+    p.add_argument("--config", required=True, help="the config of the experiment the bands are for (config.yaml)")
+    p.add_argument("--seeds", nargs="+", type=int, required=True, help="the fine-tune seeds of every run that runs one")
+    p.add_argument("--out", required=True, help="config file to write")
+    p.set_defaults(func=cmd_replicate_config)
