@@ -211,7 +211,7 @@ def test_a_check_of_another_world_says_whose_bands_they_are(tmp_path, capsys):
     assert f"note: {bands} holds for top-level seed 13 (its world); this experiment's is 14" in err
     assert "1 cell(s) out of band: nq/rag_token/test/em" in err
     assert main(["check", "--bands", str(bands), "--metrics", *map(str, files), "--seed", "13"]) == 1
-    assert "note:" not in capsys.readouterr().err
+    assert "holds for top-level seed" not in capsys.readouterr().err
 
 
 def test_a_check_that_matches_no_run_fails(tmp_path, capsys):
@@ -260,7 +260,9 @@ def test_check_scores_the_predictions_themselves(tmp_path, capsys):
     bands.write_text(yaml.safe_dump({"cells": [{"task": "nq", "variant": "rag_token", "split": "test", "metric": "em",
                                                 "expected": 85.0, "tolerance": 6.0, "source": "test"}]}))
     args = ["check", "--bands", str(bands), "--metrics", *map(str, metrics), "--predictions", *map(str, preds)]
-    assert main(args) == 0
+    experiment = ["check", "--bands", str(bands), "--experiment", str(tmp_path)]  # finds the same files
+    metrics_only = ["check", "--bands", str(bands), "--metrics", *map(str, metrics)]
+    assert main(args) == 0 and main(experiment) == 0
     rows = [json.loads(line) for line in preds[0].read_text().splitlines()]
     for r in rows[:12]:
         r["prediction"] = "no"  # seed 1 now answers 4 of 20: the mean over seeds drops to 71.7
@@ -268,6 +270,24 @@ def test_check_scores_the_predictions_themselves(tmp_path, capsys):
     capsys.readouterr()
     assert main(args) == 1
     assert "1 cell(s) out of band: nq/rag_token/test/em" in capsys.readouterr().err
+    assert main(experiment) == 1
+    assert "1 cell(s) out of band: nq/rag_token/test/em" in capsys.readouterr().err
+    # the metrics.json files alone still read 85.0: the check says it did not score the predictions
+    assert main(metrics_only) == 0
+    assert "note: the task metrics were read from the metrics.json files, not scored again" in capsys.readouterr().err
+
+
+def test_check_of_an_experiment_names_a_missing_predictions_file(tmp_path, capsys):
+    fabricate(tmp_path / "run")
+    bands = bands_file(tmp_path)
+    assert main(["check", "--bands", str(bands), "--experiment", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    missing = tmp_path / "run" / "runs" / "msmarco" / "rag_sequence" / "seed1" / "test" / "predictions.jsonl"
+    assert f"error: {missing}: missing (and 7 more): each run of {tmp_path / 'run'} writes its predictions" in err
+    assert main(["check", "--bands", str(bands), "--experiment", str(tmp_path / "run"), "--predictions", "x.jsonl"]) == 2
+    assert "--predictions pairs with --metrics" in capsys.readouterr().err
+    assert main(["check", "--bands", str(bands), "--experiment", str(tmp_path / "nothing")]) == 2
+    assert "no runs/<task>/<variant>/seed<seed>/<split>/metrics.json files" in capsys.readouterr().err
 
 
 def test_predictions_given_in_another_order_than_the_metrics_are_refused(tmp_path, capsys):

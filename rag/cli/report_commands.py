@@ -45,12 +45,19 @@ def cmd_report(args) -> int:
 
 def cmd_check(args) -> int:
     from rag.io import atomic_open
-    from rag.report.bands import check, format_results, load_bands, run_values
+    from rag.errors import ConfigError
+    from rag.report.bands import check, experiment_files, format_results, load_bands, run_values
 
+    if args.experiment and args.predictions:
+        raise ConfigError("--predictions pairs with --metrics; --experiment reads the predictions beside each metrics.json")
     header, bands = load_bands(args.bands)
-    results = check(bands, run_values(args.metrics, args.predictions))
+    metrics, predictions = experiment_files(args.experiment) if args.experiment else (args.metrics, args.predictions)
+    results = check(bands, run_values(metrics, predictions))
     text = format_results(header, results)
     print(text)
+    if not predictions:
+        print("note: the task metrics were read from the metrics.json files, not scored again from the predictions "
+              "(--predictions, or --experiment results/<name>, scores them)", file=sys.stderr)
     failed = [r for r in results if r.status == "FAIL"]
     other_world = args.seed is not None and header.get("seed") is not None and args.seed != header["seed"]
     if other_world:
@@ -154,9 +161,14 @@ def register(sub) -> None:
 
     p = sub.add_parser("check", help="check a finished experiment's scores against a band file: OK / FAIL per cell")
     p.add_argument("--bands", required=True, help="band file (config/bands/*.yaml)")
-    p.add_argument("--metrics", nargs="+", required=True, help="the experiment's metrics.json files (one per run, split and seed)")
+    runs = p.add_mutually_exclusive_group(required=True)
+    runs.add_argument("--experiment", default=None,
+                      help="results/<name> of a finished experiment: every run's metrics.json, its task metrics scored "
+                           "again from the predictions.jsonl beside it")
+    runs.add_argument("--metrics", nargs="+", help="the experiment's metrics.json files (one per run, split and seed)")
     p.add_argument("--predictions", nargs="*", default=[],
-                   help="their predictions.jsonl files, in the same order: the task metrics are scored again from them")
+                   help="with --metrics: their predictions.jsonl files, in the same order: the task metrics are scored "
+                        "again from them")
     p.add_argument("--out", default=None, help="also write the table here (written only when every cell is in band)")
     p.add_argument("--seed", type=int, default=None,
                    help="the experiment's top-level seed: a note when the band file holds for another (its seed:)")

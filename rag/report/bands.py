@@ -272,12 +272,29 @@ def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[flo
     return bands
 
 
-def experiment_values(root: str | Path) -> tuple[dict[Cell, list[float]], dict[tuple[str, str, str], int]]:
-    """Every run's values (and test sizes) of one finished experiment folder ``results/<name>``."""
-    root = Path(root)
+def _metrics_files(root: Path) -> list[Path]:
     files = sorted(root.glob("runs/*/*/seed*/*/metrics.json"))
     if not files:
         raise DataError(f"{root}: no runs/<task>/<variant>/seed<seed>/<split>/metrics.json files")
+    return files
+
+
+def experiment_files(root: str | Path) -> tuple[list[Path], list[Path]]:
+    """The metrics.json of every run (task, variant, seed, split) of the finished experiment folder
+    ``results/<name>``, and the predictions.jsonl beside each (in the same order); a missing one is a
+    DataError naming it."""
+    metrics = _metrics_files(Path(root))
+    predictions = [m.with_name("predictions.jsonl") for m in metrics]
+    missing = [p for p in predictions if not p.is_file()]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise DataError(f"{missing[0]}: missing{more}: each run of {root} writes its predictions beside its metrics.json")
+    return metrics, predictions
+
+
+def experiment_values(root: str | Path) -> tuple[dict[Cell, list[float]], dict[tuple[str, str, str], int]]:
+    """Every run's values (and test sizes) of one finished experiment folder ``results/<name>``."""
+    files = _metrics_files(Path(root))
     n_of = {}
     for f in files:
         d = read_json(f)
