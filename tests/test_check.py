@@ -195,6 +195,23 @@ def test_check_passes_in_band_and_fails_naming_exactly_the_cells_pushed_out(tmp_
     assert em_line.split()[1:5] == ["75.0", "±", "2.7", "66.0"]  # the expected value beside the measured mean
 
 
+def test_a_check_over_another_number_of_seeds_says_which_cells(tmp_path, capsys):
+    """A band's tolerance is for a mean over the seeds it was made with: a run of fewer seeds (a
+    config with fewer) is checked, and the cells measured over another number are named."""
+    bands = bands_file(tmp_path)
+    fewer = {cell: ({m: v[:2] for m, v in metrics.items()} if cell == ("nq", "rag_token", "test") else metrics)
+             for cell, metrics in RUNS.items()}
+    files = fabricate(tmp_path / "run", runs=fewer)
+    assert main(["check", "--bands", str(bands), "--metrics", *map(str, files)]) == 0
+    err = capsys.readouterr().err
+    assert ("note: 2 cell(s) measured over another number of fine-tune seeds than their band was made for, whose "
+            "tolerance is for a mean over that many: nq/rag_token/test/answer_recall@1 (2 against 3), "
+            "nq/rag_token/test/em (2 against 3)") in err
+    files = fabricate(tmp_path / "same")
+    assert main(["check", "--bands", str(bands), "--metrics", *map(str, files)]) == 0
+    assert "another number of fine-tune seeds" not in capsys.readouterr().err
+
+
 def test_a_check_of_another_world_says_whose_bands_they_are(tmp_path, capsys):
     """`--config seed=14` is another world: the default's bands (top-level seed 13) need not hold for it,
     and the check says so beside its verdict instead of leaving a user to read 11 failures as a fault."""

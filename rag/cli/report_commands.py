@@ -55,6 +55,11 @@ def cmd_check(args) -> int:
     results = check(bands, run_values(metrics, predictions))
     text = format_results(header, results)
     print(text)
+    other_seeds = [r for r in results if r.band.seeds and r.seeds and r.seeds != r.band.seeds]
+    if other_seeds:
+        print(f"note: {len(other_seeds)} cell(s) measured over another number of fine-tune seeds than their band was made "
+              "for, whose tolerance is for a mean over that many: "
+              + ", ".join(f"{'/'.join(r.band.cell)} ({r.seeds} against {r.band.seeds})" for r in other_seeds), file=sys.stderr)
     if not predictions:
         print("note: the task metrics were read from the metrics.json files, not scored again from the predictions "
               "(--predictions, or --experiment results/<name>, scores them)", file=sys.stderr)
