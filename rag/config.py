@@ -443,9 +443,9 @@ def replicate_config(data: dict, seeds: Sequence[int]) -> tuple[dict, list[tuple
     ``one_seed_variants: []`` (those variants run every seed of their task) and ``seeds`` on each task
     that runs one seed. Runs with several seeds keep theirs, and no config section a finished run of
     ``data`` reads changes (the report's lists the seeds): run over a copy of that experiment, only
-    the new seeds' fine-tunes, what reads them and the report run. The change is ``(task, variant, seeds before, seeds after)`` for each run whose
-    seeds grow. A config that does not validate raises ConfigError (a task's ``init_from`` needs each
-    of its seeds on its source task)."""
+    the new seeds' fine-tunes, what reads them and the report run. The change is ``(task, variant,
+    seeds before, seeds after)`` for each run whose seeds grow. A config that does not validate
+    raises ConfigError (a task's ``init_from`` needs each of its seeds on its source task)."""
     before = load_config(data, check_files=False)
     out = copy.deepcopy(data)
     out["one_seed_variants"] = []

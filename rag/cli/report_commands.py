@@ -44,8 +44,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from rag.io import atomic_open
     from rag.errors import ConfigError
+    from rag.io import atomic_open
     from rag.report.bands import check, experiment_files, format_results, load_bands, run_values
 
     if args.experiment and args.predictions:
