@@ -41,21 +41,25 @@ def _schema_of(tasks: tuple, variants: tuple) -> dict:
     return config_keys.json_schema()
 
 
-def read_config_file(path: str | Path) -> Any:
-    """The YAML document of config file ``path``, as written (no defaults filled, nothing checked);
-    a missing file, bad UTF-8 or bad YAML is one ConfigError naming the file (and line)."""
+def read_config_file(path: str | Path) -> dict:
+    """The mapping of config file ``path``, as written (no defaults filled, no key checked); a
+    missing file, bad UTF-8, bad YAML or a document that is not a mapping is one ConfigError naming
+    the file (and line)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
     try:
         with open(path, encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
+            data = yaml.safe_load(fh)
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not valid UTF-8") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config must be a mapping of keys, got {type(data).__name__}")
+    return data
 
 
 def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:

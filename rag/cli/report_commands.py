@@ -125,13 +125,9 @@ def cmd_replicate_config(args) -> int:
     import yaml
 
     from rag.config import read_config_file, replicate_config
-    from rag.errors import ConfigError
     from rag.io import atomic_open
 
-    data = read_config_file(args.config)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{args.config}: a config must be a mapping of keys, got {type(data).__name__}")
-    out, changes = replicate_config(data, args.seeds)
+    out, changes = replicate_config(read_config_file(args.config), args.seeds)
     seeds = " ".join(str(s) for s in args.seeds)
     with atomic_open(Path(args.out)) as fh:
         fh.write(f"# rag replicate-config --config {args.config} --seeds {seeds}: its one-seed runs with seeds {seeds}\n"
