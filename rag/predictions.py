@@ -10,29 +10,40 @@ from rag.tasks import TASKS, variant_spec
 
 def predict(cfg: EvalSection, system, variant: str, rows: list[dict], k: int | None = None, batch_size: int = 32) -> list[dict]:
     """Predictions (with retrieved passages and p(z|x)) for ``rows`` under the task's decoding."""
+    k = k or cfg.decode.of(variant_spec(variant).model).k
+    return predict_sweep(cfg, system, variant, rows, [k], batch_size)[k]
+
+
+def predict_sweep(cfg: EvalSection, system, variant: str, rows: list[dict], ks: list[int],
+                  batch_size: int = 32) -> dict[int, list[dict]]:
+    """:func:`predict` at each number of documents in ``ks`` (K -> predictions). RAG-Sequence's
+    thorough and fast decoding search and score the largest K once for all of them
+    (``RagSystem.generate_sweep``); other decodings run once per K."""
     from tqdm.auto import tqdm
 
     name = cfg.task_name
     spec = TASKS[name]
     dec = cfg.decode.of(variant_spec(variant).model)
-    k = k or dec.k
-    out = []
+    out: dict[int, list[dict]] = {k: [] for k in ks}
     label_ids = None
     if spec.kind == "classification":
         from rag.models.tokenizer import label_token
 
         label_ids = [system.tokenizer.convert_tokens_to_ids(label_token(lb)) for lb in spec.labels]
-    for i in tqdm(range(0, len(rows), batch_size), desc=f"decode {name}/{variant}", unit="batch"):
+    at = "" if len(ks) == 1 else " K=" + ",".join(map(str, ks))
+    for i in tqdm(range(0, len(rows), batch_size), desc=f"decode {name}/{variant}{at}", unit="batch"):
         chunk = rows[i : i + batch_size]
         qs = [r["input"] for r in chunk]
         if label_ids is not None:
-            preds = system.classify(qs, label_ids, list(spec.labels), k)
+            by_k = {k: system.classify(qs, label_ids, list(spec.labels), k) for k in ks}
+        elif len(ks) == 1:
+            by_k = {ks[0]: system.generate(qs, ks[0], dec.method, dec.beams, dec.max_new_tokens)}
         else:
-            preds = system.generate(qs, k, dec.method, dec.beams, dec.max_new_tokens)
-        for r, p in zip(chunk, preds):
-            out.append({"id": r["id"], "input": r["input"], "targets": r["targets"], "prediction": p.text,
+            by_k = system.generate_sweep(qs, ks, dec.method, dec.beams, dec.max_new_tokens)
+        for k, preds in by_k.items():
+            out[k] += [{"id": r["id"], "input": r["input"], "targets": r["targets"], "prediction": p.text,
                         "doc_ids": p.doc_ids, "doc_titles": p.doc_titles, "doc_scores": [round(x, 6) for x in p.doc_probs],
-                        "gold_docs": r.get("meta", {}).get("gold_docs", [])})
+                        "gold_docs": r.get("meta", {}).get("gold_docs", [])} for r, p in zip(chunk, preds)]
     return out
 
 

@@ -291,6 +291,40 @@ def test_test_time_k_is_independent_of_training_k(world):
     assert all(abs(x.score - y.score) < 1e-4 for x, y in zip(a, b))
 
 
+@pytest.mark.parametrize("method", ["thorough", "fast"])
+@pytest.mark.parametrize("copy", [False, "exact_match"])
+def test_rag_sequence_sweep_shares_the_largest_k_and_equals_decoding_each_k(world, copy, method):
+    """generate_sweep searches and scores the top max(K) documents once; at each K it gives what
+    decoding that K alone gives: the same answer, documents and p(z|x), and its score. Beams of 2
+    leave hypotheses out of some documents' beams, so fast and thorough pools differ by K."""
+    system = make_system(world, "sequence", generator=_generator(world, copy))
+    questions = QUESTIONS + ["a a b", "b a"]
+    ks = [1, 2, 3, 5]
+    swept = system.generate_sweep(questions, ks, method=method, beams=2, max_new_tokens=MAX_LEN)
+    assert sorted(swept) == ks
+    for k in ks:
+        alone = system.generate(questions, k, method=method, beams=2, max_new_tokens=MAX_LEN)
+        for s, a in zip(swept[k], alone):
+            assert (s.text, s.doc_ids, s.doc_titles) == (a.text, a.doc_ids, a.doc_titles)
+            assert s.doc_probs == pytest.approx(a.doc_probs, abs=1e-6) and len(s.doc_ids) == k
+            assert abs(s.score - a.score) < 1e-5, (k, s.score, a.score)
+    # the search ran once, over the largest K's documents
+    calls = []
+    real = type(system).encode
+    system.encode = lambda qs, k: calls.append(k) or real(system, qs, k)
+    system.generate_sweep(questions, ks, method=method, beams=2, max_new_tokens=MAX_LEN)
+    assert calls == [max(ks)]
+
+
+def test_sweep_of_other_decodings_decodes_each_k(world):
+    """RAG-Token's beam is a mixture over all K documents: no sharing, each K decoded alone."""
+    system = make_system(world, "token")
+    swept = system.generate_sweep(QUESTIONS, [1, 3], method="beam", beams=2, max_new_tokens=MAX_LEN)
+    for k in (1, 3):
+        alone = system.generate(QUESTIONS, k, method="beam", beams=2, max_new_tokens=MAX_LEN)
+        assert [(p.text, p.score, p.doc_ids) for p in swept[k]] == [(p.text, p.score, p.doc_ids) for p in alone]
+
+
 # ---------------------------------------------------------------- ids -> text (byte-level BPE)
 MULTIBYTE_TEXTS = [
     "Zürich is a city on a lake. The bird Ñandú runs fast.",

@@ -222,6 +222,34 @@ class RagSystem(torch.nn.Module):
         found = beam_search(step, len(questions), beams, max_new_tokens, self.bos_id, self.eos_id)
         return self._predictions(enc, [h[0] for h in found])
 
+    @torch.inference_mode()
+    def generate_sweep(self, questions: list[str], ks: list[int], method: str = "greedy", beams: int = 1,
+                       max_new_tokens: int = 32) -> dict[int, list[Prediction]]:
+        """:meth:`generate` at each number of documents in ``ks``.
+
+        RAG-Sequence's thorough and fast decoding do the work of the largest K once: a document's
+        beam depends on the question and that document only, and a hypothesis' probability under a
+        document on neither K nor the other documents. So the top max(ks) documents are encoded,
+        searched and (thorough) scored once, and each K marginalizes over its first K of them,
+        with p(z|x) renormalized over those K. Other models decode once per K (RAG-Token's
+        next-token distribution, and so its beam, is a mixture over all K documents)."""
+        if not (self.model_kind == "sequence" and method in ("thorough", "fast")):
+            return {k: self.generate(questions, k, method, beams, max_new_tokens) for k in ks}
+        top = self.encode(questions, max(ks))
+        b, kmax = top.doc_lp.shape
+        step = CachedStep(self, top, lambda owner: owner[:, None], lambda lp, owner: lp[:, 0])
+        per_doc = beam_search(step, b * kmax, beams, max_new_tokens, self.bos_id, self.eos_id)
+        rescored = None
+        if method == "thorough":
+            hyps = [sorted({h.tokens for j in range(kmax) for h in per_doc[i * kmax + j]}) for i in range(b)]
+            rescored = (hyps, self.sequence_logprobs_batch(top, hyps))
+        out = {}
+        for k in ks:
+            enc = _first_documents(top, k)
+            mine = [per_doc[i * kmax + j] for i in range(b) for j in range(enc.k)]
+            out[k] = self._predictions(enc, self.marginalize_beams(enc, mine, method == "thorough", rescored))
+        return out
+
     def _rag_sequence_decode(self, enc: Encoded, beams: int, max_new_tokens: int, thorough: bool) -> list[Hypothesis]:
         """Beam search per document, then marginalize hypothesis probabilities over documents.
 
@@ -233,15 +261,24 @@ class RagSystem(torch.nn.Module):
         per_doc = beam_search(step, b * kk, beams, max_new_tokens, self.bos_id, self.eos_id)
         return self.marginalize_beams(enc, per_doc, thorough)
 
-    def marginalize_beams(self, enc: Encoded, per_doc: list[list[Hypothesis]], thorough: bool) -> list[Hypothesis]:
+    def marginalize_beams(self, enc: Encoded, per_doc: list[list[Hypothesis]], thorough: bool,
+                          rescored: tuple[list[list[tuple]], list[torch.Tensor]] | None = None) -> list[Hypothesis]:
         """The best hypothesis per question from its documents' beams (``per_doc[i * K + j]``),
-        scored thorough (every hypothesis under every document) or fast (0 where not in a beam)."""
+        scored thorough (every hypothesis under every document) or fast (0 where not in a beam).
+        ``rescored``: thorough scores already computed over a superset (per question, sorted
+        hypotheses and their [H, K'] log-probabilities under its first K' >= K documents), read
+        instead of scoring again (:meth:`generate_sweep`)."""
         b, kk = enc.doc_lp.shape
         beam_scores: list[list[dict[tuple, float]]] = [
             [{h.tokens: h.score for h in per_doc[i * kk + j]} for j in range(kk)] for i in range(b)]
         hyps = [sorted({t for d in beam_scores[i] for t in d}) for i in range(b)]
-        if thorough:
+        if thorough and rescored is None:
             seq_lps = self.sequence_logprobs_batch(enc, hyps)  # per question [H, K]
+        elif thorough:
+            seq_lps = []
+            for i in range(b):
+                row_of = {t: r for r, t in enumerate(rescored[0][i])}
+                seq_lps.append(rescored[1][i][[row_of[t] for t in hyps[i]]][:, :kk])
         best = []
         for i in range(b):
             if thorough:
@@ -336,6 +373,17 @@ class RagSystem(torch.nn.Module):
         for pred, best in zip(preds, scores.argmax(1).tolist()):
             pred.text = labels[best]
         return preds
+
+
+def _first_documents(enc: Encoded, k: int) -> Encoded:
+    """``enc`` cut to each question's first (best) ``k`` documents, p(z|x) renormalized over them
+    as :meth:`RagSystem.encode` at that K gives it."""
+    b, kmax = enc.doc_lp.shape
+    k = min(k, kmax)
+    rows = (torch.arange(b)[:, None] * kmax + torch.arange(k)).reshape(-1).to(enc.hidden.device)
+    got = enc.retrieved
+    cut = Retrieved(got.ids[:, :k], got.scores[:, :k])
+    return Encoded(enc.hidden[rows], enc.mask[rows], enc.ids[rows], torch.log_softmax(cut.scores.float(), dim=1), cut, k)
 
 
 class CachedStep:

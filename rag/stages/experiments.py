@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from rag.predictions import answer_hits, metric_options, predict, score_predictions
+from rag.predictions import answer_hits, metric_options, predict, predict_sweep, score_predictions
 from rag.io import read_json, read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
 from rag.sections import ExperimentsSection, TrainSection
@@ -38,8 +38,12 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
     regex = TASKS[cfg.task_name].kind == "regex"
     opts = metric_options(ev)
     reuse = _decoded_at(decoded, ev, variant, rows) if decoded is not None else None
+    to_decode = [k for k in ks if reuse is None or reuse[0] != k]
+    decoded_at = predict_sweep(ev, system, variant, rows, to_decode) if to_decode else {}
+    if reuse is not None and reuse[0] in ks:
+        decoded_at[reuse[0]] = reuse[1]
     for k in ks:
-        preds = reuse[1] if reuse is not None and reuse[0] == k else predict(ev, system, variant, rows, k=k)
+        preds = decoded_at.pop(k)
         scores, rec = score_predictions(ev, preds, passages)
         # per question, in id order: the claims checklist bootstraps over them
         preds = sorted(preds, key=lambda x: x["id"])
