@@ -20,7 +20,8 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
     task metric, answer recall and per-question results. A K larger than the corpus stops it,
     naming its key, before the model is loaded. ``decoded``: the run's own test predictions (the
     task's decoding, at its test-time K): that K is read from them instead of decoded again, the
-    same decoding of the same model."""
+    same decoding of the same model. The other Ks are decoded together (``predict_sweep``: a
+    RAG-Sequence model searches and scores the largest K once)."""
     from rag import metrics as M
     from rag.tracking import Run
 
