@@ -231,8 +231,11 @@ class RagSystem(torch.nn.Module):
         beam depends on the question and that document only, and a hypothesis' probability under a
         document on neither K nor the other documents. So the top max(ks) documents are encoded,
         searched and (thorough) scored once, and each K marginalizes over its first K of them,
-        with p(z|x) renormalized over those K. Other models decode once per K (RAG-Token's
-        next-token distribution, and so its beam, is a mixture over all K documents)."""
+        with p(z|x) renormalized over those K. That a retrieval's first K documents are the top K
+        holds for exact search and IVF-PQ, and for HNSW while ``retriever.hnsw_ef_search`` is at
+        least the largest K (faiss searches max(efSearch, K) candidates). Other models decode once
+        per K (RAG-Token's next-token distribution, and so its beam, is a mixture over all K
+        documents)."""
         if not (self.model_kind == "sequence" and method in ("thorough", "fast")):
             return {k: self.generate(questions, k, method, beams, max_new_tokens) for k in ks}
         top = self.encode(questions, max(ks))
