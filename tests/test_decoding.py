@@ -316,6 +316,32 @@ def test_rag_sequence_sweep_shares_the_largest_k_and_equals_decoding_each_k(worl
     assert calls == [max(ks)]
 
 
+def test_sweep_decodes_each_k_where_a_larger_search_would_rank_other_passages(world, monkeypatch):
+    """An HNSW index searched with an efSearch below the largest K finds more candidates for a
+    larger K: its first K passages may not be a search for K. The sweep then decodes each K."""
+    import faiss
+    import numpy as np
+
+    from rag.retrieval.index import build_index
+
+    emb = np.asarray(world.doc_emb, dtype=np.float32)
+    system = make_system(world, "sequence")
+    assert system.retriever.nested_top_k(5)  # exact search
+    for kind, params, nested in (("flat", {}, True), ("hnsw", {"hnsw_m": 4, "ef_search": 3}, False),
+                                 ("hnsw", {"hnsw_m": 4, "ef_search": 16}, True)):
+        system.retriever.index = build_index(emb, kind, **params)
+        with_file = faiss.deserialize_index(faiss.serialize_index(system.retriever.index))  # as read_index gives it
+        for index in (system.retriever.index, with_file):
+            system.retriever.index = index
+            assert system.retriever.nested_top_k(5) is nested and system.retriever.nested_top_k(3)
+    calls = []
+    real = type(system).encode
+    system.encode = lambda qs, k: calls.append(k) or real(system, qs, k)
+    monkeypatch.setattr(system.retriever, "nested_top_k", lambda k: False)
+    swept = system.generate_sweep(QUESTIONS, [1, 3], method="thorough", beams=2, max_new_tokens=MAX_LEN)
+    assert calls == [1, 3] and [len(p.doc_ids) for p in swept[3]] == [3, 3]
+
+
 def test_sweep_of_other_decodings_decodes_each_k(world):
     """RAG-Token's beam is a mixture over all K documents: no sharing, each K decoded alone."""
     system = make_system(world, "token")

@@ -231,12 +231,13 @@ class RagSystem(torch.nn.Module):
         beam depends on the question and that document only, and a hypothesis' probability under a
         document on neither K nor the other documents. So the top max(ks) documents are encoded,
         searched and (thorough) scored once, and each K marginalizes over its first K of them,
-        with p(z|x) renormalized over those K. That a retrieval's first K documents are the top K
-        holds for exact search and IVF-PQ, and for HNSW while ``retriever.hnsw_ef_search`` is at
-        least the largest K (faiss searches max(efSearch, K) candidates). Other models decode once
-        per K (RAG-Token's next-token distribution, and so its beam, is a mixture over all K
+        with p(z|x) renormalized over those K; it needs a retriever whose first K passages of a
+        larger search are its top K (``Retriever.nested_top_k``: not an HNSW index searched with
+        an efSearch below the largest K). Otherwise, and for other models, each K is decoded on
+        its own (RAG-Token's next-token distribution, and so its beam, is a mixture over all K
         documents)."""
-        if not (self.model_kind == "sequence" and method in ("thorough", "fast")):
+        shared = self.model_kind == "sequence" and method in ("thorough", "fast")
+        if not (shared and self.retriever is not None and self.retriever.nested_top_k(max(ks))):
             return {k: self.generate(questions, k, method, beams, max_new_tokens) for k in ks}
         top = self.encode(questions, max(ks))
         b, kmax = top.doc_lp.shape

@@ -24,3 +24,8 @@ class Retriever(torch.nn.Module):
 
     def retrieve(self, questions: list[str], k: int) -> Retrieved:
         raise NotImplementedError
+
+    def nested_top_k(self, k: int) -> bool:
+        """Whether the first j passages of a search for ``k`` are what a search for j returns
+        (every j <= k), so one search can serve a sweep over K. True for an exact ranking."""
+        return True

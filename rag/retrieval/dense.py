@@ -37,6 +37,12 @@ class DenseRetriever(Retriever):
                             options.max_length)
         return cls(passages, qenc.to(device), emb, load_index(files.index), options.score_scale)
 
+    def nested_top_k(self, k: int) -> bool:
+        """Exact and IVF search rank one candidate set whatever K; HNSW's grows with K once K
+        exceeds its efSearch (faiss searches max(efSearch, K) candidates)."""
+        hnsw = getattr(self.index, "hnsw", None)  # faiss.read_index gives the index's own class
+        return hnsw is None or hnsw.efSearch >= k
+
     def retrieve(self, questions: list[str], k: int) -> Retrieved:
         q = self.question_encoder.encode_texts(questions).float()  # [B, d] (under the caller's autocast)
         _, ids = self.index.search(np.ascontiguousarray(q.detach().cpu().numpy()), k)
