@@ -5,12 +5,14 @@
     python -m benchmarks.run --only encoding,train --out results/benchmarks
     python -m benchmarks.run --device cuda --paper-size --out results/benchmarks/gpu   # on a GPU
     python -m benchmarks.run --paper-size --quick --out /tmp/bench_paper               # CPU smoke of that section
+    python -m benchmarks.run --only sweep --sweep-baseline HEAD~1 --out results/benchmarks  # after the default DAG
 
-Sections: encoding, index, index_build, train, decode, dag, scaling, startup, and paper (bart-large-sized generator,
+Sections: encoding, index, index_build, train, decode, dag, scaling, startup; sweep (the default run's NQ RAG-Sequence
+K sweep jobs again, against --sweep-baseline REV's; only with --only sweep); and paper (bart-large-sized generator,
 bert-base-sized DPR encoders, random weights; only with --paper-size or --only paper). Each writes
 its own JSON; summary.md is rebuilt from every <section>.json present in --out, so sections can be
 run one at a time. --device cuda runs encoding, train, decode and paper on the GPU; index,
-index_build, dag, scaling and startup are CPU measurements and refuse it.
+index_build, dag, scaling, startup and sweep are CPU measurements and refuse it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import traceback
 import warnings
 from pathlib import Path
 
-SECTIONS = ["encoding", "index", "index_build", "train", "decode", "dag", "scaling", "startup", "paper"]
+SECTIONS = ["encoding", "index", "index_build", "train", "decode", "dag", "scaling", "startup", "sweep", "paper"]
 DEFAULT_SECTIONS = ["encoding", "index", "index_build", "train", "decode", "dag", "scaling", "startup"]  # paper: --paper-size
 DEVICE_SECTIONS = {"encoding", "train", "decode", "paper"}  # the sections that honour --device
 
@@ -78,6 +80,10 @@ def parse(argv=None):
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--dag-dir", default=None, help="the jobs' resource records (default results/miniworld/resources: "
                    "the embedded default's experiment; rag --record writes them)")
+    p.add_argument("--sweep-models", type=int, default=2, help="sweep: NQ RAG-Sequence models of the default run, by seed")
+    p.add_argument("--sweep-rounds", type=int, default=2, help="sweep: rounds (each runs every model with every code)")
+    p.add_argument("--sweep-baseline", default=None, metavar="REV",
+                   help="sweep: also run git revision REV's rag topk-sweep on the same jobs, alternating")
     p.add_argument("--scale-enc-sizes", default="1000,10000")
     p.add_argument("--scale-index-sizes", default="10000,100000",
                    help="built here; the 1M point comes from the index section (index.json in --out) when present")
