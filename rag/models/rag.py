@@ -241,8 +241,7 @@ class RagSystem(torch.nn.Module):
             return {k: self.generate(questions, k, method, beams, max_new_tokens) for k in ks}
         top = self.encode(questions, max(ks))
         b, kmax = top.doc_lp.shape
-        step = CachedStep(self, top, lambda owner: owner[:, None], lambda lp, owner: lp[:, 0])
-        per_doc = beam_search(step, b * kmax, beams, max_new_tokens, self.bos_id, self.eos_id)
+        per_doc = self._document_beams(top, beams, max_new_tokens)
         rescored = None
         if method == "thorough":
             hyps = [sorted({h.tokens for j in range(kmax) for h in per_doc[i * kmax + j]}) for i in range(b)]
@@ -260,10 +259,13 @@ class RagSystem(torch.nn.Module):
         thorough: every hypothesis is scored under every document (extra forward passes);
         fast: a hypothesis missing from a document's beam has probability 0 there.
         """
+        return self.marginalize_beams(enc, self._document_beams(enc, beams, max_new_tokens), thorough)
+
+    def _document_beams(self, enc: Encoded, beams: int, max_new_tokens: int) -> list[list[Hypothesis]]:
+        """A beam search per (question i, document j), as ``[i * K + j]``: each document read alone."""
         b, kk = enc.doc_lp.shape
         step = CachedStep(self, enc, lambda owner: owner[:, None], lambda lp, owner: lp[:, 0])
-        per_doc = beam_search(step, b * kk, beams, max_new_tokens, self.bos_id, self.eos_id)
-        return self.marginalize_beams(enc, per_doc, thorough)
+        return beam_search(step, b * kk, beams, max_new_tokens, self.bos_id, self.eos_id)
 
     def marginalize_beams(self, enc: Encoded, per_doc: list[list[Hypothesis]], thorough: bool,
                           rescored: tuple[list[list[tuple]], list[torch.Tensor]] | None = None) -> list[Hypothesis]:
@@ -383,7 +385,6 @@ def _first_documents(enc: Encoded, k: int) -> Encoded:
     """``enc`` cut to each question's first (best) ``k`` documents, p(z|x) renormalized over them
     as :meth:`RagSystem.encode` at that K gives it."""
     b, kmax = enc.doc_lp.shape
-    k = min(k, kmax)
     rows = (torch.arange(b)[:, None] * kmax + torch.arange(k)).reshape(-1).to(enc.hidden.device)
     got = enc.retrieved
     cut = Retrieved(got.ids[:, :k], got.scores[:, :k])
