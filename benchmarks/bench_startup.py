@@ -1,5 +1,8 @@
 """7. Start-up of a rule's ``rag`` command: in a process of its own vs forked from the warm start
 server (rag/warm.py, config key ``warm_start``), as Snakemake runs it (a shell running ``rag ...``).
+And the same command in a process of its own the plain way: ``main(argv)`` from a Python script, under
+CPython's default collector thresholds and with the interpreter's teardown at exit, which the ``rag``
+program skips (rag.cli.leave): CPU seconds of the process, wall seconds beside them.
 
 Two commands whose work is small beside their imports: ``rag init-store`` (MLflow and its SQL
 store: what every train job's MLflow run needs) and ``rag encode`` of 4 passages (torch,
@@ -39,10 +42,27 @@ def _commands(folder: Path) -> dict[str, list[str]]:
     }
 
 
-def _time(cmd: list[str], env: dict) -> float:
-    start = time.perf_counter()
+# the command through main(argv) in a plain script: default collector, normal exit with teardown
+PLAIN = "import sys; from rag.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _plain(cmd: list[str]) -> list[str]:
+    return [sys.executable, "-c", PLAIN, *cmd[1:]]
+
+
+def _cpu_of_children() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _time(cmd: list[str], env: dict, cpu: list[float] | None = None) -> float:
+    start, cpu_start = time.perf_counter(), _cpu_of_children()
     done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     took = time.perf_counter() - start
+    if cpu is not None:
+        cpu.append(_cpu_of_children() - cpu_start)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr[-2000:]}")
     if "warm start server" in done.stderr:  # it ran in its own process after all
@@ -65,22 +85,33 @@ def run(args) -> dict:
         server.wait_ready()
         ready = time.perf_counter() - start
         warm_env = {**env, warm.ENV: os.environ[warm.ENV]}
-        times: dict[str, dict[str, list[float]]] = {name: {"own": [], "warm": []} for name in commands}
+        times: dict[str, dict[str, list[float]]] = {
+            name: {"own": [], "warm": [], "plain": [], "own_cpu": [], "plain_cpu": []} for name in commands}
         for _ in range(rounds):
             for name, cmd in commands.items():
-                times[name]["own"].append(_time(cmd, env))
-                times[name]["warm"].append(_time(cmd, warm_env))
+                t = times[name]
+                t["own"].append(_time(cmd, env, t["own_cpu"]))
+                t["warm"].append(_time(cmd, warm_env))
+                t["plain"].append(_time(_plain(cmd), env, t["plain_cpu"]))
     finally:
         server.stop()
-    rows, summary = [], []
+    rows, plain_rows, summary = [], [], []
     for name, t in times.items():
         own, fork = statistics.median(t["own"]), statistics.median(t["warm"])
         rows.append([name, own, fork, own / fork, own - fork])
         summary.append({"section": "startup", "metric": f"{name}: wall s in its own process vs forked from the warm server "
                         f"(median of {rounds})", "value": fork, "baseline": own, "ratio": own / fork, "target": "-",
                         "met": None})
+        cpu, plain_cpu = statistics.median(t["own_cpu"]), statistics.median(t["plain_cpu"])
+        plain_rows.append([name, plain_cpu, cpu, cpu / plain_cpu, statistics.median(t["plain"]), own])
+        summary.append({"section": "startup", "metric": f"{name}: CPU s as the rag program vs through main(argv) with "
+                        f"the default collector and exit (median of {rounds})", "value": cpu, "baseline": plain_cpu,
+                        "ratio": cpu / plain_cpu, "target": "-", "met": None})
     notes = [f"the server was ready (its imports done) {ready:.1f} s after it started; each round ran both commands "
              "both ways, one after the other", f"python {sys.version.split()[0]}, RAG_THREADS=1"]
     return {"times": times, "server_ready_s": ready, "summary": summary, "notes": notes,
             "tables": [{"title": "Start-up of a rag command (wall s, median)",
-                        "headers": ["command", "own process", "warm start", "ratio", "saved s"], "rows": rows}]}
+                        "headers": ["command", "own process", "warm start", "ratio", "saved s"], "rows": rows},
+                       {"title": "A rag process of its own: the rag program vs main(argv) in a plain script (median)",
+                        "headers": ["command", "plain CPU s", "rag CPU s", "ratio", "plain wall s", "rag wall s"],
+                        "rows": plain_rows}]}

@@ -10,11 +10,15 @@ the light commands start fast (tests/test_imports.py).
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import importlib
 import logging
 import os
 import signal
 import sys
+import threading
+from typing import NoReturn
 
 from rag.errors import RagError, disk_full_reason
 
@@ -40,9 +44,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The collector's thresholds of a ``rag`` process (CPython's default: 700, 10, 10). A model command's
+# imports (torch, transformers, MLflow) leave about half a million long-lived objects, and at the
+# default each quarter of growth starts a full collection over all of them: about 1 s of a job's
+# start-up. Collections still run, a few times a second in a training loop (docs/warm_start.md).
+PROGRAM_GC_THRESHOLDS = (50_000, 20, 20)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The ``rag`` command. Run as a program (``argv`` None) inside a Snakemake run with warm start
-    (``RAG_WARM_SOCKET``, rag.warm), the command runs in a child of the warm server instead."""
+    """The ``rag`` command. Run as a program (``argv`` None): inside a Snakemake run with warm start
+    (``RAG_WARM_SOCKET``, rag.warm), the command runs in a child of the warm server instead; a
+    command that returns ends the process at once (:func:`leave`)."""
+    if argv is not None:
+        return _main(argv)
+    gc.set_threshold(*PROGRAM_GC_THRESHOLDS)
+    leave(_main(None))
+
+
+def leave(code: int) -> NoReturn:
+    """End this process with ``code`` once the command has returned: the exit handlers run (logging's
+    flush, weakref finalizers, any library's), the standard streams are flushed, and the interpreter's
+    teardown is skipped. That teardown only frees memory the system takes back anyway, and after a
+    model command it costs 1-2 s of CPU (clearing thousands of modules, a last full collection).
+    A process that still runs a thread the interpreter would wait for, or that is in a
+    torch.distributed group (torchrun), leaves the normal way: the thread ends, the group is torn down."""
+    dist = sys.modules.get("torch.distributed")
+    in_group = dist is not None and dist.is_available() and dist.is_initialized()
+    waits = any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread())
+    if in_group or waits:
+        raise SystemExit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken pipe: nothing left to write to
+            pass
+    os._exit(code)
+
+
+def _main(argv: list[str] | None) -> int:
     if argv is None:
         from rag import warm  # the standard library only: nothing to slow a start-up
 
