@@ -13,6 +13,7 @@ alternate the two ways, so a change of the machine's speed hits both.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -95,6 +96,7 @@ def run(args) -> dict:
                 t["plain"].append(_time(_plain(cmd), env, t["plain_cpu"]))
     finally:
         server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
     rows, plain_rows, summary = [], [], []
     for name, t in times.items():
         own, fork = statistics.median(t["own"]), statistics.median(t["warm"])
