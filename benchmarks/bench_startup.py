@@ -110,7 +110,7 @@ def run(args) -> dict:
                         f"the default collector and exit (median of {rounds})", "value": cpu, "baseline": plain_cpu,
                         "ratio": cpu / plain_cpu, "target": "-", "met": None})
     notes = [f"the server was ready (its imports done) {ready:.1f} s after it started; each round ran both commands "
-             "both ways, one after the other", f"python {sys.version.split()[0]}, RAG_THREADS=1"]
+             "the three ways, one after the other", f"python {sys.version.split()[0]}, RAG_THREADS=1"]
     return {"times": times, "server_ready_s": ready, "summary": summary, "notes": notes,
             "tables": [{"title": "Start-up of a rag command (wall s, median)",
                         "headers": ["command", "own process", "warm start", "ratio", "saved s"], "rows": rows},
