@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 # The collector's thresholds of a ``rag`` process (CPython's default: 700, 10, 10). A model command's
 # imports (torch, transformers, MLflow) leave about half a million long-lived objects, and at the
 # default each quarter of growth starts a full collection over all of them: about 1 s of a job's
-# start-up. Collections still run, a few times a second in a training loop (docs/warm_start.md).
+# start-up. Collections still run, after every 50,000 objects a command allocates net (docs/warm_start.md).
 PROGRAM_GC_THRESHOLDS = (50_000, 20, 20)
 
 
