@@ -7,7 +7,7 @@ program skips (rag.cli.leave): CPU seconds of the process, wall seconds beside t
 Two commands whose work is small beside their imports: ``rag init-store`` (MLflow and its SQL
 store: what every train job's MLflow run needs) and ``rag encode`` of 4 passages (torch,
 transformers' BERT and the MiniLM encoder's weights: what every model-loading job needs). Rounds
-alternate the two ways, so a change of the machine's speed hits both.
+alternate the three ways, so a change of the machine's speed hits all of them.
 """
 
 from __future__ import annotations
@@ -58,17 +58,16 @@ def _cpu_of_children() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _time(cmd: list[str], env: dict, cpu: list[float] | None = None) -> float:
+def _time(cmd: list[str], env: dict) -> tuple[float, float]:
+    """Wall seconds of ``cmd`` and the CPU seconds of its process (through warm start: the thin client's only)."""
     start, cpu_start = time.perf_counter(), _cpu_of_children()
     done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    took = time.perf_counter() - start
-    if cpu is not None:
-        cpu.append(_cpu_of_children() - cpu_start)
+    took, cpu = time.perf_counter() - start, _cpu_of_children() - cpu_start
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr[-2000:]}")
     if "warm start server" in done.stderr:  # it ran in its own process after all
         raise RuntimeError(f"{' '.join(cmd)} did not run in the warm start server: {done.stderr[-500:]}")
-    return took
+    return took, cpu
 
 
 def run(args) -> dict:
@@ -91,9 +90,13 @@ def run(args) -> dict:
         for _ in range(rounds):
             for name, cmd in commands.items():
                 t = times[name]
-                t["own"].append(_time(cmd, env, t["own_cpu"]))
-                t["warm"].append(_time(cmd, warm_env))
-                t["plain"].append(_time(_plain(cmd), env, t["plain_cpu"]))
+                wall, cpu = _time(cmd, env)
+                t["own"].append(wall)
+                t["own_cpu"].append(cpu)
+                t["warm"].append(_time(cmd, warm_env)[0])  # its CPU time would be the thin client's only
+                wall, cpu = _time(_plain(cmd), env)
+                t["plain"].append(wall)
+                t["plain_cpu"].append(cpu)
     finally:
         server.stop()
         shutil.rmtree(folder, ignore_errors=True)
