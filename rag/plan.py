@@ -10,7 +10,8 @@ named device (none is assumed for a device nobody measured: "not measured"), and
 profile's ``default-resources``), against that need: a request below it is flagged.
 
 When ``results/<name>/resources/`` holds the resource records of an earlier run of the same
-experiment (``rag --record``, rag.resources), a rule's need is what its jobs measured there.
+experiment (``rag --record``, rag.resources), a rule's need is what its jobs measured there, and the
+plan adds up the DAG's CPU time from them: over the cores, the wall time no schedule can beat.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -282,6 +284,8 @@ class RulePlan:
     requests: dict = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    cpu_s_per_job: float | None = None  # from the rule's resource records (cpu_per_job); None: none recorded
+    cpu_how: str = "not measured"
 
 
 def _match(entry: dict, want: dict) -> bool:
@@ -318,8 +322,8 @@ def workflow_dir() -> Path:
 
 
 def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results: Path, passages: int | None = None,
-              dim: int | None = None, workflow: Path | None = None) -> dict:
-    from rag.config import task_variants
+              dim: int | None = None, workflow: Path | None = None, cores: int | None = None) -> dict:
+    from rag.config import run_seeds, task_variants
     from rag.retrieval.index import index_bytes, ivf_lists_for, pq_bytes
     from rag.tasks import ROLES, variant_spec
 
@@ -352,7 +356,7 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
     _, declared = declared_resources(workflow or workflow_dir())
     records = _records(results)
 
-    # the jobs of this configuration (as workflow/rules/common.smk plans them)
+    # the jobs of this configuration (as workflow/rules/common.smk plans them): one a fine-tune seed
     tasks = sorted(cfg["tasks"])
     variants = {t: task_variants(cfg, t) for t in tasks}
     runs = [(t, v) for t in tasks for v in variants[t]]
@@ -362,6 +366,12 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
     rag_variants = lambda t: [v for v in ("rag_sequence", "rag_token") if v in variants.get(t, ())]  # noqa: E731
     oracle = cfg["experiments"]["oracle"] and miniworld and topk_task in cfg["tasks"]
     corpora = 2 if hotswap else 1
+    # the seeded rules' jobs by kind: their record's name without the seed (workflow/rules/common.smk record())
+    per_seed = lambda pairs, name: Counter({name(t, v): len(run_seeds(cfg, t, v)) for t, v in pairs})  # noqa: E731
+    fine_tunes = per_seed(runs, lambda t, v: f"{t}-{v}")
+    on_topk_task = per_seed(((topk_task, v) for v in rag_variants(topk_task)), lambda t, v: f"{t}-{v}")
+    kinds = {"train": fine_tunes, "evaluate": fine_tunes, "topk_sweep": on_topk_task, "oracle": on_topk_task,
+             "hotswap": per_seed(((ROLES.hotswap, v) for v in rag_variants(ROLES.hotswap)), lambda t, v: v)}
     dense = any(variant_spec(v).retriever == "dense" for _, v in runs)
     jobs = {
         "corpus_miniworld" if miniworld else "corpus_convert": corpora if miniworld else 1,
@@ -369,11 +379,11 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
         "build_index": corpora if dense else 0,
         "build_bm25": 1 if any(variant_spec(v).retriever == "bm25" for _, v in runs) else 0,
         "pretrain_generator": 1,
-        "train": len(runs),
-        "evaluate": 0 if cfg["evaluate_in_train_job"] else len(runs),
-        "topk_sweep": len(rag_variants(topk_task)),
-        "hotswap": len(rag_variants(ROLES.hotswap)) if hotswap else 0,
-        "oracle": len(rag_variants(topk_task)) if oracle else 0,
+        "train": kinds["train"].total(),
+        "evaluate": 0 if cfg["evaluate_in_train_job"] else kinds["evaluate"].total(),
+        "topk_sweep": kinds["topk_sweep"].total(),
+        "hotswap": kinds["hotswap"].total() if hotswap else 0,
+        "oracle": kinds["oracle"].total() if oracle else 0,
         "report": 1,
     }
     retrieval = None  # what a job that retrieves densely holds: passages, the embeddings (doc scores), the index
@@ -448,6 +458,8 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
             if s["gpu_peak_allocated_mb_max"] is not None:
                 notes.append(f"peak GPU memory measured: {s['gpu_peak_allocated_mb_max']:,.0f} MB")
         plan = RulePlan(rule, count, need, notes=notes)
+        if rule in records:
+            plan.cpu_s_per_job, plan.cpu_how = cpu_per_job(records[rule], kinds.get(rule), count, results / "resources" / rule)
         for key in RESOURCE_KEYS:
             value, source = request(rule, key, cfg, declared, profile)
             plan.requests[key] = {"value": value, "from": source}
@@ -459,7 +471,47 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
     return {"config": config_path, "experiment": cfg["name"], "device": device, "precision": cfg["precision"],
             "threads": threads, "profile": profile["path"], "sizes": sizes, "indexes": indexes,
             "throughputs": list(THROUGHPUTS), "records": str(results / "resources") if records else None,
-            "rules": [_rule_json(pl) for pl in plans]}
+            "rules": [_rule_json(pl) for pl in plans], "compute": compute(plans, records, device, cores)}
+
+
+def cpu_per_job(records: list[dict], kinds: Counter | None, jobs: int, folder: Path) -> tuple[float, str]:
+    """A rule's mean CPU time a planned job, and how it was found: the mean of its recorded jobs;
+    for a rule run once a seed (``kinds``: planned jobs by their record's name without the seed,
+    e.g. ``nq-rag_token``), each kind's jobs at the mean of its own records, a kind none recorded at
+    the rule's mean (an NQ fine-tune costs several times a closed-book one)."""
+    ok = [r for r in records if r.get("exit_code") == 0] or records
+    mean = sum(r["cpu_s"] for r in ok) / len(ok)
+    if not kinds:
+        return mean, f"mean of {len(ok)} job(s) in {folder}"
+    by_kind: dict[str, list[float]] = {}
+    for r in ok:
+        by_kind.setdefault(r["job"].rsplit("-", 1)[0], []).append(r["cpu_s"])
+    known = sum(n for kind, n in kinds.items() if kind in by_kind)
+    total = sum(n * (sum(by_kind[kind]) / len(by_kind[kind]) if kind in by_kind else mean) for kind, n in kinds.items())
+    unknown = f"; {jobs - known} job(s) of a kind not recorded at the mean of all" if known < jobs else ""
+    return total / jobs, f"per task and variant: the mean of its recorded jobs, {len(ok)} in {folder}{unknown}"
+
+
+def compute(plans: list[RulePlan], records: dict, device: str, cores: int | None) -> dict:
+    """The CPU time of the whole DAG from the resource records: each planned rule's jobs times its
+    recorded jobs' mean CPU time, plus what the records of rules the plan does not size (set-up,
+    task data) measured. On ``cores`` CPU cores (default: this machine's) the DAG's wall time is
+    at least that total over the cores, whatever the order of its jobs: a bound from the jobs' own
+    CPU time, to which their starts before the record and Snakemake's own time add. Given only for
+    device cpu (a GPU run's wall time is the GPUs')."""
+    import os
+
+    from rag.resources import summary
+
+    cores = cores or os.cpu_count() or 1
+    measured = [pl for pl in plans if pl.cpu_s_per_job is not None]
+    planned = {pl.rule for pl in plans}
+    others = {rule: summary(recs)["cpu_s_sum"] for rule, recs in sorted(records.items()) if rule not in planned}
+    cpu_s = sum(pl.cpu_s_per_job * pl.jobs for pl in measured) + sum(others.values())
+    return {"cpu_s": cpu_s if measured else None, "cores": cores,
+            "not_measured": [{"rule": pl.rule, "jobs": pl.jobs} for pl in plans if pl.cpu_s_per_job is None],
+            "other_rules_cpu_s": others,
+            "wall_s_at_least": cpu_s / cores if measured and device == "cpu" else None}
 
 
 def _records(results: Path) -> dict:
@@ -492,6 +544,7 @@ def _rule_json(pl: RulePlan) -> dict:
     return {"rule": pl.rule, "jobs": pl.jobs,
             "need": {"memory_bytes": n.memory, "memory_at_least": n.memory_lower_bound, "memory_how": n.memory_how,
                      "seconds": n.seconds, "seconds_how": n.seconds_how, "gpu": n.gpu},
+            "cpu_s_per_job": pl.cpu_s_per_job, "cpu_how": pl.cpu_how,
             "requests": pl.requests, "below_need": pl.flags, "notes": pl.notes}
 
 
@@ -566,4 +619,27 @@ def render(plan: dict) -> str:
         for note in r["notes"]:
             out.append(f"      note: {note}")
     out += ["", f"{flagged} rule(s) request less than they need." if flagged else "No request below a known need."]
+    out += render_compute(plan)
     return "\n".join(out)
+
+
+def render_compute(plan: dict) -> list[str]:
+    c = plan["compute"]
+    if c["cpu_s"] is None:
+        return ["", "CPU time: not measured (no resource records of this experiment: run it once, or pass --results)"]
+    out = ["", "CPU time (the jobs' own, from the resource records: each rule's jobs x its recorded jobs' mean CPU time)"]
+    for r in plan["rules"]:
+        if r["cpu_s_per_job"] is not None:
+            out.append(f"  {r['rule']:<19}{r['jobs']:>5} x {r['cpu_s_per_job']:>8,.1f} s = {_dur(r['jobs'] * r['cpu_s_per_job']):>10}"
+                       f"   ({r['cpu_how']})")
+    for rule, cpu in c["other_rules_cpu_s"].items():
+        out.append(f"  {rule:<19}{'':>5}   {'':>8}     {_dur(cpu):>10}   (as recorded; the plan does not count its jobs)")
+    if c["not_measured"]:
+        out.append("  not measured: " + ", ".join(f"{m['rule']} ({m['jobs']} job(s))" for m in c["not_measured"]))
+    out.append(f"  in all {c['cpu_s']:,.0f} CPU s ({_dur(c['cpu_s'])})")
+    if c["wall_s_at_least"] is not None:
+        out.append(f"  on {c['cores']} core(s): at least {_dur(c['wall_s_at_least'])} of wall time, in any order of the jobs, "
+                   "if they cost what their records measured (their starts before the record and Snakemake's own time add to it)")
+    else:
+        out.append(f"  device {plan['device']}: the wall time is the GPUs', not bounded here")
+    return out

@@ -46,6 +46,9 @@ def test_default_dry_run_lists_every_job(tmp_path):
     assert counts["encode_shard"] == 4  # 2 shards x (snapshot a, snapshot b)
     # NQ's RAG-Sequence and RAG-Token: one K sweep, hot-swap and oracle per seed
     assert counts["topk_sweep"] == 10 and counts["hotswap"] == 10 and counts["oracle"] == 10 and counts["report"] == 1
+    # rag plan counts each rule's jobs as the DAG plans them, one a fine-tune seed
+    planned = _plan_jobs(ROOT / "config.yaml", tmp_path)
+    assert planned == {rule: counts.get(rule, 0) for rule in planned} and planned["train"] == 54
     separate = yaml.safe_load((ROOT / "config.yaml").read_text())
     separate["evaluate_in_train_job"] = False
     (tmp_path / "separate.yaml").write_text(yaml.safe_dump(separate))
@@ -53,6 +56,18 @@ def test_default_dry_run_lists_every_job(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     split = job_counts(res.stdout + res.stderr)
     assert split["train"] == 54 and split["evaluate"] == 54 and split["total"] == counts["total"] + 54
+    planned = _plan_jobs(tmp_path / "separate.yaml", tmp_path)
+    assert planned == {rule: split.get(rule, 0) for rule in planned} and planned["evaluate"] == 54
+
+
+def _plan_jobs(configfile: Path, tmp_path: Path) -> dict[str, int]:
+    """rag plan's jobs per rule of a config (the rules it sizes; tmp_path holds no records)."""
+    from rag.config import load_config
+    from rag.plan import make_plan
+
+    plan = make_plan(load_config(configfile, check_files=False), config_path=str(configfile), profile_path=None,
+                     results=tmp_path / "results")
+    return {r["rule"]: r["jobs"] for r in plan["rules"]}
 
 
 def test_config_error_stops_before_any_job(tmp_path):

@@ -4,6 +4,7 @@ memory figures and its flagged request, how requests resolve, records refining t
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -157,6 +158,44 @@ def test_records_of_a_run_refine_the_needs(tmp_path):
     assert plan["sizes"]["passages"] > 0 and plan["sizes"]["dim"] == 384  # generated miniworld, MiniLM's config.json
     enc = next(r for r in plan["rules"] if r["rule"] == "encode_shard")
     assert "78.9 passages/s" in enc["need"]["seconds_how"]
+
+
+def test_cpu_time_of_the_dag_from_the_records(tmp_path):
+    """The DAG's CPU time: each planned rule's jobs x its recorded jobs' mean CPU time, plus the
+    records of rules the plan does not size; over --cores, a lower bound of the wall time."""
+    import shutil
+
+    from rag import resources
+
+    cfg = tmp_path / "e2e.yaml"
+    shutil.copy(ROOT / "tests/data/e2e.yaml", cfg)
+    folder = tmp_path / "results/e2e/resources"
+    for rule, job, cpu in (("pretrain_generator", "pretrain_generator", 100.0), ("train", "a-b-1", 10.0), ("train", "c-d-1", 30.0),
+                           ("train", "nq-rag_token-2", 80.0), ("task_data", "nq", 4.0)):
+        rec = resources.JobMeter().record([rule], rule, 0)
+        rec.update(cpu_s=cpu)
+        resources.write_record(folder / rule / f"{job}.json", rec)
+    res = _plan("--configfile", str(cfg), "--no-profile", "--cores", "2", "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    rules = {r["rule"]: r for r in plan["rules"]}
+    # a fine-tune of a recorded (task, variant) at its own mean (NQ RAG-Token: two seeds), the others at the rule's
+    train = rules["train"]["jobs"]
+    fine_tunes = 2 * 80 + (train - 2) * 40
+    assert train > 2 and rules["train"]["cpu_s_per_job"] == pytest.approx(fine_tunes / train)
+    assert rules["train"]["cpu_how"].endswith(f"; {train - 2} job(s) of a kind not recorded at the mean of all")
+    assert rules["encode_shard"]["cpu_s_per_job"] is None
+    c = plan["compute"]
+    assert c["cpu_s"] == pytest.approx(100 + fine_tunes + 4) and c["other_rules_cpu_s"] == {"task_data": 4.0}
+    assert c["wall_s_at_least"] == pytest.approx(c["cpu_s"] / 2) and c["cores"] == 2
+    assert {"rule": "encode_shard", "jobs": rules["encode_shard"]["jobs"]} in c["not_measured"]
+    text = _plan("--configfile", str(cfg), "--no-profile", "--cores", "4", cwd=tmp_path).stdout
+    assert re.search(rf"\n  train +{train} x +{fine_tunes / train:.1f} s = ", text)
+    assert re.search(r"\n  task_data +4 s +\(as recorded", text)
+    assert f"in all {100 + fine_tunes + 4:,.0f} CPU s" in text and "on 4 core(s): at least" in text
+    # no records: no figure
+    text = _plan("--configfile", str(cfg), "--no-profile", "--results", str(tmp_path / "none"), cwd=tmp_path).stdout
+    assert "CPU time: not measured" in text
 
 
 def test_unknown_sizes_say_what_to_give(tmp_path):

@@ -30,7 +30,7 @@ def cmd_plan(args) -> int:
             profile = ROOT / args.profile
     results = Path(args.results) if args.results else Path("results") / cfg["name"]
     plan = make_plan(cfg, config_path=str(args.configfile), profile_path=profile, results=results,
-                     passages=args.passages, dim=args.dim)
+                     passages=args.passages, dim=args.dim, cores=args.cores)
     print(json.dumps(plan, indent=2) if args.json else render(plan))
     return 0
 
@@ -72,6 +72,7 @@ def register(sub) -> None:
                    "(default results/<name>, when it exists)")
     p.add_argument("--passages", type=int, help="the corpus' passage count, when it cannot be read or looked up")
     p.add_argument("--dim", type=int, help="the context encoder's output size, when no config.json for it is here")
+    p.add_argument("--cores", type=int, help="CPU cores the DAG's wall time is bounded on (default: this machine's)")
     p.add_argument("--json", action="store_true", help="the plan as JSON")
     p.set_defaults(func=cmd_plan)
 
