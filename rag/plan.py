@@ -447,19 +447,19 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
                 need.seconds_how = f"{g['pretrain_steps']} steps at {t['value']:.2f} steps/s ({t['measured_on']}; {t['source']})"
             else:
                 need.seconds_how = f"not measured: no pretraining of this generator on {device} has been timed"
+        cpu: tuple[float | None, str] = (None, "not measured")
         if rule in records:
             from rag.resources import summary
 
             s = summary(records[rule])
+            cpu = cpu_per_job(records[rule], kinds.get(rule), results / "resources" / rule)
             need.memory, need.memory_lower_bound = s["peak_rss_mb_max"] * 2**20, False
             need.memory_how = f"measured: largest peak RSS of {s['jobs']} job(s) in {results / 'resources' / rule}"
             need.seconds = s["wall_s_max"]
             need.seconds_how = f"measured: longest of {s['jobs']} job(s) in {results / 'resources' / rule}"
             if s["gpu_peak_allocated_mb_max"] is not None:
                 notes.append(f"peak GPU memory measured: {s['gpu_peak_allocated_mb_max']:,.0f} MB")
-        plan = RulePlan(rule, count, need, notes=notes)
-        if rule in records:
-            plan.cpu_s_per_job, plan.cpu_how = cpu_per_job(records[rule], kinds.get(rule), count, results / "resources" / rule)
+        plan = RulePlan(rule, count, need, notes=notes, cpu_s_per_job=cpu[0], cpu_how=cpu[1])
         for key in RESOURCE_KEYS:
             value, source = request(rule, key, cfg, declared, profile)
             plan.requests[key] = {"value": value, "from": source}
@@ -474,19 +474,21 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
             "rules": [_rule_json(pl) for pl in plans], "compute": compute(plans, records, device, cores)}
 
 
-def cpu_per_job(records: list[dict], kinds: Counter | None, jobs: int, folder: Path) -> tuple[float, str]:
+def cpu_per_job(records: list[dict], kinds: Counter | None, folder: Path) -> tuple[float, str]:
     """A rule's mean CPU time a planned job, and how it was found: the mean of its recorded jobs;
     for a rule run once a seed (``kinds``: planned jobs by their record's name without the seed,
     e.g. ``nq-rag_token``), each kind's jobs at the mean of its own records, a kind none recorded at
     the rule's mean (on the default an NQ RAG-Token fine-tune costs five times its closed-book BART)."""
-    ok = [r for r in records if r.get("exit_code") == 0] or records
+    from rag.resources import succeeded
+
+    ok = succeeded(records)
     mean = sum(r["cpu_s"] for r in ok) / len(ok)
     if not kinds:
         return mean, f"mean of {len(ok)} job(s) in {folder}"
     by_kind: dict[str, list[float]] = {}
     for r in ok:
         by_kind.setdefault(r["job"].rsplit("-", 1)[0], []).append(r["cpu_s"])
-    known = sum(n for kind, n in kinds.items() if kind in by_kind)
+    jobs, known = kinds.total(), sum(n for kind, n in kinds.items() if kind in by_kind)
     total = sum(n * (sum(by_kind[kind]) / len(by_kind[kind]) if kind in by_kind else mean) for kind, n in kinds.items())
     unknown = f"; {jobs - known} job(s) of a kind not recorded at the mean of all" if known < jobs else ""
     return total / jobs, f"per task and variant: the mean of its recorded jobs, {len(ok)} in {folder}{unknown}"

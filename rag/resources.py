@@ -145,9 +145,14 @@ def read_records(folder: str | os.PathLike) -> dict[str, list[dict]]:
     return out
 
 
+def succeeded(records: list[dict]) -> list[dict]:
+    """The records of jobs that exited 0; all of them when none did (what a failed rule measured)."""
+    return [r for r in records if r.get("exit_code") == 0] or records
+
+
 def summary(records: list[dict]) -> dict:
     """Jobs, total and largest wall and CPU time, largest peak RSS (and GPU peak) of one rule's records."""
-    ok = [r for r in records if r.get("exit_code") == 0] or records
+    ok = succeeded(records)
     gpu = [r["gpu_peak_allocated_mb"] for r in ok if r.get("gpu_peak_allocated_mb") is not None]
     return {"jobs": len(ok), "wall_s_sum": sum(r["wall_s"] for r in ok), "wall_s_max": max(r["wall_s"] for r in ok),
             "cpu_s_sum": sum(r["cpu_s"] for r in ok), "cpu_s_max": max(r["cpu_s"] for r in ok),
