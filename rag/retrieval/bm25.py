@@ -23,14 +23,22 @@ class BM25Retriever(Retriever):
         path = Path(path)
         if not path.is_dir():
             raise DataError(f"{path}: BM25 index folder not found")
-        self.model = bm25s.BM25.load(str(path))
+        try:
+            self.model = bm25s.BM25.load(str(path))
+        except (OSError, ValueError, KeyError) as exc:
+            raise DataError(f"{path}: unreadable BM25 index ({type(exc).__name__}: {exc}); delete it and run again to "
+                            f"rebuild it") from None
+        docs = int(self.model.scores.get("num_docs", -1))
+        if passages is not None and docs != len(passages):
+            raise DataError(f"{path}: the BM25 index holds {docs:,} documents, not the {len(passages):,} passages of "
+                            f"{getattr(passages, 'path', 'the corpus')}; delete it and run again to rebuild it")
         self.passages = passages
 
     @classmethod
     def from_files(cls, files: RetrievalFiles, options: QuestionEncoder | None, device: str, question_encoder_dir: str | None = None):
-        from rag.data.corpus import read_passages
+        from rag.data.corpus import PassageStore
 
-        return cls(files.bm25, read_passages(files.passages))
+        return cls(files.bm25, PassageStore(files.passages))
 
     def retrieve(self, questions: list[str], k: int) -> Retrieved:
         """Passage rows [B, k] and BM25 scores [B, k], best first."""

@@ -1,7 +1,9 @@
 """Dense retrieval (DPR): a question encoder, a FAISS index and the fixed passage embeddings.
 
 The index finds the top K passages; their doc scores d(z).q(x) are recomputed from the stored
-embeddings so that gradients reach the question encoder (the document side stays fixed)."""
+embeddings so that gradients reach the question encoder (the document side stays fixed). The
+passages and the embeddings are read in place (:class:`rag.data.corpus.PassageStore`, the rows of
+the ``.npy`` shards that a search returns): the index is the one large thing the retriever holds."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from rag.sections import QuestionEncoder
 
 
 class DenseRetriever(Retriever):
-    def __init__(self, passages, question_encoder, doc_emb: np.ndarray, index, score_scale: float = 1.0):
+    def __init__(self, passages, question_encoder, doc_emb, index, score_scale: float = 1.0):
+        """``doc_emb``: the passage embeddings, an [n, d] array or the shards read in place
+        (:class:`rag.retrieval.index.EmbeddingShards`)."""
         super().__init__()
         self.passages = passages
         self.question_encoder = question_encoder
@@ -24,18 +28,19 @@ class DenseRetriever(Retriever):
 
     @classmethod
     def from_files(cls, files: RetrievalFiles, options: QuestionEncoder, device: str, question_encoder_dir: str | None = None):
-        from rag.data.corpus import read_passages
+        from rag.data.corpus import PassageStore
         from rag.errors import DataError
         from rag.retrieval.encoders import Encoder
-        from rag.retrieval.index import load_embeddings, load_index
+        from rag.retrieval.index import EmbeddingShards, load_index
 
-        passages = read_passages(files.passages)
-        emb = load_embeddings(files.embeddings)
-        if len(emb) != len(passages):
-            raise DataError(f"{files.embeddings[0]}: {len(emb)} embeddings for {len(passages)} passages in {files.passages}")
+        passages = PassageStore(files.passages)
+        emb = EmbeddingShards(files.embeddings)
+        if emb.n != len(passages):
+            raise DataError(f"{files.embeddings[0]}: {emb.n} embeddings for {len(passages)} passages in {files.passages}")
+        index = load_index(files.index, rows=emb.n, dim=emb.d, of=f"the {emb.n} passages of {files.passages}")
         qenc = Encoder.load(question_encoder_dir or options.question_encoder, options.pooling, options.normalize,
                             options.max_length)
-        return cls(passages, qenc.to(device), emb, load_index(files.index), options.score_scale)
+        return cls(passages, qenc.to(device), emb, index, options.score_scale)
 
     def nested_top_k(self, k: int) -> bool:
         """Exact and IVF search rank one candidate set whatever K; HNSW's grows with K once K
@@ -48,7 +53,8 @@ class DenseRetriever(Retriever):
         _, ids = self.index.search(np.ascontiguousarray(q.detach().cpu().numpy()), k)
         if (ids < 0).any():
             raise RuntimeError(f"the index returned fewer than K={k} passages; lower K or enlarge the corpus")
-        d = torch.from_numpy(self.doc_emb[ids]).to(q.device, torch.float32)  # [B, K, d], fixed
+        rows = self.doc_emb.rows(ids.ravel()) if hasattr(self.doc_emb, "rows") else self.doc_emb[ids.ravel()]
+        d = torch.from_numpy(rows.reshape(*ids.shape, -1)).to(q.device, torch.float32)  # [B, K, d], fixed
         with P.full_precision(q.device.type):  # doc scores in fp32 whatever the precision
             scores = torch.bmm(q.unsqueeze(1), d.transpose(1, 2)).squeeze(1) * self.score_scale
         return Retrieved(ids, scores)

@@ -257,13 +257,25 @@ def save_index(index, path: str | Path) -> None:
         faiss.write_index(index, str(tmp))
 
 
-def load_index(path: str | Path):
+def load_index(path: str | Path, rows: int | None = None, dim: int | None = None, of: str = ""):
+    """The FAISS index of ``path``, checked against what it indexes: ``rows`` vectors of ``dim``
+    (when given; ``of`` names them in the error). A truncated or foreign file, or an index built over
+    other embeddings, stops here in one line, before any training or decoding."""
     import faiss
 
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: index file not found")
-    return faiss.read_index(str(path))
+    try:
+        index = faiss.read_index(str(path))
+    except RuntimeError as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{path}: unreadable FAISS index ({reason[:200]}); delete it and run again to rebuild it") from None
+    if (rows is not None and index.ntotal != rows) or (dim is not None and index.d != dim):
+        raise DataError(f"{path}: the index holds {index.ntotal:,} vectors of dimension {index.d}, not the "
+                        f"{rows if rows is not None else index.ntotal:,} of dimension {dim if dim is not None else index.d} "
+                        f"{of or 'expected'}; it was built over other embeddings: delete it and run again to rebuild it")
+    return index
 
 
 def load_embeddings(paths: list[str | Path]) -> np.ndarray:

@@ -107,11 +107,11 @@ def oracle_eval(cfg: TrainSection, variant: str, model_dir: str, passages_path: 
     """The trained model's answers with the gold passage as its only document (K = 1): reader
     quality apart from retrieval. Per example and per attribute."""
     from rag import metrics as M
-    from rag.data.corpus import read_passages
+    from rag.data.corpus import PassageStore
     from rag.retrieval.gold import GoldRetriever
 
     ev = cfg.decoding()
-    system = load_trained(cfg, variant, model_dir, device, retriever=GoldRetriever(read_passages(passages_path), rows))
+    system = load_trained(cfg, variant, model_dir, device, retriever=GoldRetriever(PassageStore(passages_path), rows))
     primary = TASKS[cfg.task_name].primary
     preds = sorted(predict(ev, system, variant, rows, k=1), key=lambda x: x["id"])
     by_id = {r["id"]: r for r in rows}

@@ -20,12 +20,12 @@ def encode_shard(cfg: EncodeSection, device: str, passages: str | Path, shard: i
     import numpy as np
     import torch
 
-    from rag.data.corpus import read_passages
+    from rag.data.corpus import PassageStore
     from rag.io import atomic_path
     from rag.retrieval.encoders import Encoder, encode_passages, shard_range
 
     r = cfg.retriever
-    p = read_passages(passages)
+    p = PassageStore(passages)  # the shard's rows only, read in place
     lo, hi = shard_range(len(p), shard, num_shards)
     enc = Encoder.load(r.context_encoder, r.pooling, r.normalize, r.max_length)
     # precision on GPUs: the context encoder's weights in fp16/bf16 (inference only, no autocast needed); CPU: fp32

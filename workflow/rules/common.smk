@@ -123,6 +123,12 @@ def corpus_passages(corpus):
     return f"{R}/corpus/{corpus}/passages.tsv"
 
 
+def passage_rows(corpus):
+    """The row table beside passages.tsv (rag.data.corpus.rows_path): written with it, read with it
+    by every job that reads passages in place."""
+    return f"{corpus_passages(corpus)}.rows.npy"
+
+
 def shard_files(corpus):
     return expand(f"{R}/index/{corpus}/{ENCODER}/emb-{{shard}}.npy", shard=SHARDS)
 
@@ -146,7 +152,8 @@ def retrieval_inputs(wildcards):
     name = variant_spec(wildcards.variant).retriever
     if name is None:
         return {}
-    return {role: retrieval_file(role, NAME) for role in RETRIEVERS[name].files}
+    files = {role: retrieval_file(role, NAME) for role in RETRIEVERS[name].files}
+    return files | ({"passage_rows": passage_rows(NAME)} if "passages" in files else {})
 
 
 def retrieval_args(wildcards, input):

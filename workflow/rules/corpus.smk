@@ -9,6 +9,7 @@ if CFG["corpus"]["source"] == "miniworld":
             cfg=section("corpus"),
         output:
             passages=f"{R}/corpus/{{corpus}}/passages.tsv",
+            rows=f"{R}/corpus/{{corpus}}/passages.tsv.rows.npy",
             restatements=f"{R}/corpus/{{corpus}}/restatements.jsonl",
         params:
             snapshot=lambda w: "b" if w.corpus == f"{NAME}_b" else "a",
@@ -28,7 +29,8 @@ else:
             cfg=section("corpus"),
             source=CORPUS_SOURCE,
         output:
-            corpus_passages(NAME),
+            passages=corpus_passages(NAME),
+            rows=passage_rows(NAME),
         resources:
             runtime=res("corpus_convert", "runtime", 180),
             mem_mb=res("corpus_convert", "mem_mb", 8000),
@@ -39,4 +41,4 @@ else:
         conda:
             CONDA
         shell:
-            "rag --record {params.record:q} corpus --config {input.cfg:q} --input {input.source:q} --out {output:q} 2> {log:q}"
+            "rag --record {params.record:q} corpus --config {input.cfg:q} --input {input.source:q} --out {output.passages:q} 2> {log:q}"

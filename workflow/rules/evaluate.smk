@@ -62,6 +62,7 @@ rule oracle:
         cfg=task_sections,
         model=f"{RUN}/model",
         passages=corpus_passages(NAME),
+        passage_rows=passage_rows(NAME),
         test=f"{R}/data/{{task}}/test.jsonl",
     output:
         f"{R}/experiments/oracle/{{task}}/{{variant}}/seed{{seed}}.json",
@@ -84,9 +85,11 @@ rule hotswap:
         model=f"{R}/runs/{HOTSWAP_TASK}/{{variant}}/seed{{seed}}/model",
         questions=f"{R}/data/hotswap/questions.jsonl",
         passages_a=corpus_passages(NAME),
+        rows_a=passage_rows(NAME),
         emb_a=shard_files(NAME),
         index_a=index_file(NAME),
         passages_b=corpus_passages(f"{NAME}_b"),
+        rows_b=passage_rows(f"{NAME}_b"),
         emb_b=shard_files(f"{NAME}_b"),
         index_b=index_file(f"{NAME}_b"),
     output:

@@ -5,6 +5,7 @@ rule encode_shard:
     input:
         cfg=section("encode"),
         passages=f"{R}/corpus/{{corpus}}/passages.tsv",
+        rows=f"{R}/corpus/{{corpus}}/passages.tsv.rows.npy",
     output:
         f"{R}/index/{{corpus}}/{ENCODER}/emb-{{shard}}.npy",
     params:
