@@ -81,6 +81,16 @@ def test_config_error_stops_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.parametrize("configfile", ["config.yaml", "tests/data/reliability.yaml", "examples/byo/config.yaml"])
+def test_snakemake_lint_is_clean(tmp_path, configfile):
+    """`snakemake --lint` finds nothing, under configs that between them define every conditional rule
+    (check: bands; evaluate: evaluate_in_train_job false; corpus_convert: a local corpus)."""
+    (tmp_path / "examples").symlink_to(ROOT / "examples")  # examples/byo's files, relative to the work dir
+    res = smk(tmp_path, "--lint", configfile=ROOT / configfile, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0 and "Lints for" not in out, out[-3000:]
+
+
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory):
     work = tmp_path_factory.mktemp("e2e")

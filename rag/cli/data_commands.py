@@ -66,7 +66,7 @@ def register(sub) -> None:
         p.set_defaults(func=func)
         return p
 
-    p = add("corpus", cmd_corpus, "generate (miniworld) or convert a corpus into 100-word passages.tsv")
+    p = add("corpus", cmd_corpus, "generate (miniworld) or convert a corpus into passages.tsv (corpus.passage_words words)")
     p.add_argument("--config", required=True, nargs="+")
     p.add_argument("--snapshot", default="a", choices=["a", "b"])
     p.add_argument("--input", help="downloaded/local corpus file (non-miniworld sources)")

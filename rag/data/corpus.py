@@ -1,4 +1,5 @@
-"""Passages: word chunks of articles, stored as ``passages.tsv`` (id, title, text).
+"""Passages: chunks of ``corpus.passage_words`` words of articles (DPR/RAG: 100; the miniworld default: 60),
+stored as ``passages.tsv`` (id, title, text).
 
 The one chunker (:func:`chunk_documents`), writer (:func:`write_passages`) and readers of that file:
 a header line ``id<TAB>title<TAB>text``, then one passage per line, fields never quoted (the writer

@@ -94,7 +94,7 @@ class Restatements:
     names of every entity of that kind, held-out ones included: the reader then copies names it
     never saw as a training fact's value, as a held-out entity's leader is (measured on the
     default's hot-swap: with training leaders' names only, RAG-Sequence wrote the first word of
-    an unseen leader's name and stopped; benchmarks/README.md)."""
+    an unseen leader's name and stopped; docs/models.md)."""
 
     def __init__(self, records: list[dict], passage_ids: list[str], pools: dict[str, list[str]] | None = None):
         row = {pid: i for i, pid in enumerate(passage_ids)}

@@ -14,13 +14,12 @@ from __future__ import annotations
 import torch
 
 # cost of one more generator call, in padded tokens: a chunk costs rows x width + this
-DEFAULT_CHUNK_OVERHEAD = 512  # measured best for the default generator on CPU (benchmarks/README.md)
+DEFAULT_CHUNK_OVERHEAD = 512  # measured best for the default generator on CPU (benchmarks/README.md, training step)
 # an overhead no padding saving can pay for: always one generator call
 ONE_CHUNK = 10**9
-# per device type (config key generator.chunk_overhead: null). CPU: measured (above). CUDA: one chunk.
-# On one H100 (bart-large size, bf16 autocast, B=8, K=10, sources of 100-300 tokens) the CPU value cut
-# the batch into 4 chunks and halved throughput, while one chunk ran at parity with transformers:
-# that is the only GPU measurement so far, so GPUs run one chunk until one says otherwise.
+# per device type (config key generator.chunk_overhead: null). CPU: measured (above). CUDA: one chunk:
+# on one H100 (bart-large size, bf16 autocast, B=8, K=10, sources of 100-300 tokens) the CPU value cuts
+# the batch into 4 chunks at half the throughput of one chunk (docs/precision.md).
 DEVICE_CHUNK_OVERHEAD = {"cpu": DEFAULT_CHUNK_OVERHEAD, "cuda": ONE_CHUNK}
 
 

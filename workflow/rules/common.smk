@@ -222,7 +222,7 @@ def run_files(kind):
 
 def experiment_files(kind, task, variants):
     """An experiment's result file per variant and seed: experiments/<kind>[/<task>]/<variant>/seed<seed>.json."""
-    where = f"{R}/experiments/{kind}" + (f"/{task}" if kind != "hotswap" else "")
+    where = f"{R}/experiments/{kind}" if kind == "hotswap" else f"{R}/experiments/{kind}/{task}"
     return [f"{where}/{v}/seed{s}.json" for v in variants for s in SEEDS[(task, v)]]
 
 

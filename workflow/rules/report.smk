@@ -42,9 +42,11 @@ if CFG["bands"]:  # config key bands: null leaves the experiment without a check
             f"{R}/check.txt",
         params:
             seed=CFG["seed"],
+        log:
+            f"{R}/logs/check.log",
         localrule: True
         conda:
             CONDA
         shell:
             "rag check --bands {input.bands:q} --metrics {input.metrics:q} --predictions {input.predictions:q} "
-            "--seed {params.seed:q} --out {output:q}"
+            "--seed {params.seed:q} --out {output:q} 2>&1 | tee {log:q}"
