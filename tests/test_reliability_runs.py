@@ -408,3 +408,47 @@ def test_k_beyond_a_local_corpus_stops_a_dry_run(tmp_path):
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert proc.returncode != 0 and "Traceback" not in proc.stdout + proc.stderr
     assert errors == ["error: config key 'train.k': K=6 exceeds the 4 passages of corpus.path examples/byo/documents.jsonl"]
+
+
+# ------------------------------------------------------------------------------------ an index that is not of these passages
+def _mismatched_indexes(upstream, folder: Path) -> dict[str, tuple[Path, str]]:
+    """Index files that do not index the 4 passages: (file, what the error says of it)."""
+    import faiss
+    import numpy as np
+
+    emb = np.load(upstream.emb)
+    out = {}
+    short = faiss.IndexFlatIP(emb.shape[1])
+    short.add(emb[:2])
+    out["two of four"] = (folder / "short.faiss", "holds 2 vectors of dimension 384, not the 4 of dimension 384")
+    faiss.write_index(short, str(out["two of four"][0]))
+    narrow = faiss.IndexFlatIP(8)
+    narrow.add(np.ascontiguousarray(emb[:, :8]))
+    out["wrong dimension"] = (folder / "narrow.faiss", "holds 4 vectors of dimension 8, not the 4 of dimension 384")
+    faiss.write_index(narrow, str(out["wrong dimension"][0]))
+    whole = upstream.index.read_bytes()
+    out["truncated"] = (folder / "truncated.faiss", "unreadable FAISS index")
+    out["truncated"][0].write_bytes(whole[: len(whole) // 2])
+    out["garbage"] = (folder / "garbage.faiss", "unreadable FAISS index")
+    out["garbage"][0].write_bytes(b"not an index at all" * 10)
+    return out
+
+
+@pytest.mark.parametrize("case", ["two of four", "wrong dimension", "truncated", "garbage"])
+def test_an_index_that_does_not_index_the_passages_stops_the_job_naming_it(upstream, tmp_path, capsys, case):
+    """An index of 2 vectors for 4 passages gave exit 0 and answer recall@2 of 33.3; a truncated,
+    garbage or wrong-dimension one a faiss traceback. The job now stops in one line naming the
+    file, before it trains, decodes or opens an MLflow run."""
+    from rag.cli import main
+
+    index, says = _mismatched_indexes(upstream, tmp_path)[case]
+    run = tmp_path / "run"
+    argv = upstream.train_argv(upstream.sections, run)
+    argv[argv.index("--index") + 1] = str(index)
+    before = len(_runs(upstream.uri))
+    assert main(argv) == 2
+    err = _error(capsys)
+    assert err.startswith(f"error: {index}: ") and says in err and "run again to rebuild it" in err, err
+    written = [p.relative_to(run) for p in run.rglob("*") if p.is_file() and p.name != "run.lock"]
+    assert written == [], f"the refused job wrote {written}"
+    assert len(_runs(upstream.uri)) == before
