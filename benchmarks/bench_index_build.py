@@ -54,8 +54,9 @@ def write_shards(folder: Path, n: int, shards: int, clusters: int) -> list[Path]
     return paths
 
 
-def measure(cmd: list[str], env: dict, record: Path | None, cwd: Path = ROOT) -> dict:
-    """Run ``cmd`` under /usr/bin/time -v (when present): wall seconds, peak RSS bytes, exit status."""
+def measure(cmd: list[str], env: dict, record: Path | None, cwd: Path = ROOT, stdout: bool = False) -> dict:
+    """Run ``cmd`` under /usr/bin/time -v (when present): wall seconds, peak RSS bytes (and with
+    ``stdout``, the last line the command printed)."""
     timer = shutil.which("time") or ("/usr/bin/time" if Path("/usr/bin/time").exists() else None)
     full = ([timer, "-v"] if timer else []) + cmd
     t = time.perf_counter()
@@ -65,6 +66,8 @@ def measure(cmd: list[str], env: dict, record: Path | None, cwd: Path = ROOT) ->
         raise RuntimeError(f"{' '.join(cmd[:6])} ... failed ({res.returncode}): {res.stderr[-2000:]}")
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", res.stderr)
     out = {"wall_s": wall, "peak_rss_time_v": int(m.group(1)) * 1024 if m else None}
+    if stdout:
+        out["stdout_last_line"] = (res.stdout.strip().splitlines() or [""])[-1]
     if record is not None and record.is_file():
         rec = json.loads(record.read_text())
         out.update(peak_rss_record=rec["peak_rss_mb"] * 2**20, cpu_s=rec["cpu_s"])

@@ -7,12 +7,12 @@
     python -m benchmarks.run --paper-size --quick --out /tmp/bench_paper               # CPU smoke of that section
     python -m benchmarks.run --only sweep --sweep-baseline HEAD~1 --out results/benchmarks  # after the default DAG
 
-Sections: encoding, index, index_build, train, decode, dag, scaling, startup; sweep (the default run's NQ RAG-Sequence
+Sections: encoding, index, index_build, retrieval_job, train, decode, dag, scaling, startup; sweep (the default run's NQ RAG-Sequence
 K sweep jobs again, against --sweep-baseline REV's; only with --only sweep); and paper (bart-large-sized generator,
 bert-base-sized DPR encoders, random weights; only with --paper-size or --only paper). Each writes
 its own JSON; summary.md is rebuilt from every <section>.json present in --out, so sections can be
 run one at a time. --device cuda runs encoding, train, decode and paper on the GPU; index,
-index_build, dag, scaling, startup and sweep are CPU measurements and refuse it.
+index_build, retrieval_job, dag, scaling, startup and sweep are CPU measurements and refuse it.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ import traceback
 import warnings
 from pathlib import Path
 
-SECTIONS = ["encoding", "index", "index_build", "train", "decode", "dag", "scaling", "startup", "sweep", "paper"]
-DEFAULT_SECTIONS = ["encoding", "index", "index_build", "train", "decode", "dag", "scaling", "startup"]  # paper: --paper-size
+SECTIONS = ["encoding", "index", "index_build", "retrieval_job", "train", "decode", "dag", "scaling", "startup", "sweep",
+            "paper"]
+DEFAULT_SECTIONS = ["encoding", "index", "index_build", "retrieval_job", "train", "decode", "dag", "scaling", "startup"]  # paper: --paper-size
 DEVICE_SECTIONS = {"encoding", "train", "decode", "paper"}  # the sections that honour --device
 
 
@@ -72,6 +73,11 @@ def parse(argv=None):
                    help="index_build: skip the flat file's comparison with a one-shot build (which needs 2x the embeddings in RAM)")
     p.add_argument("--index-build-baseline", default=None, metavar="REV",
                    help="index_build: also run git revision REV's rag index (flat) on the same shards")
+    p.add_argument("--retrieval-job-n", type=int, default=2_000_000,
+                   help="retrieval_job: synthetic passages (100 words; 384-d float32 embeddings, a flat index)")
+    p.add_argument("--retrieval-job-shards", type=int, default=4, help="retrieval_job: embedding shards")
+    p.add_argument("--retrieval-job-dir", default=None, help="retrieval_job: where its files are written (default: a "
+                   "temporary folder; about n x 2.3 KB), removed afterwards")
     p.add_argument("--k", type=int, default=3, help="retrieved documents (config.yaml train.k)")
     p.add_argument("--train-batch", type=int, default=16, help="config.yaml train.batch_size")
     p.add_argument("--train-steps", type=int, default=10)

@@ -1,0 +1,184 @@
+"""retrieval_job: what a job that retrieves (train, evaluate, the K sweep) holds, and how soon it steps.
+
+Writes ``--retrieval-job-n`` synthetic passages of 100 words (with the row table `rag corpus` writes
+beside them), their embeddings as 384-d float32 ``.npy`` shards (``--retrieval-job-shards``, what
+`rag encode` jobs write) and a flat index over them. Then, each in a process of its own under
+``/usr/bin/time -v``, it does what a fine-tune does before its first step: build the dense retriever,
+retrieve a batch of questions (the project's MiniLM question encoder), read the retrieved passages'
+titles and texts and their doc scores. Three ways:
+
+- ``in place``: this tree's ``DenseRetriever.from_files`` (the passages and the embeddings read in
+  place, the index in memory);
+- ``everything loaded`` (the reference): every passage parsed into lists (``read_passages``) and every
+  embedding in one array (``EmbeddingShards.load``), as a job held them before;
+- ``in place, index mapped``: as ``in place``, the index read with ``faiss.IO_FLAG_MMAP`` (what mapping
+  it from disk costs and saves).
+
+Reported: each process' peak RSS against the index's bytes, the time from the process' start to its
+first step's inputs and the part of it spent on the retrieval files, and the search time of the
+first and the later batches.
+
+    python -m benchmarks.run --only retrieval_job --out results/benchmarks
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import ROOT
+
+D = 384
+BATCH = 8  # questions a step retrieves for
+K = 10
+HEADROOM = 1.5e9  # the issue's bar: peak RSS <= the index's bytes + 1.5 GB
+MODES = ("everything loaded", "in place", "in place, index mapped")
+
+
+def write_corpus(folder: Path, n: int, shards: int) -> tuple[Path, list[Path], Path]:
+    """passages.tsv (+ row table), the embedding shards and a flat index over them."""
+    from benchmarks.bench_index_build import write_shards
+    from rag.data.corpus import write_passages
+    from rag.retrieval.index import EmbeddingShards, build_index_from_shards, save_index
+
+    rng = np.random.default_rng(0)
+    vocab = [f"w{i}" for i in range(20_000)]
+    pool = [" ".join(vocab[j] for j in rng.integers(0, len(vocab), 100)) for _ in range(5_000)]
+    passages = folder / "passages.tsv"
+    write_passages(passages, ((str(i + 1), f"Article {i // 3}", pool[i % len(pool)]) for i in range(n)))
+    paths = write_shards(folder, n, shards, clusters=1000)
+    index = build_index_from_shards(EmbeddingShards(paths), "flat")
+    save_index(index, folder / "flat.faiss")
+    del index
+    return passages, paths, folder / "flat.faiss"
+
+
+def _options():
+    from rag.config import load_config, sections
+    from rag.sections import TrainSection
+
+    cfg = load_config(ROOT / "config.yaml", check_files=False)
+    return TrainSection.from_dict(sections(cfg)["train_nq"], "train_nq.json").retriever
+
+
+def probe(argv: list[str]) -> None:
+    """One job's start, in this process: prints a JSON line of its timings."""
+    start = time.perf_counter()
+    p = argparse.ArgumentParser()
+    p.add_argument("--mode", choices=MODES, required=True)
+    p.add_argument("--passages", required=True)
+    p.add_argument("--embeddings", nargs="+", required=True)
+    p.add_argument("--index", required=True)
+    p.add_argument("--batches", type=int, default=5)
+    a = p.parse_args(argv)
+    import faiss
+    import torch
+
+    from rag.retrieval import RetrievalFiles
+    from rag.retrieval.dense import DenseRetriever
+
+    torch.set_num_threads(int(os.environ.get("RAG_THREADS", "1")))
+    options = _options()
+    imported = time.perf_counter()
+    files = RetrievalFiles(passages=a.passages, embeddings=a.embeddings, index=a.index)
+    if a.mode == "everything loaded":
+        from rag.data.corpus import read_passages
+        from rag.retrieval.encoders import Encoder
+        from rag.retrieval.index import EmbeddingShards, load_index
+
+        passages = read_passages(a.passages)
+        emb = EmbeddingShards(a.embeddings).load()
+        index = load_index(a.index)
+        qenc = Encoder.load(options.question_encoder, options.pooling, options.normalize, options.max_length)
+        retriever = DenseRetriever(passages, qenc, emb, index, options.score_scale)
+    else:
+        if a.mode == "in place, index mapped":
+            read = faiss.read_index
+            faiss.read_index = lambda path, flags=0: read(path, flags | faiss.IO_FLAG_MMAP)
+        retriever = DenseRetriever.from_files(files, options, "cpu")
+    built = time.perf_counter()
+    searches = []
+    for b in range(a.batches):
+        questions = [f"who leads the country of article {b * BATCH + i}?" for i in range(BATCH)]
+        t = time.perf_counter()
+        got = retriever.retrieve(questions, K)
+        texts = [(retriever.passages.titles[j], retriever.passages.texts[j]) for j in got.ids.ravel().tolist()]
+        got.scores.sum().backward() if got.scores.requires_grad else None
+        searches.append(time.perf_counter() - t)
+        assert len(texts) == BATCH * K
+        if b == 0:
+            first = time.perf_counter()
+    print(json.dumps({"mode": a.mode, "imports_s": imported - start, "retriever_s": built - imported,
+                      "first_step_inputs_s": first - start, "retrieval_files_s": first - imported,
+                      "first_search_s": searches[0], "later_search_s": float(np.median(searches[1:])) if len(searches) > 1 else None}))
+
+
+def run(args) -> dict:
+    from benchmarks.bench_index_build import measure
+
+    n = 20_000 if args.quick else args.retrieval_job_n
+    shards = args.retrieval_job_shards
+    base_dir = args.retrieval_job_dir or None
+    if base_dir:
+        Path(base_dir).mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="rag-retrieval-job-", dir=base_dir))
+    env = {**os.environ, "RAG_THREADS": str(args.threads), "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    rows = []
+    try:
+        t = time.perf_counter()
+        passages, paths, index = write_corpus(work, n, shards)
+        written = time.perf_counter() - t
+        from rag.retrieval.index import index_bytes
+
+        ix = index_bytes("flat", n, D)["memory"]
+        sizes = {"passages_file_bytes": passages.stat().st_size, "embedding_bytes": n * D * 4, "index_bytes": ix,
+                 "index_file_bytes": index.stat().st_size}
+        for mode in MODES:
+            cmd = [sys.executable, "-m", "benchmarks.bench_retrieval_job", "--mode", mode, "--passages", str(passages),
+                   "--embeddings", *map(str, paths), "--index", str(index)]
+            m = measure(cmd, env, None, stdout=True)
+            timings = json.loads(m.pop("stdout_last_line"))
+            rows.append({"mode": mode, "n": n, **sizes, **m, **timings})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    ref = next(r for r in rows if r["mode"] == "everything loaded")
+    table = [[r["mode"], f"{n:,} x {D}", r["peak_rss_time_v"] / 1e9, (r["peak_rss_time_v"] - r["index_bytes"]) / 1e9,
+              r["first_step_inputs_s"], r["retrieval_files_s"], r["first_search_s"], r["later_search_s"]] for r in rows]
+    summary = []
+    for r in rows:
+        if r["mode"] == "everything loaded":
+            continue
+        summary.append({"section": "retrieval_job", "metric": f"peak RSS of a retrieving job ({r['mode']}), GB, "
+                        f"{n:,} passages x {D}", "value": r["peak_rss_time_v"] / 1e9,
+                        "baseline": ref["peak_rss_time_v"] / 1e9, "ratio": r["peak_rss_time_v"] / ref["peak_rss_time_v"],
+                        "target": f"<= index + 1.5 GB = {(r['index_bytes'] + HEADROOM) / 1e9:.2f}",
+                        "met": r["peak_rss_time_v"] <= r["index_bytes"] + HEADROOM})
+        for key, what in (("first_step_inputs_s", "process start to the first step's inputs"),
+                          ("retrieval_files_s", "of which the retrieval files and the first search")):
+            summary.append({"section": "retrieval_job", "metric": f"{what} ({r['mode']}), s", "value": r[key],
+                            "baseline": ref[key], "ratio": r[key] / ref[key], "target": "ratio <= 0.2",
+                            "met": r[key] <= 0.2 * ref[key]})
+    return {"rows": rows, "written_s": written, "summary": summary,
+            "tables": [{"title": f"A retrieving job's start on {n:,} passages x {D} (flat index {rows[0]['index_bytes'] / 1e9:.2f} GB "
+                                 f"in memory), each mode in a process of its own",
+                        "headers": ["mode", "passages", "peak RSS GB", "peak RSS - index GB", "to first step s",
+                                    "retrieval files + first search s", "first search s", "later search s (median)"],
+                        "rows": table}],
+            "notes": [f"Passages of 100 words ({rows[0]['passages_file_bytes'] / 1e9:.2f} GB of passages.tsv), "
+                      f"embeddings {rows[0]['embedding_bytes'] / 1e9:.2f} GB in {shards} shards. Peak RSS: /usr/bin/time -v. "
+                      "A step's inputs: the retriever built, a batch of 8 questions encoded and searched at K=10, the "
+                      "80 passages' titles and texts read and the doc scores' backward run. 'To first step' counts "
+                      "from the process' start (imports of torch, transformers and faiss included: the same in every mode)."]}
+
+
+if __name__ == "__main__":
+    probe(sys.argv[1:])
