@@ -217,7 +217,7 @@ def snakemake_dag(configfile: Path, profile: Path | None, snakefile: Path, cfg: 
                 workflow = workflow_api._workflow  # the API gives no DAG object: printdag's own steps, without the print
                 workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True, nolock=True)
                 workflow._build_dag()
-                jobs = sorted(workflow.dag.jobs, key=lambda job: job.rule.name)
+                jobs = [job for level in workflow.dag.toposorted() for job in sorted(level, key=str)]  # as its Job stats
                 requested = [{key: job.resources.get(key) for key in RESOURCE_KEYS} for job in jobs]
         except WorkflowError as exc:  # a request Snakemake cannot read stops the plan as it stops a run
             raise ConfigError(f"snakemake: {' '.join(str(exc).split())}") from None
