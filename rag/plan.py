@@ -347,8 +347,8 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
                       "below_need": _below_need(need, jobs["requests"], notes), "notes": notes})
     return {"config": config_path, "experiment": cfg["name"], "device": device, "precision": cfg["precision"],
             "threads": cfg["threads"], "profile": str(profile_path) if profile_path else None, "sizes": sizes,
-            "inputs_not_here": missing, "indexes": indexes, "throughputs": list(THROUGHPUTS), "records": str(results / "resources") if records else None,
-            "rules": plans, "compute": compute(plans, device, cores)}
+            "inputs_not_here": missing, "indexes": indexes, "throughputs": list(THROUGHPUTS),
+            "records": str(results / "resources") if records else None, "rules": plans, "compute": compute(plans, device, cores)}
 
 
 def retrieval_memory(rule: str, sizes: dict, index: dict) -> tuple[float, str]:
