@@ -192,7 +192,7 @@ def snakemake_dag(configfile: Path, profile: Path | None, snakefile: Path, cfg: 
     try:
         with contextlib.redirect_stderr(said):
             _, args = parse_args(["--snakefile", str(snakefile.resolve()), "--configfile", str(configfile.resolve()),
-                                  "--dry-run", "--profile", str(profile.resolve()) if profile else "none"])
+                                  "--dry-run", "--profile", str(profile or "none")])
     except SystemExit:
         raise ConfigError(f"{profile}: profile not found or not valid (--profile: a profile folder or its config file): "
                           f"{(said.getvalue().strip().splitlines() or [''])[-1]}") from None
