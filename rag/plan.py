@@ -1,26 +1,25 @@
 """``rag plan``: what a configuration's jobs will need, before any of them runs.
 
-For a config (``config.yaml`` by default, ``config/paper.yaml``, any), by arithmetic only (no torch,
-no FAISS): the passages and their embeddings' bytes, the index's memory and disk for the flat,
-HNSW (its M) and IVF-PQ (its code size) types (:func:`rag.retrieval.index.index_bytes`, checked
-against built indexes in the tests), encoding and training time from throughputs measured on a
-named device (none is assumed for a device nobody measured: "not measured"), and per rule the
-``mem_mb`` / ``runtime`` / ``gpu`` each SLURM job requests, resolved as Snakemake resolves them
-(profile ``set-resources``, then the rule's ``resources:`` from the config's ``resources``, then the
-profile's ``default-resources``), against that need: a request below it is flagged.
+The jobs are Snakemake's: the DAG it plans for the config (:func:`snakemake_dag`, through its API),
+each rule's jobs with the ``mem_mb`` / ``runtime`` / ``gpu`` they request under a profile, as
+``snakemake --dry-run --profile <it>`` resolves them. The plan adds what Snakemake cannot know, by
+arithmetic only (no torch, no FAISS): the passages and their embeddings' bytes, the index's memory
+and disk for the flat, HNSW (its M) and IVF-PQ (its code size) types
+(:func:`rag.retrieval.index.index_bytes`, checked against built indexes in the tests), encoding and
+training time from throughputs measured on a named device (none is assumed for a device nobody
+measured: "not measured"), and flags a request below that need.
 
 When ``results/<name>/resources/`` holds the resource records of an earlier run of the same
-experiment (``rag --record``, rag.resources), a rule's need is what its jobs measured there, and the
-plan adds up the DAG's CPU time from them: over the cores, the wall time no schedule can beat.
+experiment (rag.resources), a rule's need is what its jobs measured there, and the plan adds up
+the DAG's CPU time from them: over the cores, the wall time no schedule can beat.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -169,100 +168,87 @@ def passages_memory(p: dict) -> tuple[int | None, str]:
                                "no passages file to measure)")
 
 
-# ------------------------------------------------------------------------------------ requests
-def declared_resources(workflow: Path) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """Every rule of the workflow, and the resources each declares through common.smk's
-    ``res(rule, key, default)`` (key -> the rule's own default)."""
-    rules: list[str] = []
-    declared: dict[str, dict[str, Any]] = {}
-    for smk in sorted((workflow / "rules").glob("*.smk")):
-        text = smk.read_text()
-        rules += re.findall(r"^\s*rule (\w+):", text, re.M)
-        for rule, key, default in re.findall(r'\bres\("(\w+)", "(\w+)", (\d+)\)', text):
-            declared.setdefault(rule, {})[key] = int(default)
-    return rules, declared
+# ------------------------------------------------------------------------------------ the DAG
+def snakemake_dag(configfile: Path, profile: Path | None, snakefile: Path, cfg: dict) -> tuple[dict[str, dict], list[str]]:
+    """Each rule of the DAG Snakemake plans for a run of the config from empty (through its API, in
+    an empty folder holding the config's relative local inputs: one not here yet is an empty file
+    there, its key returned second), with ``profile`` read as ``snakemake --profile`` reads it: its
+    jobs, their kinds (a job run once a seed: its wildcards but the seed), the ``mem_mb`` /
+    ``runtime`` / ``gpu`` they request and from where, and the keys of the config's
+    ``resources.<rule>`` the rule does not read."""
+    import contextlib
+    import io
+    import logging
+    import tempfile
 
+    from snakemake.api import SnakemakeApi
+    from snakemake.cli import parse_args
+    from snakemake.exceptions import WorkflowError
+    from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
 
-def read_profile(path: Path | None) -> dict:
-    """A Snakemake profile's default-resources and set-resources (a folder: its config.v9+.yaml or config.yaml)."""
-    import yaml
+    from rag.config import input_files
 
-    if path is None:
-        return {"path": None, "default": {}, "set": {}}
-    if path.is_dir():
-        path = next((p for p in (path / "config.v9+.yaml", path / "config.yaml") if p.is_file()), path / "config.yaml")
-    if not path.is_file():
-        raise ConfigError(f"{path}: profile not found (--profile: a profile folder or its config file)")
-    data = yaml.safe_load(path.read_text()) or {}
-
-    def pairs(value) -> dict:
-        if isinstance(value, dict):
-            return dict(value)
-        out = {}
-        for item in value or []:
-            k, _, v = str(item).partition("=")
-            out[k.strip()] = v.strip()
-        return out
-
-    return {"path": str(path), "default": pairs(data.get("default-resources")),
-            "set": {rule: pairs(v) for rule, v in (data.get("set-resources") or {}).items()}}
-
-
-def _number(v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            return int(v)
-        except ValueError:
-            try:
-                return float(v)
-            except ValueError:
-                return v
-    return v
-
-
-_UNITS_MIN = {"s": 1 / 60, "m": 1, "min": 1, "h": 60, "d": 1440}
-_UNITS_MB = {"b": 1e-6, "kb": 1e-3, "mb": 1, "gb": 1e3, "tb": 1e6, "kib": 1.024e-3, "mib": 1.048576, "gib": 1073.741824,
-             "tib": 1099511.627776}
-
-
-def _with_unit(value: Any, units: dict) -> Any:
-    """Snakemake's human-readable sizes and durations ("8GB", "2h", "1d 6h") as MB / minutes; numbers pass through."""
-    if not isinstance(value, str):
-        return value
-    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]+)", value)
-    if not parts or "".join(a + b for a, b in parts) != re.sub(r"\s", "", value):
-        return value
+    said = io.StringIO()  # the command line's "Using profile ..." and its errors
     try:
-        return sum(float(a) * units[b.lower()] for a, b in parts)
-    except KeyError:
-        return value
-
-
-def request(rule: str, key: str, cfg: dict, declared: dict, profile: dict) -> tuple[Any, str]:
-    """(value, where it comes from) of one resource of one rule's jobs, in Snakemake's order (a
-    ``mem`` with a unit stands for ``mem_mb``; ``runtime`` may carry one: "2h")."""
-    value, source = _request(rule, key, cfg, declared, profile)
-    if value is None and key == "mem_mb":
-        value, source = _request(rule, "mem", cfg, declared, profile)
-        value = _with_unit(value, _UNITS_MB)
-    elif key == "runtime":
-        value = _with_unit(value, _UNITS_MIN)
-    return value, source
-
-
-def _request(rule: str, key: str, cfg: dict, declared: dict, profile: dict) -> tuple[Any, str]:
-    res = cfg.get("resources") or {}
-    if key in profile["set"].get(rule, {}):
-        return _number(profile["set"][rule][key]), "profile set-resources"
-    if key in declared.get(rule, {}):
-        if key in res.get(rule, {}):
-            return res[rule][key], f"config resources.{rule}"
-        if key in res.get("default", {}):
-            return res["default"][key], "config resources.default"
-        return declared[rule][key], "rule default"
-    if key in profile["default"]:
-        return _number(profile["default"][key]), "profile default-resources"
-    return None, "none"
+        with contextlib.redirect_stderr(said):
+            _, args = parse_args(["--snakefile", str(snakefile.resolve()), "--configfile", str(configfile.resolve()),
+                                  "--dry-run", "--profile", str(profile or "none")])
+    except SystemExit:
+        raise ConfigError(f"{profile}: profile not found or not valid (--profile: a profile folder or its config file): "
+                          f"{(said.getvalue().strip().splitlines() or [''])[-1]}") from None
+    settings = ResourceSettings(cores=args.cores or 1, nodes=args.jobs, resources=args.resources,
+                                overwrite_threads=args.set_threads, overwrite_resources=args.set_resources,
+                                default_resources=args.default_resources)
+    missing = []
+    with tempfile.TemporaryDirectory(prefix="rag-plan-") as tmp:
+        for key, value in input_files(cfg):
+            if not Path(value).is_absolute():
+                (Path(tmp) / value).parent.mkdir(parents=True, exist_ok=True)
+                if Path(value).exists():
+                    (Path(tmp) / value).symlink_to(Path(value).resolve())
+                else:
+                    (Path(tmp) / value).touch()
+                    missing.append(key)
+        try:
+            with SnakemakeApi(OutputSettings(dryrun=True, log_level_override=logging.WARNING)) as api:
+                workflow_api = api.workflow(resource_settings=settings, snakefile=args.snakefile, workdir=Path(tmp),
+                                            config_settings=ConfigSettings(configfiles=args.configfile))
+                workflow_api.dag(DAGSettings(forceall=True))
+                workflow = workflow_api._workflow  # the API gives no DAG object: printdag's own steps, without the print
+                workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True, nolock=True)
+                workflow._build_dag()
+                jobs = [job for level in workflow.dag.toposorted() for job in sorted(level, key=str)]  # as its Job stats
+                requested = [{key: job.resources.get(key) for key in RESOURCE_KEYS} for job in jobs]
+        except WorkflowError as exc:  # a request Snakemake cannot read stops the plan as it stops a run
+            raise ConfigError(f"snakemake: {' '.join(str(exc).split())}") from None
+    res, overwritten = cfg.get("resources") or {}, args.set_resources or {}
+    rules: dict[str, dict] = {}
+    for job, req in zip(jobs, requested):
+        info = job.rule.ruleinfo
+        declared = set(info.resources[1]) if info.resources else set()
+        declared |= {"mem_mb"} if "mem" in declared else set()
+        r = rules.setdefault(job.rule.name, {"jobs": 0, "kinds": Counter(), "requested": [], "notes": [],
+                                             "unread": sorted(set(res.get(job.rule.name, {})) - declared), "declared": declared})
+        r["jobs"] += 1
+        if "seed" in job.wildcards.keys():
+            r["kinds"]["-".join(str(v) for k, v in job.wildcards.items() if k != "seed")] += 1
+        r["requested"].append(req)
+    for name, r in rules.items():
+        r["requests"] = {}
+        for key in RESOURCE_KEYS:
+            if key in overwritten.get(name, {}):
+                source = "profile set-resources"
+            elif key in r["declared"]:
+                source = next((f"config resources.{k}" for k in (name, "default") if key in res.get(k, {})), "rule default")
+            else:
+                source = "profile default-resources"
+            values = {req[key] for req in r["requested"]}
+            numbers = [v for v in values if isinstance(v, (int, float))]  # where its jobs differ: the smallest
+            r["requests"][key] = {"value": min(numbers) if numbers else next(iter(values)),
+                                  "from": source if values != {None} else "none"}
+            if len(values) > 1:
+                r["notes"].append(f"{key} differs between its jobs: {', '.join(sorted(map(str, values)))}")
+    return rules, missing
 
 
 # ------------------------------------------------------------------------------------ the plan
@@ -274,18 +260,6 @@ class Need:
     seconds: float | None = None
     seconds_how: str = "not measured"
     gpu: int = 0
-
-
-@dataclass
-class RulePlan:
-    rule: str
-    jobs: int
-    need: Need
-    requests: dict = field(default_factory=dict)
-    flags: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    cpu_s_per_job: float | None = None  # from the rule's resource records (cpu_per_job); None: none recorded
-    cpu_how: str = "not measured"
 
 
 def _match(entry: dict, want: dict) -> bool:
@@ -308,24 +282,17 @@ def throughput(step: str, want: dict) -> dict | None:
     return next((t for t in THROUGHPUTS if t["step"] == step and _match(t, want)), None)
 
 
-def _steps_per_task(cfg: dict) -> dict[str, int]:
-    return {t: spec.get("steps", cfg["train"]["steps"]) for t, spec in cfg["tasks"].items()}
-
-
-def workflow_dir() -> Path:
-    """The workflow whose rules the plan reads: ./workflow (a checkout run from its top), else the
-    one beside this package."""
-    for folder in (Path("workflow"), ROOT / "workflow"):
-        if (folder / "rules").is_dir():
-            return folder
-    raise ConfigError("workflow/rules not found: run rag plan from the project's top folder (where the Snakefile is)")
+def snakefile_here() -> Path:
+    """The Snakefile the plan reads: ./Snakefile (a checkout run from its top), else the one beside this package."""
+    return next((f for f in (Path("Snakefile"), ROOT / "Snakefile") if f.is_file()), ROOT / "Snakefile")
 
 
 def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results: Path, passages: int | None = None,
-              dim: int | None = None, workflow: Path | None = None, cores: int | None = None) -> dict:
-    from rag.config import run_seeds, task_variants
+              dim: int | None = None, snakefile: Path | None = None, cores: int | None = None) -> dict:
+    """The plan of ``cfg`` (read from ``config_path``): its sizes, and per rule of the DAG Snakemake
+    plans for it (``snakefile``; default :func:`snakefile_here`) the need of its jobs against what
+    they request under ``profile_path``, refined by the resource records in ``results``."""
     from rag.retrieval.index import index_bytes, ivf_lists_for, pq_bytes
-    from rag.tasks import ROLES, variant_spec
 
     r, device = cfg["retriever"], cfg["device"]
     p = passages_of(cfg, results, passages)
@@ -351,130 +318,105 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
             if kind == "ivfpq" and pq is None:
                 continue
             indexes[kind] = {**index_bytes(kind, n, d, **kw), "label": label, "configured": kind == r["index"]}
-    index = indexes.get(r["index"])
-    profile = read_profile(profile_path)
-    _, declared = declared_resources(workflow or workflow_dir())
+    dag, missing = snakemake_dag(Path(config_path), profile_path, snakefile or snakefile_here(), cfg)
     records = _records(results)
-
-    # the jobs of this configuration (as workflow/rules/common.smk plans them): one a fine-tune seed
-    tasks = sorted(cfg["tasks"])
-    variants = {t: task_variants(cfg, t) for t in tasks}
-    runs = [(t, v) for t in tasks for v in variants[t]]
-    miniworld = cfg["corpus"]["source"] == "miniworld"
-    hotswap = cfg["experiments"]["hotswap"] and miniworld and ROLES.hotswap in cfg["tasks"]
-    topk_task = cfg["experiments"]["topk_task"]
-    rag_variants = lambda t: [v for v in ("rag_sequence", "rag_token") if v in variants.get(t, ())]  # noqa: E731
-    oracle = cfg["experiments"]["oracle"] and miniworld and topk_task in cfg["tasks"]
-    corpora = 2 if hotswap else 1
-    # the seeded rules' jobs by kind: their record's name without the seed (workflow/rules/common.smk record())
-    per_seed = lambda pairs, name: Counter({name(t, v): len(run_seeds(cfg, t, v)) for t, v in pairs})  # noqa: E731
-    fine_tunes = per_seed(runs, lambda t, v: f"{t}-{v}")
-    on_topk_task = per_seed(((topk_task, v) for v in rag_variants(topk_task)), lambda t, v: f"{t}-{v}")
-    kinds = {"train": fine_tunes, "evaluate": fine_tunes, "topk_sweep": on_topk_task, "oracle": on_topk_task,
-             "hotswap": per_seed(((ROLES.hotswap, v) for v in rag_variants(ROLES.hotswap)), lambda t, v: v)}
-    dense = any(variant_spec(v).retriever == "dense" for _, v in runs)
-    jobs = {
-        "corpus_miniworld" if miniworld else "corpus_convert": corpora if miniworld else 1,
-        "encode_shard": shards * corpora if dense else 0,
-        "build_index": corpora if dense else 0,
-        "build_bm25": 1 if any(variant_spec(v).retriever == "bm25" for _, v in runs) else 0,
-        "pretrain_generator": 1,
-        "train": kinds["train"].total(),
-        "evaluate": 0 if cfg["evaluate_in_train_job"] else kinds["evaluate"].total(),
-        "topk_sweep": kinds["topk_sweep"].total(),
-        "hotswap": kinds["hotswap"].total() if hotswap else 0,
-        "oracle": kinds["oracle"].total() if oracle else 0,
-        "report": 1,
-    }
-    retrieval = None  # what a job that retrieves densely holds: passages, the embeddings (doc scores), the index
-    if index is not None and mem_passages is not None:
-        retrieval = mem_passages + sizes["embedding_bytes"] + index["memory"]
-    threads = cfg["threads"]
-    steps = _steps_per_task(cfg)
-    g = cfg["generator"]
-    plans = []
-    for rule, count in jobs.items():
-        if not count:
-            continue
-        need = Need(gpu=1 if device == "cuda" and rule in GPU_RULES and not (rule == "pretrain_generator" and g["init"] == "pretrained") else 0)
-        notes = []
-        if rule == "encode_shard" and n and d:
-            need.memory, need.memory_lower_bound = (mem_passages or 0) + sizes["shard_bytes"], True
-            need.memory_how = "every passage read + the shard's embeddings + the encoder (not estimated)"
-            t = throughput("encode", {"encoder": r["context_encoder"], "device": device, "precision": cfg["precision"]})
-            if t:  # an encode job runs on one thread (the rule's threads: 1), or one GPU
-                need.seconds = sizes["shard_rows"] / t["value"]
-                need.seconds_how = (f"{sizes['shard_rows']:,} passages at {t['value']:,.1f} passages/s ({t['measured_on']}; "
-                                    f"{t['source']}; " + ("one GPU)" if device == "cuda" else "the job runs 1 thread)"))
-            else:
-                need.seconds_how = (f"not measured: no throughput of {r['context_encoder']} on {device} in "
-                                    f"{cfg['precision']} has been measured")
-        elif rule == "build_index" and index is not None:
-            extra = min(n, CHUNK_BYTES_ROWS) * d * 4 * (2 if r["index"] == "ivfpq" else 1)
-            need.memory = index["memory"] + extra
-            need.memory_how = f"the {index['label']} index + one chunk of 65,536 rows" + (" + its training sample" if r["index"] == "ivfpq" else "")
-            t = throughput("index", {"index": r["index"], "hnsw_m": r["hnsw_m"] if r["index"] == "hnsw" else None,
-                                     "device": "cpu"})
-            if t:
-                need.seconds = n / t["value"]
-                need.seconds_how = f"{n:,} vectors at {t['value']:,.0f}/s ({t['measured_on']}; {t['source']}; d={d} may differ)"
-            else:
-                need.seconds_how = f"not measured: no build of a {index['label']} index has been timed"
-        elif rule in ("train", "evaluate", "topk_sweep", "hotswap") and retrieval is not None:
-            mult = 2 if rule == "hotswap" else 1
-            need.memory, need.memory_lower_bound = retrieval * mult, True
-            need.memory_how = (("two snapshots of " if mult == 2 else "") + "every passage + the embeddings (doc scores) + the "
-                               f"{index['label']} index; the models not estimated")
-            if rule == "train":
-                want = {"generator": g, "batch_size": cfg["train"]["batch_size"], "k": cfg["train"]["k"],
-                        "question_encoder": r["question_encoder"], "device": device}
-                t = throughput("train", want)
-                if t:
-                    longest = max(steps.values())
-                    need.seconds = longest / t["value"]
-                    need.seconds_how = (f"{longest} steps at {t['value']:.2f} steps/s ({t['measured_on']}; {t['source']}); "
-                                        "decoding not included")
-                else:
-                    need.seconds_how = (f"not measured: no training step of this generator at batch {cfg['train']['batch_size']}, "
-                                        f"K={cfg['train']['k']} on {device} has been timed")
-        elif rule in ("oracle", "report") and mem_passages is not None:
-            need.memory, need.memory_lower_bound = mem_passages, True
-            need.memory_how = "every passage read (the report: for its samples and claims); the rest not estimated"
-        elif rule == "pretrain_generator" and g["init"] == "scratch":
-            t = throughput("pretrain", {"generator": g, "batch_size": g["pretrain_batch_size"], "device": device})
-            if t:
-                need.seconds = g["pretrain_steps"] / t["value"]
-                need.seconds_how = f"{g['pretrain_steps']} steps at {t['value']:.2f} steps/s ({t['measured_on']}; {t['source']})"
-            else:
-                need.seconds_how = f"not measured: no pretraining of this generator on {device} has been timed"
+    plans = []  # per rule: its jobs, their need and requests, its CPU time a job from the records (None: none)
+    for rule, jobs in dag.items():
+        need = estimate_need(rule, cfg, sizes, indexes.get(r["index"]))
+        notes = list(jobs["notes"])
         cpu: tuple[float | None, str] = (None, "not measured")
         if rule in records:
             from rag.resources import summary
 
             s = summary(records[rule])
-            cpu = cpu_per_job(records[rule], kinds.get(rule), results / "resources" / rule)
+            cpu = cpu_per_job(records[rule], jobs["kinds"], results / "resources" / rule)
             need.memory, need.memory_lower_bound = s["peak_rss_mb_max"] * 2**20, False
             need.memory_how = f"measured: largest peak RSS of {s['jobs']} job(s) in {results / 'resources' / rule}"
             need.seconds = s["wall_s_max"]
             need.seconds_how = f"measured: longest of {s['jobs']} job(s) in {results / 'resources' / rule}"
             if s["gpu_peak_allocated_mb_max"] is not None:
                 notes.append(f"peak GPU memory measured: {s['gpu_peak_allocated_mb_max']:,.0f} MB")
-        plan = RulePlan(rule, count, need, notes=notes, cpu_s_per_job=cpu[0], cpu_how=cpu[1])
-        for key in RESOURCE_KEYS:
-            value, source = request(rule, key, cfg, declared, profile)
-            plan.requests[key] = {"value": value, "from": source}
-        if rule not in declared and rule in (cfg.get("resources") or {}):
-            plan.notes.append(f"config resources.{rule} is not read: the rule declares no resources "
-                              f"(its jobs get {'the profile' if profile['path'] else 'no'} default)")
-        _flag(plan)
-        plans.append(plan)
+        if jobs["unread"]:
+            notes.append(f"config resources.{rule} ({', '.join(jobs['unread'])}) is not read: the rule declares no such "
+                         f"resource (its jobs get {'the profile' if profile_path else 'no'} default)")
+        plans.append({"rule": rule, "jobs": jobs["jobs"],
+                      "need": {"memory_bytes": need.memory, "memory_at_least": need.memory_lower_bound,
+                               "memory_how": need.memory_how, "seconds": need.seconds, "seconds_how": need.seconds_how,
+                               "gpu": need.gpu},
+                      "cpu_s_per_job": cpu[0], "cpu_how": cpu[1], "requests": jobs["requests"],
+                      "below_need": _below_need(need, jobs["requests"], notes), "notes": notes})
     return {"config": config_path, "experiment": cfg["name"], "device": device, "precision": cfg["precision"],
-            "threads": threads, "profile": profile["path"], "sizes": sizes, "indexes": indexes,
-            "throughputs": list(THROUGHPUTS), "records": str(results / "resources") if records else None,
-            "rules": [_rule_json(pl) for pl in plans], "compute": compute(plans, records, device, cores)}
+            "threads": cfg["threads"], "profile": str(profile_path) if profile_path else None, "sizes": sizes,
+            "inputs_not_here": missing, "indexes": indexes, "throughputs": list(THROUGHPUTS),
+            "records": str(results / "resources") if records else None, "rules": plans, "compute": compute(plans, device, cores)}
 
 
-def cpu_per_job(records: list[dict], kinds: Counter | None, folder: Path) -> tuple[float, str]:
+def retrieval_memory(rule: str, sizes: dict, index: dict) -> tuple[float, str]:
+    """What a job that retrieves densely holds (bytes, and how): every passage, the embeddings (the
+    doc scores) and the index; a hot-swap job two snapshots of them. A lower bound: the models are not estimated."""
+    mult = 2 if rule == "hotswap" else 1
+    memory = (sizes["passages_memory_bytes"] + sizes["embedding_bytes"] + index["memory"]) * mult
+    return memory, (("two snapshots of " if mult == 2 else "") + "every passage + the embeddings (doc scores) + the "
+                    f"{index['label']} index; the models not estimated")
+
+
+def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need:
+    """What one job of ``rule`` needs, from the sizes and the measured throughputs (nothing where
+    neither says: a rule the plan does not size, a step nobody timed)."""
+    r, device, g = cfg["retriever"], cfg["device"], cfg["generator"]
+    n, d, mem_passages = sizes["passages"], sizes["dim"], sizes["passages_memory_bytes"]
+    need = Need(gpu=1 if device == "cuda" and rule in GPU_RULES and not (rule == "pretrain_generator" and g["init"] == "pretrained") else 0)
+    if rule == "encode_shard" and n and d:
+        need.memory, need.memory_lower_bound = (mem_passages or 0) + sizes["shard_bytes"], True
+        need.memory_how = "every passage read + the shard's embeddings + the encoder (not estimated)"
+        t = throughput("encode", {"encoder": r["context_encoder"], "device": device, "precision": cfg["precision"]})
+        if t:  # an encode job runs on one thread (the rule's threads: 1), or one GPU
+            need.seconds = sizes["shard_rows"] / t["value"]
+            need.seconds_how = (f"{sizes['shard_rows']:,} passages at {t['value']:,.1f} passages/s ({t['measured_on']}; "
+                                f"{t['source']}; " + ("one GPU)" if device == "cuda" else "the job runs 1 thread)"))
+        else:
+            need.seconds_how = (f"not measured: no throughput of {r['context_encoder']} on {device} in "
+                                f"{cfg['precision']} has been measured")
+    elif rule == "build_index" and index is not None:
+        extra = min(n, CHUNK_BYTES_ROWS) * d * 4 * (2 if r["index"] == "ivfpq" else 1)
+        need.memory = index["memory"] + extra
+        need.memory_how = f"the {index['label']} index + one chunk of 65,536 rows" + (" + its training sample" if r["index"] == "ivfpq" else "")
+        t = throughput("index", {"index": r["index"], "hnsw_m": r["hnsw_m"] if r["index"] == "hnsw" else None,
+                                 "device": "cpu"})
+        if t:
+            need.seconds = n / t["value"]
+            need.seconds_how = f"{n:,} vectors at {t['value']:,.0f}/s ({t['measured_on']}; {t['source']}; d={d} may differ)"
+        else:
+            need.seconds_how = f"not measured: no build of a {index['label']} index has been timed"
+    elif rule in ("train", "evaluate", "topk_sweep", "hotswap") and index is not None and mem_passages is not None:
+        need.memory, need.memory_how = retrieval_memory(rule, sizes, index)
+        need.memory_lower_bound = True
+        if rule == "train":
+            want = {"generator": g, "batch_size": cfg["train"]["batch_size"], "k": cfg["train"]["k"],
+                    "question_encoder": r["question_encoder"], "device": device}
+            t = throughput("train", want)
+            if t:
+                longest = max(spec.get("steps", cfg["train"]["steps"]) for spec in cfg["tasks"].values())
+                need.seconds = longest / t["value"]
+                need.seconds_how = (f"{longest} steps at {t['value']:.2f} steps/s ({t['measured_on']}; {t['source']}); "
+                                    "decoding not included")
+            else:
+                need.seconds_how = (f"not measured: no training step of this generator at batch {cfg['train']['batch_size']}, "
+                                    f"K={cfg['train']['k']} on {device} has been timed")
+    elif rule in ("oracle", "report") and mem_passages is not None:
+        need.memory, need.memory_lower_bound = mem_passages, True
+        need.memory_how = "every passage read (the report: for its samples and claims); the rest not estimated"
+    elif rule == "pretrain_generator" and g["init"] == "scratch":
+        t = throughput("pretrain", {"generator": g, "batch_size": g["pretrain_batch_size"], "device": device})
+        if t:
+            need.seconds = g["pretrain_steps"] / t["value"]
+            need.seconds_how = f"{g['pretrain_steps']} steps at {t['value']:.2f} steps/s ({t['measured_on']}; {t['source']})"
+        else:
+            need.seconds_how = f"not measured: no pretraining of this generator on {device} has been timed"
+    return need
+
+
+def cpu_per_job(records: list[dict], kinds: Counter, folder: Path) -> tuple[float, str]:
     """A rule's mean CPU time a planned job, and how it was found: the mean of its recorded jobs;
     for a rule run once a seed (``kinds``: planned jobs by their record's name without the seed,
     e.g. ``nq-rag_token``), each kind's jobs at the mean of its own records, a kind none recorded at
@@ -494,25 +436,19 @@ def cpu_per_job(records: list[dict], kinds: Counter | None, folder: Path) -> tup
     return total / jobs, f"per task and variant: the mean of its recorded jobs, {len(ok)} in {folder}{unknown}"
 
 
-def compute(plans: list[RulePlan], records: dict, device: str, cores: int | None) -> dict:
-    """The CPU time of the whole DAG from the resource records: each planned rule's jobs times its
-    recorded jobs' mean CPU time, plus what the records of rules the plan does not size (set-up,
-    task data) measured. On ``cores`` CPU cores (default: this machine's) the DAG's wall time is
+def compute(plans: list[dict], device: str, cores: int | None) -> dict:
+    """The CPU time of the whole DAG from the resource records: each rule's jobs times its recorded
+    jobs' mean CPU time. On ``cores`` CPU cores (default: this machine's) the DAG's wall time is
     at least that total over the cores, whatever the order of its jobs: a bound from the jobs' own
     CPU time, to which their starts before the record and Snakemake's own time add. Given only for
     device cpu (a GPU run's wall time is the GPUs')."""
     import os
 
-    from rag.resources import summary
-
     cores = cores or os.cpu_count() or 1
-    measured = [pl for pl in plans if pl.cpu_s_per_job is not None]
-    planned = {pl.rule for pl in plans}
-    others = {rule: summary(recs)["cpu_s_sum"] for rule, recs in sorted(records.items()) if rule not in planned}
-    cpu_s = sum(pl.cpu_s_per_job * pl.jobs for pl in measured) + sum(others.values())
+    measured = [pl for pl in plans if pl["cpu_s_per_job"] is not None]
+    cpu_s = sum(pl["cpu_s_per_job"] * pl["jobs"] for pl in measured)
     return {"cpu_s": cpu_s if measured else None, "cores": cores,
-            "not_measured": [{"rule": pl.rule, "jobs": pl.jobs} for pl in plans if pl.cpu_s_per_job is None],
-            "other_rules_cpu_s": others,
+            "not_measured": [{"rule": pl["rule"], "jobs": pl["jobs"]} for pl in plans if pl["cpu_s_per_job"] is None],
             "wall_s_at_least": cpu_s / cores if measured and device == "cpu" else None}
 
 
@@ -525,29 +461,22 @@ def _records(results: Path) -> dict:
     return read_records(folder)
 
 
-def _flag(plan: RulePlan) -> None:
-    need, req = plan.need, plan.requests
+def _below_need(need: Need, req: dict, notes: list[str]) -> list[str]:
+    """The requests below ``need`` (a GPU requested and not used: a note)."""
+    flags = []
     mem = req["mem_mb"]["value"]
     if need.memory is not None and isinstance(mem, (int, float)) and mem * 1e6 < need.memory:
-        plan.flags.append(f"mem_mb {mem:,} is below the need ({'at least ' if need.memory_lower_bound else ''}"
-                          f"{need.memory / 1e6:,.0f} MB)")
+        flags.append(f"mem_mb {mem:,} is below the need ({'at least ' if need.memory_lower_bound else ''}"
+                     f"{need.memory / 1e6:,.0f} MB)")
     rt = req["runtime"]["value"]
     if need.seconds is not None and isinstance(rt, (int, float)) and rt * 60 < need.seconds:
-        plan.flags.append(f"runtime {rt:,} min is below the need ({need.seconds / 60:,.0f} min)")
+        flags.append(f"runtime {rt:,} min is below the need ({need.seconds / 60:,.0f} min)")
     gpu = req["gpu"]["value"]
     if need.gpu and not (isinstance(gpu, (int, float)) and gpu >= need.gpu):
-        plan.flags.append(f"gpu {gpu if gpu is not None else 'unset'}: the job runs a model on cuda and needs one")
+        flags.append(f"gpu {gpu if gpu is not None else 'unset'}: the job runs a model on cuda and needs one")
     elif not need.gpu and isinstance(gpu, (int, float)) and gpu > 0:
-        plan.notes.append(f"requests {gpu} GPU(s) it does not use (device cpu, or no model on the GPU in this rule)")
-
-
-def _rule_json(pl: RulePlan) -> dict:
-    n = pl.need
-    return {"rule": pl.rule, "jobs": pl.jobs,
-            "need": {"memory_bytes": n.memory, "memory_at_least": n.memory_lower_bound, "memory_how": n.memory_how,
-                     "seconds": n.seconds, "seconds_how": n.seconds_how, "gpu": n.gpu},
-            "cpu_s_per_job": pl.cpu_s_per_job, "cpu_how": pl.cpu_how,
-            "requests": pl.requests, "below_need": pl.flags, "notes": pl.notes}
+        notes.append(f"requests {gpu} GPU(s) it does not use (device cpu, or no model on the GPU in this rule)")
+    return flags
 
 
 # ------------------------------------------------------------------------------------ output
@@ -573,6 +502,8 @@ def render(plan: dict) -> str:
            f"{plan['precision']}, {plan['threads']} thread(s) a job)",
            f"requests: {plan['profile'] or 'no profile'} (set-resources first, then the rules' resources from the "
            "config's resources:, then default-resources)"]
+    out.append("jobs: the DAG Snakemake plans for a run from empty" + (
+        f"; local inputs not here yet, counted as present: {', '.join(plan['inputs_not_here'])}" if plan["inputs_not_here"] else ""))
     if plan["records"]:
         out.append(f"measured needs from the resource records in {plan['records']}")
     out += ["", "Corpus and embeddings",
@@ -634,8 +565,6 @@ def render_compute(plan: dict) -> list[str]:
         if r["cpu_s_per_job"] is not None:
             out.append(f"  {r['rule']:<19}{r['jobs']:>5} x {r['cpu_s_per_job']:>8,.1f} s = {_dur(r['jobs'] * r['cpu_s_per_job']):>10}"
                        f"   ({r['cpu_how']})")
-    for rule, cpu in c["other_rules_cpu_s"].items():
-        out.append(f"  {rule:<19}{'':>5}   {'':>8}     {_dur(cpu):>10}   (as recorded; the plan does not count its jobs)")
     if c["not_measured"]:
         out.append("  not measured: " + ", ".join(f"{m['rule']} ({m['jobs']} job(s))" for m in c["not_measured"]))
     out.append(f"  in all {c['cpu_s']:,.0f} CPU s ({_dur(c['cpu_s'])})")

@@ -46,9 +46,9 @@ def test_default_dry_run_lists_every_job(tmp_path):
     assert counts["encode_shard"] == 4  # 2 shards x (snapshot a, snapshot b)
     # NQ's RAG-Sequence and RAG-Token: one K sweep, hot-swap and oracle per seed
     assert counts["topk_sweep"] == 10 and counts["hotswap"] == 10 and counts["oracle"] == 10 and counts["report"] == 1
-    # rag plan counts each rule's jobs as the DAG plans them, one a fine-tune seed
+    # rag plan's jobs are the DAG's
     planned = _plan_jobs(ROOT / "config.yaml", tmp_path)
-    assert planned == {rule: counts.get(rule, 0) for rule in planned} and planned["train"] == 54
+    assert planned == {rule: n for rule, n in counts.items() if rule != "total"} and planned["train"] == 54
     separate = yaml.safe_load((ROOT / "config.yaml").read_text())
     separate["evaluate_in_train_job"] = False
     (tmp_path / "separate.yaml").write_text(yaml.safe_dump(separate))
@@ -57,17 +57,60 @@ def test_default_dry_run_lists_every_job(tmp_path):
     split = job_counts(res.stdout + res.stderr)
     assert split["train"] == 54 and split["evaluate"] == 54 and split["total"] == counts["total"] + 54
     planned = _plan_jobs(tmp_path / "separate.yaml", tmp_path)
-    assert planned == {rule: split.get(rule, 0) for rule in planned} and planned["evaluate"] == 54
+    assert planned == {rule: n for rule, n in split.items() if rule != "total"} and planned["evaluate"] == 54
 
 
-def _plan_jobs(configfile: Path, tmp_path: Path) -> dict[str, int]:
-    """rag plan's jobs per rule of a config (the rules it sizes; tmp_path holds no records)."""
+def _plan_jobs(configfile: Path, tmp_path: Path, profile: Path | None = None) -> dict[str, int]:
+    """rag plan's jobs per rule of a config (tmp_path holds no records)."""
+    return {r["rule"]: r["jobs"] for r in _plan_rules(configfile, tmp_path, profile)}
+
+
+def _plan_rules(configfile: Path, tmp_path: Path, profile: Path | None = None) -> list[dict]:
     from rag.config import load_config
     from rag.plan import make_plan
 
-    plan = make_plan(load_config(configfile, check_files=False), config_path=str(configfile), profile_path=None,
+    plan = make_plan(load_config(configfile, check_files=False), config_path=str(configfile), profile_path=profile,
                      results=tmp_path / "results")
-    return {r["rule"]: r["jobs"] for r in plan["rules"]}
+    return plan["rules"]
+
+
+REQUESTS = ("mem_mb", "runtime", "gpu")
+
+
+def dry_run_requests(out: str) -> dict[str, list[dict]]:
+    """Each job's mem_mb / runtime / gpu (None: not requested), by rule, as a dry run prints them."""
+    jobs: dict[str, list[dict]] = {}
+    rule = None
+    for line in out.splitlines():
+        if m := re.match(r"^(?:local)?rule (\w+):$", line):
+            rule = m.group(1)
+        elif rule and line.startswith("    resources: "):
+            values = dict(item.split("=", 1) for item in line.split(": ", 1)[1].split(", "))
+            jobs.setdefault(rule, []).append({k: int(values[k]) if k in values else None for k in REQUESTS})
+            rule = None
+    return jobs
+
+
+@pytest.mark.parametrize("config", ["config.yaml", "config/paper.yaml", "tests/data/e2e.yaml"])
+def test_plan_is_the_dry_run_under_the_slurm_profile(tmp_path, config):
+    """rag plan's jobs and each job's requests are what ``snakemake --dry-run`` with the same
+    profile plans, for a run from empty (the config's local inputs in place: empty files here)."""
+    from rag.config import input_files, load_config
+
+    for _, path in input_files(load_config(ROOT / config, check_files=False)):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).touch()
+    profile = ROOT / "workflow/profiles/slurm"
+    res = smk(tmp_path, "-n", "--profile", str(profile), configfile=ROOT / config)
+    assert res.returncode == 0, res.stderr[-3000:]
+    counts = job_counts(res.stdout + res.stderr)
+    requests = dry_run_requests(res.stdout)
+    assert sum(len(jobs) for jobs in requests.values()) == counts["total"] > 0
+    planned = _plan_rules(ROOT / config, tmp_path, profile)
+    assert {r["rule"]: r["jobs"] for r in planned} == {rule: n for rule, n in counts.items() if rule != "total"}
+    for r in planned:
+        assert [{k: r["requests"][k]["value"] for k in REQUESTS}] * r["jobs"] == requests[r["rule"]], r["rule"]
+    assert any(r["requests"]["gpu"]["value"] == 1 for r in planned)
 
 
 def test_config_error_stops_before_any_job(tmp_path):

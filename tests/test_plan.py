@@ -95,7 +95,8 @@ def test_paper_plan_prints_index_memory_and_flags_a_request_below_the_need():
     report = next(line for line in out.splitlines() if line.startswith("  report "))
     assert report.endswith("BELOW NEED")
     assert "BELOW NEED: mem_mb 8,000 is below the need (at least 19," in out
-    assert "config resources.build_bm25 is not read" in out  # the rule declares no resources: the config value is lost
+    # the rule declares no resources: the config's values are lost
+    assert "config resources.build_bm25 (mem_mb, runtime) is not read" in out
 
 
 def test_plan_json_and_request_resolution(tmp_path):
@@ -127,7 +128,7 @@ def test_plan_json_and_request_resolution(tmp_path):
     assert any(f.startswith("mem_mb 100,000 is below the need (at least 170,") for f in train["below_need"])
     assert any(f.startswith("gpu 0: the job runs a model on cuda") for f in train["below_need"])
     # Snakemake's human-readable values: mem with a unit stands for mem_mb, runtime may carry one
-    profile.write_text("set-resources:\n  report:\n    mem: 30GB\n    runtime: 1d 2h\n")
+    profile.write_text("set-resources:\n  report:\n    mem: 30GB\n    runtime: 26h\n")
     plan = json.loads(_plan("--configfile", "config/paper.yaml", "--profile", str(profile), "--json").stdout)
     report = next(r for r in plan["rules"] if r["rule"] == "report")
     assert report["requests"]["mem_mb"]["value"] == 30_000 and report["requests"]["runtime"]["value"] == 1560
@@ -161,8 +162,8 @@ def test_records_of_a_run_refine_the_needs(tmp_path):
 
 
 def test_cpu_time_of_the_dag_from_the_records(tmp_path):
-    """The DAG's CPU time: each planned rule's jobs x its recorded jobs' mean CPU time, plus the
-    records of rules the plan does not size; over --cores, a lower bound of the wall time."""
+    """The DAG's CPU time: each rule's jobs x its recorded jobs' mean CPU time; over --cores, a
+    lower bound of the wall time."""
     import shutil
 
     from rag import resources
@@ -186,13 +187,16 @@ def test_cpu_time_of_the_dag_from_the_records(tmp_path):
     assert rules["train"]["cpu_how"].endswith(f"; {train - 2} job(s) of a kind not recorded at the mean of all")
     assert rules["encode_shard"]["cpu_s_per_job"] is None
     c = plan["compute"]
-    assert c["cpu_s"] == pytest.approx(100 + fine_tunes + 4) and c["other_rules_cpu_s"] == {"task_data": 4.0}
+    # a rule not run once a seed at the mean of its records: task_data's one record (NQ) for each task
+    tasks = rules["task_data"]["jobs"]
+    assert tasks == 3 and rules["task_data"]["cpu_s_per_job"] == 4.0
+    assert c["cpu_s"] == pytest.approx(100 + fine_tunes + 4 * tasks)
     assert c["wall_s_at_least"] == pytest.approx(c["cpu_s"] / 2) and c["cores"] == 2
     assert {"rule": "encode_shard", "jobs": rules["encode_shard"]["jobs"]} in c["not_measured"]
     text = _plan("--configfile", str(cfg), "--no-profile", "--cores", "4", cwd=tmp_path).stdout
     assert re.search(rf"\n  train +{train} x +{fine_tunes / train:.1f} s = ", text)
-    assert re.search(r"\n  task_data +4 s +\(as recorded", text)
-    assert f"in all {100 + fine_tunes + 4:,.0f} CPU s" in text and "on 4 core(s): at least" in text
+    assert re.search(r"\n  task_data +3 x +4.0 s = +12 s", text)
+    assert f"in all {100 + fine_tunes + 4 * tasks:,.0f} CPU s" in text and "on 4 core(s): at least" in text
     # no records: no figure
     text = _plan("--configfile", str(cfg), "--no-profile", "--results", str(tmp_path / "none"), cwd=tmp_path).stdout
     assert "CPU time: not measured" in text
@@ -205,10 +209,11 @@ def test_unknown_sizes_say_what_to_give(tmp_path):
     cfg = load_config(ROOT / "config/paper.yaml", check_files=False)
     cfg["corpus"]["url"] = "https://example.org/other.tsv.gz"
     cfg["retriever"]["context_encoder"] = "someone/unknown-encoder"
-    plan = make_plan(cfg, config_path="x", profile_path=None, results=tmp_path)
+    paper = str(ROOT / "config/paper.yaml")  # the jobs: Snakemake's for it; the sizes: of cfg, edited
+    plan = make_plan(cfg, config_path=paper, profile_path=None, results=tmp_path)
     assert plan["sizes"]["passages"] is None and "--passages N" in plan["sizes"]["passages_source"]
     assert plan["sizes"]["dim"] is None and "--dim D" in plan["sizes"]["dim_source"]
-    plan = make_plan(cfg, config_path="x", profile_path=None, results=tmp_path, passages=1_000_000, dim=256)
+    plan = make_plan(cfg, config_path=paper, profile_path=None, results=tmp_path, passages=1_000_000, dim=256)
     assert plan["indexes"]["flat"]["memory"] == 1_000_000 * 256 * 4
     with pytest.raises(ConfigError, match="pq_m"):
         from rag.retrieval.index import index_bytes
@@ -223,3 +228,22 @@ def test_index_bytes_matches_the_index_build_shape():
     small = index_bytes("ivfpq", 1_096, 384, ivf_lists=256)
     assert small["parts"]["centroids"] == 28 * 384 * 4 and small["parts"]["codes"] == 1_096 * 48
     assert np.isclose(index_bytes("hnsw", 10, 8, hnsw_m=4)["parts"]["graph"], 10 * (4 * (8 + 4 / 3) + 12), atol=1)
+
+
+def test_plan_follows_an_edited_rule(tmp_path):
+    """The jobs and requests are Snakemake's: a rule's resource edited in a copy of the workflow
+    is what the plan reports for its jobs."""
+    import shutil
+
+    for part in ("Snakefile", "workflow"):
+        (shutil.copytree if (ROOT / part).is_dir() else shutil.copy)(ROOT / part, tmp_path / part)
+    rules = tmp_path / "workflow/rules/train.smk"
+    text = rules.read_text()
+    assert 'mem_mb=res("train", "mem_mb", 4000),' in text
+    rules.write_text(text.replace('mem_mb=res("train", "mem_mb", 4000),', 'mem_mb=res("train", "mem_mb", 4321),'))
+    config = str(ROOT / "tests/data/e2e.yaml")
+    for cwd, mem in ((ROOT, 4000), (tmp_path, 4321)):  # the plan reads ./Snakefile
+        res = _plan("--configfile", config, "--no-profile", "--json", cwd=cwd)
+        assert res.returncode == 0, res.stderr
+        train = next(r for r in json.loads(res.stdout)["rules"] if r["rule"] == "train")
+        assert train["requests"]["mem_mb"] == {"value": mem, "from": "rule default"}

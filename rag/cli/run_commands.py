@@ -64,10 +64,11 @@ def register(sub) -> None:
     p.add_argument("--uri", required=True)
     p.add_argument("--marker", required=True)
 
-    p = sub.add_parser("plan", help="what each rule of a config will need (memory, disk, time) against what its jobs request")
+    p = sub.add_parser("plan", help="what each rule of a config will need (memory, disk, time) against what its jobs request "
+                       "(the jobs and requests: Snakemake's DAG, run from ./Snakefile or the checkout's)")
     p.add_argument("--configfile", default="config.yaml", help="the config (default config.yaml)")
     p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"Snakemake profile whose requests to check (default {DEFAULT_PROFILE})")
-    p.add_argument("--no-profile", action="store_true", help="the config's resources: alone")
+    p.add_argument("--no-profile", action="store_true", help="no profile: the rules' own requests (from the config's resources:)")
     p.add_argument("--results", help="an earlier run's results folder, whose resource records refine the needs "
                    "(default results/<name>, when it exists)")
     p.add_argument("--passages", type=int, help="the corpus' passage count, when it cannot be read or looked up")
