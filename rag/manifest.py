@@ -47,6 +47,36 @@ def sha256_file(path: str | os.PathLike) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
+def sha256_files(paths: list[str | os.PathLike], cache: str | os.PathLike) -> dict[str, str]:
+    """``{path: sha256}`` of each file in ``paths``, hashed once per content: ``cache`` (a JSON
+    file) keeps each file's sha256 with its size, mtime, ctime, inode and device, and a file whose
+    five are unchanged is not read again. The ctime moves with every write and every change of the
+    other four (a ``cp -p`` over the file, an unpacked archive, ``touch -d``), and cannot be set
+    back, so a cached sha256 is never one of other content. An unreadable cache counts as empty."""
+    from rag.io import write_json
+
+    try:
+        with open(cache, encoding="utf-8") as fh:
+            held = json.load(fh)
+        held = held if isinstance(held, dict) else {}
+    except (OSError, ValueError):
+        held = {}
+    out, kept = {}, {}
+    for path in paths:
+        st = os.stat(path)
+        key = os.path.abspath(path)
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+        entry = held.get(key)
+        if not (isinstance(entry, dict) and entry.get("stat") == stamp and isinstance(entry.get("sha256"), str)):
+            entry = {"stat": stamp, "sha256": sha256_file(path)}
+        out[str(path)] = entry["sha256"]
+        kept[key] = entry
+    if kept != {k: held.get(k) for k in kept}:
+        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+        write_json(cache, {**held, **kept})
+    return out
+
+
 def file_entry(path: str | os.PathLike | None) -> dict | None:
     """{path, sha256, bytes} of a file, or of a folder (sha256 over its files' relative paths and
     contents, in sorted order); None for None. A missing path is an error naming it."""
