@@ -9,6 +9,7 @@ import sys
 from rag.config import (check_section_files, config_hash, encoder_slug, forced_on_command_line, input_files, load_config,
                         run_seeds, sections, snakemake_keeps_records, task_variants)
 from rag.errors import ConfigError
+from rag.io import lock_holder
 from rag.manifest import sha256_files
 from rag.retrieval import FILE_ROLES
 from rag.tasks import RETRIEVERS, ROLES, TASKS, VARIANTS, variant_spec
@@ -72,7 +73,22 @@ WARM = WarmStart(CFG["warm_start"], f"{R}/logs/warm_start.log", local=workflow.l
                  deployment=[m.name.lower() for m in workflow.deployment_settings.deployment_method])
 
 
+def check_run_locks():
+    """Stop before any job starts where a job this run would start writes a checkpoint folder
+    (params.ckpt: train, pretrain_generator) whose run lock (rag.io.run_lock) a live process holds:
+    Snakemake begins a job by deleting its outputs and log, those of the running one (another
+    snakemake's after --unlock, whose finished model --rerun-incomplete would delete while it decodes)."""
+    for job in workflow.dag.needrun_jobs():
+        ckpt = job.params.get("ckpt")
+        holder = lock_holder(ckpt) if ckpt else None
+        if holder:
+            sys.exit(f"error: {job.output[0]} (rule {job.rule.name}) is being written by another process ({holder}): "
+                     f"{ckpt}/run.lock is locked, and running the job now would delete that process' outputs and log; "
+                     "wait for that process to end (or stop it), then run this again")
+
+
 onstart:
+    check_run_locks()
     WARM.start()
 
 
