@@ -97,7 +97,7 @@ def upstream(tmp_path_factory) -> Path:
 
 
 # ------------------------------------------------------------------------------------ inputs judged by content
-def test_sha256_files_hashes_once_per_content(tmp_path, monkeypatch):
+def test_sha256_files_hashes_once_per_content(tmp_path, monkeypatch, capsys):
     """A file is read again only when it may hold other content: a cp -p of other content with the
     same size and date gets its own sha256; an unchanged file, none read; a bad cache, read again."""
     import hashlib
@@ -106,7 +106,7 @@ def test_sha256_files_hashes_once_per_content(tmp_path, monkeypatch):
 
     reads = []
     real = manifest.sha256_file
-    monkeypatch.setattr(manifest, "sha256_file", lambda p: reads.append(str(p)) or real(p))
+    monkeypatch.setattr(manifest, "sha256_file", lambda p, progress=False: reads.append(str(p)) or real(p, progress))
     a, cache = tmp_path / "a.txt", tmp_path / "cache" / "sha.json"
     a.write_text("one\n")
     first = manifest.sha256_files([a], cache)
@@ -119,6 +119,10 @@ def test_sha256_files_hashes_once_per_content(tmp_path, monkeypatch):
     assert manifest.sha256_files([a], cache) == {str(a): hashlib.sha256(b"two\n").hexdigest()} and len(reads) == 2
     cache.write_text("{not json")
     assert manifest.sha256_files([a], cache)[str(a)] == hashlib.sha256(b"two\n").hexdigest() and len(reads) == 3
+    monkeypatch.setattr(manifest, "PROGRESS_BYTES", 1)  # a large file: the same hash, with a progress bar
+    a.write_bytes(os.urandom(3 << 20))
+    assert manifest.sha256_files([a], cache)[str(a)] == hashlib.sha256(a.read_bytes()).hexdigest() and len(reads) == 4
+    assert "sha256 " in capsys.readouterr().err
 
 
 @pytest.mark.slow
