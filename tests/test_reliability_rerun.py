@@ -11,7 +11,7 @@ A local input replaced by other content with an  | each local input's sha256 is 
                                                  | jobs that read it and what follows them; hashed once per content
                                                  | (rag.manifest.sha256_files: cache in .snakemake/rag/)
 A second snakemake (after ``--unlock``) of a     | refused before any job starts (onstart, common.smk
-  fine-tune that runs; with                      | check_run_locks): "error: <model> (rule train) is being written
+  fine-tune that runs; with                      | check_run_locks): "error: <model> (train job) is being written
   ``--rerun-incomplete`` while its finished      | by another process (pid N on host): <checkpoint>/run.lock is
   model is there: Snakemake started the job by   | locked, and running the job now would delete that process'
   deleting the running one's log (which then     | outputs and log; wait for that process to end (or stop it), then
@@ -183,7 +183,7 @@ def test_second_snakemake_of_a_running_fine_tune_is_refused_and_deletes_nothing(
         holder = lock_holder(ckpt)
         _ok(_snakemake(wd, "--unlock", target, config="long.yaml"))
         inode, head = log.stat().st_ino, log.read_bytes()[:200]
-        want = (f"error: {target} (rule train) is being written by another process ({holder}): {RUN}/checkpoint/run.lock "
+        want = (f"error: {target} (train job) is being written by another process ({holder}): {RUN}/checkpoint/run.lock "
                 "is locked, and running the job now would delete that process' outputs and log; wait for that process "
                 "to end (or stop it), then run this again")
         for extra in ((), ("--rerun-incomplete",)):

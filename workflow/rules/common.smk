@@ -82,7 +82,7 @@ def check_run_locks():
         ckpt = job.params.get("ckpt")
         holder = lock_holder(ckpt) if ckpt else None
         if holder:
-            sys.exit(f"error: {job.output[0]} (rule {job.rule.name}) is being written by another process ({holder}): "
+            sys.exit(f"error: {job.output[0]} ({job.rule.name} job) is being written by another process ({holder}): "
                      f"{ckpt}/run.lock is locked, and running the job now would delete that process' outputs and log; "
                      "wait for that process to end (or stop it), then run this again")
 
