@@ -1,4 +1,4 @@
-"""Atomic file output and strict line-oriented input.
+"""Atomic file output, strict line-oriented input, and the run lock of a checkpoint folder.
 
 Every output of the pipeline is written to a temporary file in the destination directory and
 renamed into place, so an interrupted job never leaves a half-written file that Snakemake
@@ -12,12 +12,15 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from rag.errors import DataError, DiskFullError, RagError, disk_full_reason
+
+log = logging.getLogger(__name__)
 
 
 def current_umask() -> int:
@@ -211,3 +214,64 @@ def read_jsonl(path: str | os.PathLike, required: Iterable[str] = ()) -> list[di
             raise DataError(f"{path}:{lineno}: missing field(s) {', '.join(missing)}")
         rows.append(row)
     return rows
+
+
+# ------------------------------------------------------------------------------------ run lock
+LOCK = "run.lock"
+
+
+@contextlib.contextmanager
+def run_lock(folder: str | os.PathLike, what: str) -> Iterator[Path]:
+    """Hold an exclusive lock on ``folder/run.lock`` (``fcntl.flock``) while the block runs: one
+    writer per checkpoint folder, whatever Snakemake's own locks say (``snakemake --unlock`` of
+    another experiment removed a running one's). A second process is refused at once with one
+    line naming ``what`` (the run), the process holding the lock and the file. The lock ends
+    with its process however that ends (no stale lock after a kill); the file stays, naming the
+    last holder."""
+    import fcntl
+    import socket
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RagError(f"{what} is being written by another process ({_holder(fd)}): {path} is locked; wait for "
+                           "that process to end (or stop it), then run this again") from None
+        except OSError as exc:  # a file system without locks (some network file systems)
+            log.warning("%s: cannot lock it (%s); nothing stops a second process from writing %s at the same time",
+                        path, exc, what)
+        else:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _holder(fd: int) -> str:
+    return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "a process"
+
+
+def lock_holder(folder: str | os.PathLike) -> str | None:
+    """Who holds ``folder/run.lock`` (:func:`run_lock`) now: its holder line ("pid N on host")
+    while a live process holds it; None when none does (no file, a lock that ended with its
+    process, a file system without locks). Takes the lock for an instant when it is free."""
+    import fcntl
+
+    try:
+        fd = os.open(Path(folder) / LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None

@@ -42,9 +42,63 @@ CATEGORIES = ("data", "config", "code", "packages", "hardware", "seed")
 
 
 # ------------------------------------------------------------------------------------ hashing
-def sha256_file(path: str | os.PathLike) -> str:
+def sha256_file(path: str | os.PathLike, progress: bool = False) -> str:
+    """The sha256 of a file; ``progress``: with a progress bar (bytes read) on stderr."""
     with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
+        if not progress:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+        from tqdm.auto import tqdm
+
+        with tqdm(total=os.fstat(fh.fileno()).st_size, desc=f"sha256 {path}", unit="B", unit_scale=True) as bar:
+            return hashlib.file_digest(_Counted(fh, bar.update), "sha256").hexdigest()
+
+
+class _Counted:
+    """A binary file whose reads (``readinto``: what hashlib.file_digest calls) report their sizes."""
+
+    def __init__(self, fh, report):
+        self.fh, self.report = fh, report
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        n = self.fh.readinto(buf)
+        self.report(n)
+        return n
+
+
+PROGRESS_BYTES = 1 << 28  # sha256_files shows a progress bar for files from 256 MiB (about a second's hashing)
+
+
+def sha256_files(paths: list[str | os.PathLike], cache: str | os.PathLike) -> dict[str, str]:
+    """``{path: sha256}`` of each file in ``paths``, hashed once per content: ``cache`` (a JSON
+    file) keeps each file's sha256 with its size, mtime, ctime, inode and device, and a file whose
+    five are unchanged is not read again. The ctime moves with every write and every change of the
+    other four (a ``cp -p`` over the file, an unpacked archive, ``touch -d``), and cannot be set
+    back, so a cached sha256 is never one of other content. An unreadable cache counts as empty."""
+    from rag.io import write_json
+
+    try:
+        with open(cache, encoding="utf-8") as fh:
+            held = json.load(fh)
+        held = held if isinstance(held, dict) else {}
+    except (OSError, ValueError):
+        held = {}
+    out, kept = {}, {}
+    for path in paths:
+        st = os.stat(path)
+        key = os.path.abspath(path)
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+        entry = held.get(key)
+        if not (isinstance(entry, dict) and entry.get("stat") == stamp and isinstance(entry.get("sha256"), str)):
+            entry = {"stat": stamp, "sha256": sha256_file(path, progress=st.st_size >= PROGRESS_BYTES)}
+        out[str(path)] = entry["sha256"]
+        kept[key] = entry
+    if kept != {k: held.get(k) for k in kept}:
+        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+        write_json(cache, {**held, **kept})
+    return out
 
 
 def file_entry(path: str | os.PathLike | None) -> dict | None:

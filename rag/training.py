@@ -1,6 +1,6 @@
 """The training loop (:func:`optimize`) that fine-tuning (:func:`train`, negative marginal
 log-likelihood) and generator pretraining (:func:`pretrain`, on :mod:`rag.models.pretraining_data`)
-run, and its one checkpoint rule (:class:`Checkpoint`); the run lock and the DDP set-up.
+run, and its one checkpoint rule (:class:`Checkpoint`); the DDP set-up (the run lock: :func:`rag.io.run_lock`).
 
 Fine-tuning's data order is a pure function of (seed, step) (pretraining's sampler RNG state
 goes into the checkpoint), and the checkpoint holds model, optimizer,
@@ -14,7 +14,6 @@ global batch; gradients are averaged by DistributedDataParallel.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -24,7 +23,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from rag.errors import ConfigError, RagError
+from rag.errors import ConfigError
 from rag.io import atomic_path
 from rag.models.pretraining_data import Restatements, cloze_example, curriculum_window
 from rag.tasks import FEVER3_LABELS
@@ -32,40 +31,6 @@ from rag.tasks import FEVER3_LABELS
 log = logging.getLogger(__name__)
 
 CKPT = "checkpoint.pt"
-LOCK = "run.lock"
-
-
-@contextlib.contextmanager
-def run_lock(folder: str | Path, what: str) -> Iterator[Path]:
-    """Hold an exclusive lock on ``folder/run.lock`` (``fcntl.flock``) while the block runs: one
-    writer per checkpoint folder, whatever Snakemake's own locks say (``snakemake --unlock`` of
-    another experiment removed a running one's). A second process is refused at once with one
-    line naming ``what`` (the run), the process holding the lock and the file. The lock ends
-    with its process however that ends (no stale lock after a kill); the file stays, naming the
-    last holder."""
-    import fcntl
-    import socket
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "a process"
-            raise RagError(f"{what} is being written by another process ({holder}): {path} is locked; wait for "
-                           "that process to end (or stop it), then run this again") from None
-        except OSError as exc:  # a file system without locks (some network file systems)
-            log.warning("%s: cannot lock it (%s); nothing stops a second process from writing %s at the same time",
-                        path, exc, what)
-        else:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-        yield path
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def ddp_setup() -> tuple[int, int]:

@@ -74,6 +74,8 @@ Disk full: OSError(ENOSPC) in an atomic write,   | one line "error: <file>: No s
                                                  | test_reliability_tracking.py
 Fine-tune runs (one writer, K beyond a BYO       | tests/test_reliability_runs.py
   corpus, resume at the last step)               |
+Re-runs (a local input replaced with an older    | tests/test_reliability_rerun.py
+  date, a second snakemake of a running job)     |
 URL file names / local paths with ``;``, space,  | ConfigError naming the key (rag/config.py _check_file_names): they
   ``$()``, backquotes, leading ``-``             | become unquoted {input}/{output} paths in download/corpus rules
 HTML report                                      | ``<script>`` escaped: tests/test_report.py (covers the CLI path)

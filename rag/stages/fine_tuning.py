@@ -84,7 +84,8 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
     Before anything is built, every K it retrieves with is checked against the passages (naming
     the key), and it takes the run's lock (``checkpoint_dir/run.lock``): a second process
     fine-tuning the same run is refused at once."""
-    from rag.training import ddp_setup, run_lock
+    from rag.io import run_lock
+    from rag.training import ddp_setup
 
     name = cfg.task_name
     vspec, t = variant_spec(variant), cfg.train

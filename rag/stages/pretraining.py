@@ -57,7 +57,7 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
     hold = contextlib.ExitStack()
     if checkpoint_dir:  # the checkpoint is resumed by the same configuration and inputs only
         from rag.config import config_hash
-        from rag.training import run_lock
+        from rag.io import run_lock
 
         hold.enter_context(run_lock(checkpoint_dir, f"the pretraining of the generator {out}"))
         ckpt_path = Path(checkpoint_dir) / "checkpoint.pt"

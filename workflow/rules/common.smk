@@ -6,9 +6,11 @@
 # config's top-level `name`), so two experiments never share or overwrite an output.
 import sys
 
-from rag.config import (check_section_files, config_hash, encoder_slug, forced_on_command_line, load_config, run_seeds,
-                        sections, snakemake_keeps_records, task_variants)
+from rag.config import (check_section_files, config_hash, encoder_slug, forced_on_command_line, input_files, load_config,
+                        run_seeds, sections, snakemake_keeps_records, task_variants)
 from rag.errors import ConfigError
+from rag.io import lock_holder
+from rag.manifest import sha256_files
 from rag.retrieval import FILE_ROLES
 from rag.tasks import RETRIEVERS, ROLES, TASKS, VARIANTS, variant_spec
 from rag.warm import WarmStart
@@ -35,6 +37,16 @@ if getattr(workflow, "is_main_process", True):
                             forced=forced_on_command_line(sys.argv[1:]))
     except ConfigError as exc:
         sys.exit(f"error: {exc}")
+# Local inputs (corpus.path, tasks.<task>.files.* of source: local) are judged by content: the
+# sha256 of each is a param of the rule that reads it (local_sha256), so a file replaced by other
+# content re-runs that rule, and what follows it, even where the file's date is older than the
+# outputs' (cp -p, tar, rsync -a and unzip keep dates). Hashed once per content (rag.manifest.sha256_files).
+try:
+    _LOCAL = input_files(CFG)
+    _SHA = sha256_files([path for _, path in _LOCAL], ".snakemake/rag/input-sha256.json")
+    LOCAL_SHA256 = {key: _SHA[str(path)] for key, path in _LOCAL}
+except OSError as exc:
+    sys.exit(f"error: {exc.filename}: {exc.strerror} (reading a local input the config names, to hash its content)")
 NAME = CFG["corpus"]["name"]  # the corpus (wildcard {corpus}; the hot-swap's second snapshot is <NAME>_b)
 TASK_NAMES = sorted(CFG["tasks"])
 # the variants each task runs: tasks.<task>.variants, else the top-level variants
@@ -61,7 +73,22 @@ WARM = WarmStart(CFG["warm_start"], f"{R}/logs/warm_start.log", local=workflow.l
                  deployment=[m.name.lower() for m in workflow.deployment_settings.deployment_method])
 
 
+def check_run_locks():
+    """Stop before any job starts where a job this run would start writes a checkpoint folder
+    (params.ckpt: train, pretrain_generator) whose run lock (rag.io.run_lock) a live process holds:
+    Snakemake begins a job by deleting its outputs and log, those of the running one (another
+    snakemake's after --unlock, whose finished model --rerun-incomplete would delete while it decodes)."""
+    for job in workflow.dag.needrun_jobs():
+        ckpt = job.params.get("ckpt")
+        holder = lock_holder(ckpt) if ckpt else None
+        if holder:
+            sys.exit(f"error: {job.output[0]} ({job.rule.name} job) is being written by another process ({holder}): "
+                     f"{ckpt}/run.lock is locked, and running the job now would delete that process' outputs and log; "
+                     "wait for that process to end (or stop it), then run this again")
+
+
 onstart:
+    check_run_locks()
     WARM.start()
 
 
@@ -103,6 +130,11 @@ def record(rule_name):
         return f"{R}/resources/{rule_name}/{'-'.join(map(str, wildcards)) or rule_name}.json"
 
     return path
+
+
+def local_sha256(key):
+    """{config key: sha256} of the local inputs at or under config key ``key`` ({} for none)."""
+    return {k: sha for k, sha in LOCAL_SHA256.items() if k == key or k.startswith(f"{key}.")}
 
 
 def section(name):

@@ -38,6 +38,8 @@ else:
             f"{R}/logs/corpus/{NAME}.log",
         params:
             record=record("corpus_convert"),
+            # a local corpus: its sha256 (common.smk LOCAL_SHA256), so other content re-runs the job
+            **({"source_sha256": local_sha256("corpus.path")} if local_sha256("corpus.path") else {}),
         conda:
             CONDA
         shell:

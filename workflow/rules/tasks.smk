@@ -44,6 +44,8 @@ if FILE_TASKS:
             f"{R}/logs/tasks/{{task}}.log",
         params:
             record=record("task_files"),
+            # local task files: their sha256 (common.smk LOCAL_SHA256), so other content re-runs the job
+            **({"source_sha256": lambda w: local_sha256(f"tasks.{w.task}.files")} if local_sha256("tasks") else {}),
         conda:
             CONDA
         shell:
