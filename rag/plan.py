@@ -48,6 +48,10 @@ KNOWN_DIMS = {
 # character in Python, so real corpora can take more.
 PASSAGE_OVERHEAD = 192
 LINE_BYTES_PER_WORD = 7.2
+# A retrieving job's resident memory beyond its index: Python, torch, transformers, faiss, the MiniLM
+# question encoder, the touched pages of the passages and the embeddings (benchmarks/bench_retrieval_job.py:
+# peak RSS less the index's bytes, 2,000,000 passages x 384, rounded up; benchmarks/README.md)
+RETRIEVING_PROCESS = 1_500_000_000
 CHUNK_BYTES_ROWS = 65_536  # rag.retrieval.index.CHUNK_ROWS: the build holds one chunk (and IVF-PQ its sample)
 
 # Throughputs measured on this project's machines, with the device they were measured on. A
@@ -156,6 +160,11 @@ def embedding_dim(name: str) -> tuple[int | None, str]:
     if name in KNOWN_DIMS:
         return KNOWN_DIMS[name], "bert-base hidden size (DPR's encoders; config.json not on this machine)"
     return None, f"unknown: no config.json for {name!r} here; give --dim D"
+
+
+def row_table_bytes(n: int) -> int:
+    """The row table beside passages.tsv (rag.data.corpus.rows_path): int64 [3, n + 1] and its .npy header."""
+    return 3 * (n + 1) * 8 + 128
 
 
 def passages_memory(p: dict) -> tuple[int | None, str]:
@@ -301,7 +310,8 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
     shards = r["shards"]
     mem_passages, mem_passages_how = passages_memory(p)
     sizes: dict[str, Any] = {"passages": n, "passages_source": p["source"], "dim": d, "dim_source": d_how,
-                             "passages_memory_bytes": mem_passages, "passages_memory_how": mem_passages_how}
+                             "passages_memory_bytes": mem_passages, "passages_memory_how": mem_passages_how,
+                             "row_table_bytes": row_table_bytes(n) if n else None}
     indexes = {}
     if n and d:
         sizes["embedding_bytes"] = n * d * 4
@@ -352,12 +362,15 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
 
 
 def retrieval_memory(rule: str, sizes: dict, index: dict) -> tuple[float, str]:
-    """What a job that retrieves densely holds (bytes, and how): every passage, the embeddings (the
-    doc scores) and the index; a hot-swap job two snapshots of them. A lower bound: the models are not estimated."""
+    """What a job that retrieves densely holds (bytes, and how): the index, the passages' row table
+    (memory-mapped: at most all of it) and a retrieving process (:data:`RETRIEVING_PROCESS`); the
+    passages and the embeddings are read in place, a row at a time. A hot-swap job holds two
+    snapshots. A lower bound: the generator is not estimated."""
     mult = 2 if rule == "hotswap" else 1
-    memory = (sizes["passages_memory_bytes"] + sizes["embedding_bytes"] + index["memory"]) * mult
-    return memory, (("two snapshots of " if mult == 2 else "") + "every passage + the embeddings (doc scores) + the "
-                    f"{index['label']} index; the models not estimated")
+    memory = (index["memory"] + sizes["row_table_bytes"]) * mult + RETRIEVING_PROCESS
+    return memory, (("two snapshots of " if mult == 2 else "") + f"the {index['label']} index + the passages' row table + "
+                    f"{RETRIEVING_PROCESS / 1e9:.1f} GB of process (measured); passages and embeddings read in place; "
+                    "the generator not estimated")
 
 
 def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need:
@@ -367,8 +380,8 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
     n, d, mem_passages = sizes["passages"], sizes["dim"], sizes["passages_memory_bytes"]
     need = Need(gpu=1 if device == "cuda" and rule in GPU_RULES and not (rule == "pretrain_generator" and g["init"] == "pretrained") else 0)
     if rule == "encode_shard" and n and d:
-        need.memory, need.memory_lower_bound = (mem_passages or 0) + sizes["shard_bytes"], True
-        need.memory_how = "every passage read + the shard's embeddings + the encoder (not estimated)"
+        need.memory, need.memory_lower_bound = sizes["row_table_bytes"] + sizes["shard_bytes"], True
+        need.memory_how = "the passages' row table (the shard's rows read in place) + the shard's embeddings + the encoder (not estimated)"
         t = throughput("encode", {"encoder": r["context_encoder"], "device": device, "precision": cfg["precision"]})
         if t:  # an encode job runs on one thread (the rule's threads: 1), or one GPU
             need.seconds = sizes["shard_rows"] / t["value"]
@@ -388,7 +401,7 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
             need.seconds_how = f"{n:,} vectors at {t['value']:,.0f}/s ({t['measured_on']}; {t['source']}; d={d} may differ)"
         else:
             need.seconds_how = f"not measured: no build of a {index['label']} index has been timed"
-    elif rule in ("train", "evaluate", "topk_sweep", "hotswap") and index is not None and mem_passages is not None:
+    elif rule in ("train", "evaluate", "topk_sweep", "hotswap") and index is not None and n:
         need.memory, need.memory_how = retrieval_memory(rule, sizes, index)
         need.memory_lower_bound = True
         if rule == "train":
@@ -403,9 +416,12 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
             else:
                 need.seconds_how = (f"not measured: no training step of this generator at batch {cfg['train']['batch_size']}, "
                                     f"K={cfg['train']['k']} on {device} has been timed")
-    elif rule in ("oracle", "report") and mem_passages is not None:
+    elif rule == "oracle" and n:
+        need.memory, need.memory_lower_bound = sizes["row_table_bytes"] + RETRIEVING_PROCESS, True
+        need.memory_how = "the passages' row table (the gold passages read in place) + the process; the generator not estimated"
+    elif rule == "report" and mem_passages is not None:
         need.memory, need.memory_lower_bound = mem_passages, True
-        need.memory_how = "every passage read (the report: for its samples and claims); the rest not estimated"
+        need.memory_how = "every passage read (for its samples and claims); the rest not estimated"
     elif rule == "pretrain_generator" and g["init"] == "scratch":
         t = throughput("pretrain", {"generator": g, "batch_size": g["pretrain_batch_size"], "device": device})
         if t:
@@ -512,7 +528,10 @@ def render(plan: dict) -> str:
     if "embedding_bytes" in s:
         out.append(f"  embeddings    {_gb(s['embedding_bytes'])} float32 ({s['passages']:,} x {s['dim']} x 4 B), "
                    f"{s['shard_rows']:,} passages ({_gb(s['shard_bytes'])}) a shard")
-    out.append(f"  passages held in memory by a job that reads them: {_gb(s['passages_memory_bytes'])} "
+    if s["row_table_bytes"]:
+        out.append(f"  row table     {_gb(s['row_table_bytes'])} beside passages.tsv: the jobs that retrieve, encode "
+                   "or ask the oracle read passages and embeddings in place through it")
+    out.append(f"  every passage in memory (pretraining, BM25, the report): {_gb(s['passages_memory_bytes'])} "
                f"({s['passages_memory_how']})")
     if plan["indexes"]:
         n, d = s["passages"], s["dim"]
