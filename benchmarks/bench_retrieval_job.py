@@ -2,7 +2,8 @@
 
 Writes ``--retrieval-job-n`` synthetic passages of 100 words (with the row table `rag corpus` writes
 beside them), their embeddings as 384-d float32 ``.npy`` shards (``--retrieval-job-shards``, what
-`rag encode` jobs write) and a flat index over them. Then, each in a process of its own under
+`rag encode` jobs write) and an index over them of each of ``--retrieval-job-kinds`` (flat: the index
+as large as the embeddings, searched exhaustively; ivfpq: 256 lists, 48-byte codes, nprobe 16). Then, each in a process of its own under
 ``/usr/bin/time -v``, it does what a fine-tune does before its first step: build the dense retriever,
 retrieve a batch of questions (the project's MiniLM question encoder), read the retrieved passages'
 titles and texts and their doc scores. Three ways:
@@ -43,8 +44,8 @@ HEADROOM = 1.5e9  # the issue's bar: peak RSS <= the index's bytes + 1.5 GB
 MODES = ("everything loaded", "in place", "in place, index mapped")
 
 
-def write_corpus(folder: Path, n: int, shards: int) -> tuple[Path, list[Path], Path]:
-    """passages.tsv (+ row table), the embedding shards and a flat index over them."""
+def write_corpus(folder: Path, n: int, shards: int, kinds: list[str]) -> tuple[Path, list[Path], dict[str, Path]]:
+    """passages.tsv (+ row table), the embedding shards and an index of each kind over them."""
     from benchmarks.bench_index_build import write_shards
     from rag.data.corpus import write_passages
     from rag.retrieval.index import EmbeddingShards, build_index_from_shards, save_index
@@ -55,10 +56,13 @@ def write_corpus(folder: Path, n: int, shards: int) -> tuple[Path, list[Path], P
     passages = folder / "passages.tsv"
     write_passages(passages, ((str(i + 1), f"Article {i // 3}", pool[i % len(pool)]) for i in range(n)))
     paths = write_shards(folder, n, shards, clusters=1000)
-    index = build_index_from_shards(EmbeddingShards(paths), "flat")
-    save_index(index, folder / "flat.faiss")
-    del index
-    return passages, paths, folder / "flat.faiss"
+    indexes = {}
+    for kind in kinds:
+        index = build_index_from_shards(EmbeddingShards(paths), kind, **({"ivf_lists": 256} if kind == "ivfpq" else {}))
+        indexes[kind] = folder / f"{kind}.faiss"
+        save_index(index, indexes[kind])
+        del index
+    return passages, paths, indexes
 
 
 def _options():
@@ -123,9 +127,11 @@ def probe(argv: list[str]) -> None:
 
 def run(args) -> dict:
     from benchmarks.bench_index_build import measure
+    from rag.retrieval.index import index_bytes
 
     n = 20_000 if args.quick else args.retrieval_job_n
     shards = args.retrieval_job_shards
+    kinds = [k for k in args.retrieval_job_kinds.split(",") if k]
     base_dir = args.retrieval_job_dir or None
     if base_dir:
         Path(base_dir).mkdir(parents=True, exist_ok=True)
@@ -135,49 +141,50 @@ def run(args) -> dict:
     rows = []
     try:
         t = time.perf_counter()
-        passages, paths, index = write_corpus(work, n, shards)
+        passages, paths, indexes = write_corpus(work, n, shards, kinds)
         written = time.perf_counter() - t
-        from rag.retrieval.index import index_bytes
-
-        ix = index_bytes("flat", n, D)["memory"]
-        sizes = {"passages_file_bytes": passages.stat().st_size, "embedding_bytes": n * D * 4, "index_bytes": ix,
-                 "index_file_bytes": index.stat().st_size}
-        for mode in MODES:
-            cmd = [sys.executable, "-m", "benchmarks.bench_retrieval_job", "--mode", mode, "--passages", str(passages),
-                   "--embeddings", *map(str, paths), "--index", str(index)]
-            m = measure(cmd, env, None, stdout=True)
-            timings = json.loads(m.pop("stdout_last_line"))
-            rows.append({"mode": mode, "n": n, **sizes, **m, **timings})
+        for kind, index in indexes.items():
+            sizes = {"index": kind, "passages_file_bytes": passages.stat().st_size, "embedding_bytes": n * D * 4,
+                     "index_bytes": index_bytes(kind, n, D, ivf_lists=256)["memory"], "index_file_bytes": index.stat().st_size}
+            for mode in MODES:
+                cmd = [sys.executable, "-m", "benchmarks.bench_retrieval_job", "--mode", mode, "--passages", str(passages),
+                       "--embeddings", *map(str, paths), "--index", str(index)]
+                m = measure(cmd, env, None, stdout=True)
+                timings = json.loads(m.pop("stdout_last_line"))
+                rows.append({"mode": mode, "n": n, **sizes, **m, **timings})
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    ref = next(r for r in rows if r["mode"] == "everything loaded")
-    table = [[r["mode"], f"{n:,} x {D}", r["peak_rss_time_v"] / 1e9, (r["peak_rss_time_v"] - r["index_bytes"]) / 1e9,
-              r["first_step_inputs_s"], r["retrieval_files_s"], r["first_search_s"], r["later_search_s"]] for r in rows]
-    summary = []
+    table, summary = [], []
     for r in rows:
+        table.append([r["index"], r["mode"], r["index_bytes"] / 1e9, r["peak_rss_time_v"] / 1e9,
+                      (r["peak_rss_time_v"] - r["index_bytes"]) / 1e9, r["first_step_inputs_s"], r["retriever_s"],
+                      r["first_search_s"], r["later_search_s"]])
         if r["mode"] == "everything loaded":
             continue
-        summary.append({"section": "retrieval_job", "metric": f"peak RSS of a retrieving job ({r['mode']}), GB, "
+        ref = next(x for x in rows if x["index"] == r["index"] and x["mode"] == "everything loaded")
+        what = f"{r['index']} index, {r['mode']}"
+        summary.append({"section": "retrieval_job", "metric": f"peak RSS of a retrieving job ({what}), GB, "
                         f"{n:,} passages x {D}", "value": r["peak_rss_time_v"] / 1e9,
                         "baseline": ref["peak_rss_time_v"] / 1e9, "ratio": r["peak_rss_time_v"] / ref["peak_rss_time_v"],
                         "target": f"<= index + 1.5 GB = {(r['index_bytes'] + HEADROOM) / 1e9:.2f}",
                         "met": r["peak_rss_time_v"] <= r["index_bytes"] + HEADROOM})
-        for key, what in (("first_step_inputs_s", "process start to the first step's inputs"),
-                          ("retrieval_files_s", "of which the retrieval files and the first search")):
-            summary.append({"section": "retrieval_job", "metric": f"{what} ({r['mode']}), s", "value": r[key],
-                            "baseline": ref[key], "ratio": r[key] / ref[key], "target": "ratio <= 0.2",
-                            "met": r[key] <= 0.2 * ref[key]})
+        summary.append({"section": "retrieval_job", "metric": f"process start to the first step's inputs ({what}), s",
+                        "value": r["first_step_inputs_s"], "baseline": ref["first_step_inputs_s"],
+                        "ratio": r["first_step_inputs_s"] / ref["first_step_inputs_s"], "target": "ratio <= 0.2",
+                        "met": r["first_step_inputs_s"] <= 0.2 * ref["first_step_inputs_s"]})
     return {"rows": rows, "written_s": written, "summary": summary,
-            "tables": [{"title": f"A retrieving job's start on {n:,} passages x {D} (flat index {rows[0]['index_bytes'] / 1e9:.2f} GB "
-                                 f"in memory), each mode in a process of its own",
-                        "headers": ["mode", "passages", "peak RSS GB", "peak RSS - index GB", "to first step s",
-                                    "retrieval files + first search s", "first search s", "later search s (median)"],
+            "tables": [{"title": f"A retrieving job's start on {n:,} passages x {D}, each in a process of its own",
+                        "headers": ["index", "mode", "index GB (in memory)", "peak RSS GB", "peak RSS - index GB",
+                                    "to first step s", "of which the retriever's files s", "first search s",
+                                    "later search s (median)"],
                         "rows": table}],
             "notes": [f"Passages of 100 words ({rows[0]['passages_file_bytes'] / 1e9:.2f} GB of passages.tsv), "
                       f"embeddings {rows[0]['embedding_bytes'] / 1e9:.2f} GB in {shards} shards. Peak RSS: /usr/bin/time -v. "
                       "A step's inputs: the retriever built, a batch of 8 questions encoded and searched at K=10, the "
                       "80 passages' titles and texts read and the doc scores' backward run. 'To first step' counts "
-                      "from the process' start (imports of torch, transformers and faiss included: the same in every mode)."]}
+                      "from the process' start (imports of torch, transformers and faiss included: the same in every "
+                      "mode); 'the retriever's files': building the retriever (passages, embeddings, index, the MiniLM "
+                      "question encoder)."]}
 
 
 if __name__ == "__main__":

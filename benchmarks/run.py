@@ -74,8 +74,9 @@ def parse(argv=None):
     p.add_argument("--index-build-baseline", default=None, metavar="REV",
                    help="index_build: also run git revision REV's rag index (flat) on the same shards")
     p.add_argument("--retrieval-job-n", type=int, default=2_000_000,
-                   help="retrieval_job: synthetic passages (100 words; 384-d float32 embeddings, a flat index)")
+                   help="retrieval_job: synthetic passages (100 words; 384-d float32 embeddings)")
     p.add_argument("--retrieval-job-shards", type=int, default=4, help="retrieval_job: embedding shards")
+    p.add_argument("--retrieval-job-kinds", default="flat,ivfpq", help="retrieval_job: index types (flat,hnsw,ivfpq)")
     p.add_argument("--retrieval-job-dir", default=None, help="retrieval_job: where its files are written (default: a "
                    "temporary folder; about n x 2.3 KB), removed afterwards")
     p.add_argument("--k", type=int, default=3, help="retrieved documents (config.yaml train.k)")
