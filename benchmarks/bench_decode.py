@@ -28,7 +28,7 @@ def project_system(gen, tok, kind: str, batch, k: int):
     def encode(questions, kk):  # RagSystem.encode after retrieval and tokenization: the batch's fixed documents
         with torch.inference_mode(), system.autocast():
             hidden = seq2seq.encode(gen, batch.src, batch.mask, system.chunk_overhead)
-        return Encoded(hidden, batch.mask, batch.src, torch.log_softmax(batch.scores.float(), dim=1), None, k)
+        return Encoded(seq2seq.Seq2SeqStates(hidden, batch.mask, batch.src), torch.log_softmax(batch.scores.float(), dim=1), None, k)
 
     system.encode = encode
     return system

@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     def encode(questions, kk):  # the fixed documents, as the decode section of the benchmark
         with torch.inference_mode(), system.autocast():
             hidden = seq2seq.encode(gen, src, mask, system.chunk_overhead)
-        return Encoded(hidden, mask, src, torch.log_softmax(scores.float(), dim=1), None, k)
+        return Encoded(seq2seq.Seq2SeqStates(hidden, mask, src), torch.log_softmax(scores.float(), dim=1), None, k)
 
     system.encode = encode
     questions = [f"q{i}" for i in range(b)]
