@@ -10,14 +10,21 @@ Layout shared by every family: a target is ``[N, T]`` token ids whose first entr
 token (the tokenizer's BOS); position t of the log-probabilities predicts ``target[t + 1]``, as
 :mod:`rag.models.marginal` reads them. A family may feed the start token (an encoder-decoder's
 decoder start) or stand it for the end of its source (a causal LM's prompt).
+
+A saved generator folder says its family: config key ``rag_family`` of its ``config.json``,
+else ``seq2seq`` for an encoder-decoder and ``causal_lm`` for a decoder-only model
+(:func:`load_generator`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import nullcontext
+from pathlib import Path
 
 import torch
+
+FAMILY_KEY = "rag_family"  # the family a saved generator's config.json names
 
 
 class SourceStates(ABC):
@@ -40,6 +47,19 @@ class Generator(ABC):
         self.max_source_len = max_source_len
         self.max_target_len = max_target_len
         self.autocast = nullcontext  # set by the RAG system to its precision autocast
+
+    @classmethod
+    @abstractmethod
+    def load(cls, path: str | Path, device: str, max_source_len: int, max_target_len: int) -> "Generator":
+        """The generator saved in the folder (or hub name) ``path``, on ``device``."""
+
+    def save(self, folder: str | Path) -> None:
+        """Write the model to ``folder`` (the tokenizer is saved by the caller)."""
+        self.model.save_pretrained(folder)
+
+    def prepare_training(self) -> torch.nn.Module:
+        """The module fine-tuning trains (the model, or the model with adapters)."""
+        return self.model
 
     @property
     def device(self) -> torch.device:
@@ -101,3 +121,31 @@ class Generator(ABC):
         """log p(tgt[r, t] | source docs[expand[r]], start token, tgt[r, :t]) [R, W] on the CPU,
         every position scored (the caller masks by hypothesis length): RAG-Sequence's thorough
         rescoring of R (hypothesis, document) rows over the distinct sources ``docs``."""
+
+
+def generator_class(family: str) -> type[Generator]:
+    """The :class:`Generator` of a registered family (rag/tasks.py GENERATOR_FAMILIES)."""
+    import importlib
+
+    from rag.tasks import family_spec
+
+    module, _, name = family_spec(family).generator.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def saved_family(path: str | Path) -> str:
+    """The family of the generator saved in ``path`` (:data:`FAMILY_KEY`, else its architecture)."""
+    from transformers import AutoConfig
+
+    from rag.errors import ConfigError
+
+    try:
+        cfg = AutoConfig.from_pretrained(str(path))
+    except OSError as exc:
+        raise ConfigError(f"cannot load generator {str(path)!r}: {exc}") from None
+    return getattr(cfg, FAMILY_KEY, None) or ("seq2seq" if cfg.is_encoder_decoder else "causal_lm")
+
+
+def load_generator(path: str | Path, device: str, max_source_len: int, max_target_len: int) -> Generator:
+    """The generator saved in ``path``, behind its family's interface."""
+    return generator_class(saved_family(path)).load(path, device, max_source_len, max_target_len)

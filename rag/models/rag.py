@@ -78,6 +78,10 @@ class RagSystem(torch.nn.Module):
     def device(self) -> torch.device:
         return next(self.generator.parameters()).device
 
+    def prepare_training(self) -> None:
+        """The generator as fine-tuning trains it (``Generator.prepare_training``: adapters, checkpointing)."""
+        self.generator = self.gen.prepare_training()
+
     @property
     def chunk_overhead(self) -> int:
         """Padded tokens one more generator call costs: generator.chunk_overhead, or the default of the

@@ -108,22 +108,32 @@ def target_logprobs(generator, input_ids: torch.Tensor, attention_mask: torch.Te
     ``target`` [N, T] starts with the decoder start token; the results equal gathering from
     ``log_softmax(generator(input_ids, attention_mask, decoder_input_ids=target).logits)``.
     """
+    bart = _bart_like(generator)
+
+    def run(rows, keep, used):
+        ids, mask = _cut(input_ids, attention_mask, rows)
+        if bart:
+            h = generator.model(input_ids=ids, attention_mask=mask, decoder_input_ids=target[rows, :used]).last_hidden_state
+            return generator.lm_head(h[keep]) + generator.final_logits_bias.to(h.dtype)[0]
+        return generator(input_ids=ids, attention_mask=mask, decoder_input_ids=target[rows, :used]).logits[keep]
+
+    return scored_logprobs(run, attention_mask, target, pad_id, smooth, overhead_tokens)
+
+
+def scored_logprobs(run, attention_mask: torch.Tensor, target: torch.Tensor, pad_id: int, smooth: bool,
+                    overhead_tokens: int):
+    """:func:`target_logprobs` of any generator: ``run(rows, keep, used)`` gives the logits [M, V]
+    of source rows ``rows`` (a length-sorted chunk of :func:`length_chunks`) at the target
+    positions ``keep`` [len(rows), used] marks (those whose next token is scored; positions after
+    ``used`` predict padding only)."""
     n, t = target.shape
     nxt = torch.cat([target[:, 1:], target.new_full((n, 1), pad_id)], 1)
     scored = nxt.ne(pad_id)  # positions whose prediction is scored
     used = int(scored.any(0).nonzero().max()) + 1 if bool(scored.any()) else 1  # trailing all-pad positions dropped
-    dec_in = target[:, :used]
-    bart = _bart_like(generator)
     rows_at, cols_at, lls, sms = [], [], [], []
     for rows in length_chunks(attention_mask, overhead_tokens):
-        ids, mask = _cut(input_ids, attention_mask, rows)
         keep = scored[rows, :used]  # [n, used]
-        if bart:
-            h = generator.model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec_in[rows]).last_hidden_state
-            logits = generator.lm_head(h[keep]) + generator.final_logits_bias.to(h.dtype)[0]
-        else:
-            logits = generator(input_ids=ids, attention_mask=mask, decoder_input_ids=dec_in[rows]).logits[keep]
-        logits = logits.float()  # [M, V]
+        logits = run(rows, keep, used).float()  # [M, V]
         lse = torch.logsumexp(logits, dim=-1)
         local, col = keep.nonzero(as_tuple=True)
         lls.append(logits.gather(-1, nxt[rows[local], col].unsqueeze(-1)).squeeze(-1) - lse)
@@ -166,6 +176,13 @@ class Seq2SeqGenerator(Generator):
     """An encoder-decoder (BART, :class:`rag.models.generator.CopyBart`): the source is
     ``title / text // question`` as transformers' RagRetriever builds it, the target the decoder's
     input from its start token on; a decoding step runs the decoder on the encoder states."""
+
+    @classmethod
+    def load(cls, path, device, max_source_len, max_target_len) -> "Seq2SeqGenerator":
+        from rag.models.generator import load_generator
+
+        model, tok = load_generator(path, device)
+        return cls(model, tok, max_source_len, max_target_len)
 
     def source_text(self, title: str, text: str, question: str) -> str:
         return format_input(title, text, question)
