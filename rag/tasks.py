@@ -195,7 +195,7 @@ class FamilySpec:
 
 # config key generator.family
 GENERATOR_FAMILIES: dict[str, FamilySpec] = {f.name: f for f in (
-    FamilySpec("seq2seq", "rag.models.seq2seq:Seq2SeqGenerator",
+    FamilySpec("seq2seq", "rag.models.generator:Seq2SeqGenerator",
                "an encoder-decoder (BART, the copy generator): the source is title / text // question"),
     FamilySpec("causal_lm", "rag.models.causal_lm:CausalLMGenerator",
                "any decoder-only language model (AutoModelForCausalLM): the source is a prompt (generator.prompt_template)"),

@@ -27,7 +27,7 @@ import torch
 from rag.config_keys import PROMPT_TEMPLATE as DEFAULT_TEMPLATE
 from rag.errors import ConfigError
 from rag.models.interface import Generator, SourceStates
-from rag.models.seq2seq import DEFAULT_CHUNK_OVERHEAD, length_chunks, scored_logprobs
+from rag.models.seq2seq import DEFAULT_CHUNK_OVERHEAD, scored_logprobs
 
 PAD_TOKEN = "<pad>"  # added when a tokenizer has no pad token of its own, or pads with its EOS
 

@@ -22,7 +22,7 @@ from rag import precision as P
 from rag.models.decoding import Hypothesis, beam_search, decode_ids
 from rag.models import seq2seq
 from rag.models.interface import Generator, SourceStates
-from rag.models.seq2seq import DOC_SEP, TITLE_SEP, Seq2SeqGenerator, format_input  # noqa: F401
+from rag.models.seq2seq import DOC_SEP, TITLE_SEP, format_input  # noqa: F401
 from rag.retrieval import Retrieved, Retriever
 from rag.models.marginal import rag_sequence_nll_from_logprobs, rag_token_nll, rag_token_nll_from_logprobs
 
@@ -48,7 +48,7 @@ class Prediction:
 
 class RagSystem(torch.nn.Module):
     """``generator``: a :class:`rag.models.interface.Generator` (its ``model`` becomes
-    ``self.generator``), or a seq2seq model, which :class:`Seq2SeqGenerator` wraps."""
+    ``self.generator``), or a seq2seq model, which :class:`rag.models.generator.Seq2SeqGenerator` wraps."""
 
     def __init__(self, generator, tokenizer, model: str, retriever: Retriever | None = None,
                  max_source_len: int = 192, max_target_len: int = 48, chunk_overhead: int | None = None,
@@ -58,6 +58,8 @@ class RagSystem(torch.nn.Module):
             raise ValueError(f"unknown model kind {model!r}")
         P.check(precision)  # a known value; autocast checks it against the device
         if not isinstance(generator, Generator):
+            from rag.models.generator import Seq2SeqGenerator
+
             generator = Seq2SeqGenerator(generator, tokenizer, max_source_len, max_target_len)
         self.gen = generator  # the generator interface; self.generator is its (trainable) model
         self.gen.autocast = self.autocast
