@@ -341,3 +341,31 @@ def test_a_third_family_is_one_file_and_a_registry_entry(small_world, seqs, monk
                                   else torch.logsumexp(lp_of(s) + doc_lp[:, None], 0).sum() for s in seqs])
         best = int(totals.argmax())
         assert abs(pred.score - float(totals[best])) < 1e-4 and pred.text == text(system, seqs[best])
+
+
+# ---------------------------------------------------------------- the stages
+def test_a_saved_causal_lm_becomes_the_pipeline_s_generator(world, tmp_path):
+    """generator.family causal_lm, init pretrained: the generator stage saves the LM with its
+    settings; a variant's system is built from that folder, and fine-tuning adds the adapters."""
+    from rag.models.causal_lm import CausalLMGenerator
+    from rag.retrieval.dense import DenseRetriever
+    from rag.stages.model_loading import build_system
+    from rag.stages.pretraining import copy_pretrained_generator
+    from tests.conftest import typed_sections
+
+    tok = make_tokenizer()
+    tiny_lm("gpt2", len(tok)).save_pretrained(tmp_path / "lm")
+    tok.save_pretrained(tmp_path / "lm")
+    template = "{text} ({title}) Q: {question} A:"
+    sections = typed_sections({"generator": {"family": "causal_lm", "init": "pretrained", "name_or_path": str(tmp_path / "lm"),
+                                             "prompt_template": template, "lora_rank": 2, "lora_alpha": 4.0,
+                                             "lora_target_modules": ["c_attn"]}})
+    copy_pretrained_generator(sections["generator"], tmp_path / "generator")
+    retriever = DenseRetriever(world.passages, world.encoder, world.doc_emb, ExactIndex(world.doc_emb))
+    system = build_system(sections["train_nq"], "rag_token", str(tmp_path / "generator"), "cpu", retriever=retriever)
+    assert isinstance(system.gen, CausalLMGenerator) and system.gen.template == template
+    assert system.gen.lora == {"rank": 2, "alpha": 4.0, "target_modules": ["c_attn"]}
+    assert system.source_texts(["q"], system.retrieve(["q"], 1))[0].endswith(" Q: q A:")
+    system.prepare_training()
+    trainable = {n for n, p in system.generator.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)

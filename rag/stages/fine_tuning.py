@@ -122,11 +122,11 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     init = init_from or generator
     q_dir = trained_question_encoder(init_from)
     system = build_system(cfg, variant, init, device, files, q_dir)
-    system.prepare_training()
     if system.question_encoder is not None:
         system.question_encoder.train_top_layers = t.question_encoder_layers
     if spec.kind == "classification":
         ensure_label_tokens(system.tokenizer, system.generator, list(spec.labels))
+    system.prepare_training()  # after the label tokens: a causal LM's adapters wrap the resized model
     if spec.kind == "regex" and vspec.retriever is None:
         inputs, targets = _bart_regex_targets(rows)
     else:
