@@ -3,8 +3,8 @@
 RAG needs three things of a generator, whatever its architecture: the log-probabilities of a
 target's tokens under each of K sources (training, RAG-Sequence's rescoring), a decoding step
 that extends prefixes on a key/value cache, and a reorder of that cache (beam search). A family
-(:mod:`rag.models.families`) implements them for one kind of model: the encoder-decoder of
-:mod:`rag.models.seq2seq`, the decoder-only language model of :mod:`rag.models.causal_lm`.
+(``rag.tasks.GENERATOR_FAMILIES``) implements them for one kind of model: the encoder-decoder of
+:mod:`rag.models.generator`, the decoder-only language model of :mod:`rag.models.causal_lm`.
 
 Layout shared by every family: a target is ``[N, T]`` token ids whose first entry is the start
 token (the tokenizer's BOS); position t of the log-probabilities predicts ``target[t + 1]``, as
@@ -46,7 +46,7 @@ class Generator(ABC):
         self.tokenizer = tokenizer
         self.max_source_len = max_source_len
         self.max_target_len = max_target_len
-        self.autocast = nullcontext  # set by the RAG system to its precision autocast
+        self.autocast = nullcontext  # set by the RAG system holding it: its precision autocast
 
     @classmethod
     @abstractmethod

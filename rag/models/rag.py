@@ -1,7 +1,7 @@
 """A RAG model: a retriever (``rag.retrieval.Retriever``: dense, BM25, gold) + a generator.
 
 Works with any generator behind the generator interface (:mod:`rag.models.interface`; the
-families of :mod:`rag.models.families`: a Hugging Face seq2seq model, by default a small BART
+families of ``rag.tasks.GENERATOR_FAMILIES``: a Hugging Face seq2seq model, by default a small BART
 built from a config, ``facebook/bart-large`` at paper scale; any causal language model) and any
 retriever. With the dense retriever the
 document encoder and the index stay fixed; gradients reach its question encoder through the
