@@ -101,7 +101,7 @@ class CausalLMGenerator(Generator):
 
     def prepare_training(self) -> torch.nn.Module:
         if self.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
+            self.model.activation_checkpointing_enable()
         if self.lora and not hasattr(self.model, "peft_config"):
             self.model = add_lora(self.model, self.lora["rank"], self.lora["alpha"], self.lora.get("target_modules"))
         return self.model
