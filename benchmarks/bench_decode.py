@@ -21,6 +21,7 @@ def gen_config(tok, beams: int, max_new_tokens: int):
 
 def project_system(gen, tok, kind: str, batch, k: int):
     from rag.models import seq2seq
+    from rag.models.generator import Seq2SeqStates
     from rag.models.rag import Encoded, RagSystem
 
     system = RagSystem(gen, tok, kind)
@@ -28,7 +29,7 @@ def project_system(gen, tok, kind: str, batch, k: int):
     def encode(questions, kk):  # RagSystem.encode after retrieval and tokenization: the batch's fixed documents
         with torch.inference_mode(), system.autocast():
             hidden = seq2seq.encode(gen, batch.src, batch.mask, system.chunk_overhead)
-        return Encoded(hidden, batch.mask, batch.src, torch.log_softmax(batch.scores.float(), dim=1), None, k)
+        return Encoded(Seq2SeqStates(hidden, batch.mask, batch.src), torch.log_softmax(batch.scores.float(), dim=1), None, k)
 
     system.encode = encode
     return system

@@ -221,6 +221,7 @@ def part_decode(args, s, device, gen, tok, rows, summary):
     from benchmarks.bench_decode import decode_texts, gen_config
     from benchmarks.rag_setup import hf_rag
     from rag.models import seq2seq
+    from rag.models.generator import Seq2SeqStates
     from rag.models.rag import Encoded, RagSystem
 
     b = 2 if args.quick else args.paper_decode_n
@@ -248,7 +249,7 @@ def part_decode(args, s, device, gen, tok, rows, summary):
             def encode(qs, kk, system=system):  # the fixed documents: RagSystem.encode after retrieval and tokenization
                 with torch.inference_mode(), system.autocast():
                     hidden = seq2seq.encode(gen, src, mask, system.chunk_overhead)
-                return Encoded(hidden, mask, src, torch.log_softmax(scores.float(), dim=1), None, k)
+                return Encoded(Seq2SeqStates(hidden, mask, src), torch.log_softmax(scores.float(), dim=1), None, k)
 
             system.encode = encode
             system.generate(questions[:1], k, method=method, beams=nb, max_new_tokens=2)  # warm-up

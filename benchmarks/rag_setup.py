@@ -69,11 +69,14 @@ class Batch:
                      self.target.to(device))
 
 
-def make_batch(tok, b: int, k: int, seed: int = 0, split: str = "train", max_source_len: int = 128) -> Batch:
+def make_batch(tok, b: int, k: int, seed: int = 0, split: str = "train", max_source_len: int = 128, source=None) -> Batch:
     """B questions of the nq task; their K documents are the gold passage and K-1 random others
     (fixed, so both implementations see the same retrieved documents); doc scores are fixed random
-    logits (x 20 like the project's score_scale on cosines)."""
+    logits (x 20 like the project's score_scale on cosines). ``source(title, text, question)``: the
+    generator input (default: the seq2seq family's, ``format_input``)."""
     from rag.models.rag import format_input
+
+    source = source or format_input
 
     ids, titles, texts = load_corpus()
     by_entity = {}
@@ -88,7 +91,7 @@ def make_batch(tok, b: int, k: int, seed: int = 0, split: str = "train", max_sou
         row_of = {pid: i for i, pid in enumerate(ids)}
         gold = [j for g in r.get("meta", {}).get("gold_docs", []) for j in ([row_of[g]] if g in row_of else by_entity.get(g, []))][:1]
         docs = gold + rng.sample(range(len(texts)), k - len(gold))
-        src_texts += [format_input(titles[j], texts[j], r["input"]) for j in docs[:k]]
+        src_texts += [source(titles[j], texts[j], r["input"]) for j in docs[:k]]
     enc = tok(src_texts, padding=True, truncation=True, max_length=max_source_len, return_tensors="pt")
     g = torch.Generator().manual_seed(seed)
     scores = torch.randn(b, k, generator=g) * 2.0

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from rag.keyspec import NO_DEFAULT, AnyOf, Bool, Definitions, Enum, Group, Int, List, Map, Num, Str, at
-from rag.tasks import ROLES, TASKS, VARIANTS
+from rag.tasks import GENERATOR_FAMILIES, ROLES, TASKS, VARIANTS
 
 # the parameters each index type reads (retriever.index; the index section holds its type's only)
 INDEX_PARAMS = {"flat": (), "hnsw": ("hnsw_m", "hnsw_ef_search"), "ivfpq": ("ivf_lists", "pq_m")}
@@ -29,6 +29,8 @@ DECODE_KEYS = ("decode_sequence", "decode_token")
 RUN_KEYS = ("variants", "seeds")
 
 SPLITS = ("train", "dev", "test")
+# generator.prompt_template's default (rag/models/causal_lm.py)
+PROMPT_TEMPLATE = "Title: {title} Passage: {text} Question: {question} Answer:"
 
 D = Definitions()
 NAME = D.define("name", Str(pattern="^[a-z0-9][a-z0-9_]{0,63}$"))
@@ -110,8 +112,14 @@ CONFIG = Group({
         "pq_m": Int(minimum=1, nullable=True, default=None, description="IVF-PQ bytes per vector (8-bit sub-quantizers); null: embedding size / 8"),
     }),
     "generator": Group({
+        "family": Enum(lambda: tuple(GENERATOR_FAMILIES), default="seq2seq", description="the kind of generator (rag/tasks.py GENERATOR_FAMILIES): seq2seq, an encoder-decoder (BART); causal_lm, any decoder-only language model (AutoModelForCausalLM; init: pretrained)"),
         "init": Enum(("scratch", "pretrained"), default="scratch"),
-        "name_or_path": Str(description="pretrained: HF name or local path (facebook/bart-large)"),
+        "name_or_path": Str(description="pretrained: HF name or local path (facebook/bart-large; a causal LM's, with family causal_lm)"),
+        "prompt_template": Str(default=PROMPT_TEMPLATE, description="causal_lm: the prompt of a (question, passage) pair, with the fields {title}, {text} and {question}; the answer follows it (one line: a config string holds no newline). Closed book: the template after {text}"),
+        "lora_rank": Int(minimum=0, default=0, description="causal_lm: fine-tune LoRA adapters of this rank (peft) instead of the whole generator (0: the whole generator); the question encoder is trained in full"),
+        "lora_alpha": Num(exclusive_minimum=0, default=16.0, description="causal_lm, with lora_rank: LoRA's scale alpha (the update is alpha / rank x B A)"),
+        "lora_target_modules": List(Str(), min_items=1, nullable=True, default=None, description="causal_lm, with lora_rank: the module names LoRA adapts (q_proj, v_proj, ...; null: peft's default for the architecture)"),
+        "gradient_checkpointing": Bool(default=False, description="causal_lm: recompute activations in the backward pass of fine-tuning (less memory, more time)"),
         "d_model": Int(minimum=8, default=128),
         "layers": Int(minimum=1, default=2),
         "heads": Int(minimum=1, default=4),

@@ -1,12 +1,12 @@
-"""The registry: every task, variant, retriever and metric the harness knows, declared once.
+"""The registry: every task, variant, retriever, generator family and metric the harness knows, declared once.
 
 The config schema's enums (``rag.config.schema``), the Snakemake wildcard constraints, the CLI
 choices, the report's labels and tables, the claims, the parsers a task's files are read with and
 the Table 7 checks are all read from here (tests/test_registry.py walks every entry). Logic asks an
 entry what it needs (a task's format, regex targets, labels, paper columns; the tasks the paper's
-experiments use, :data:`ROLES`), never compares task names. Adding a task, a variant or a retriever
-means adding an entry here (plus its data, its parser or its class); a metric is a class in
-``rag.metrics.METRICS``.
+experiments use, :data:`ROLES`), never compares task names. Adding a task, a variant, a retriever
+or a generator family means adding an entry here (plus its data, its parser or its class); a
+metric is a class in ``rag.metrics.METRICS``.
 """
 
 from __future__ import annotations
@@ -182,6 +182,33 @@ VARIANTS: dict[str, VariantSpec] = {v.name: v for v in (
     VariantSpec("rag_sequence_bm25", "sequence", "bm25", False, "RAG-Sequence-BM25"),
     VariantSpec("rag_token_bm25", "token", "bm25", False, "RAG-Token-BM25"),
 )}
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """A generator family: a kind of model behind the generator interface (rag/models/interface.py)."""
+
+    name: str
+    generator: str  # "module:Class" of its rag.models.interface.Generator
+    description: str = ""
+
+
+# config key generator.family
+GENERATOR_FAMILIES: dict[str, FamilySpec] = {f.name: f for f in (
+    FamilySpec("seq2seq", "rag.models.generator:Seq2SeqGenerator",
+               "an encoder-decoder (BART, the copy generator): the source is title / text // question"),
+    FamilySpec("causal_lm", "rag.models.causal_lm:CausalLMGenerator",
+               "any decoder-only language model (AutoModelForCausalLM): the source is a prompt (generator.prompt_template)"),
+)}
+
+
+def family_spec(name: str) -> FamilySpec:
+    from rag.errors import ConfigError
+
+    try:
+        return GENERATOR_FAMILIES[name]
+    except KeyError:
+        raise ConfigError(f"unknown generator family {name!r} (known: {', '.join(GENERATOR_FAMILIES)})") from None
 
 
 def variant_spec(name: str) -> VariantSpec:

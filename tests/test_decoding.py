@@ -459,10 +459,10 @@ class _AlwaysCopying:
 
         class Always(R.CachedStep):
             def _encoder_rows(self, flat):
-                return self.enc.ids[flat], self.enc.hidden[flat], self.enc.mask[flat]
+                return self.enc.states.select(flat)
 
             def _reorder(self, order):
-                self.cache.reorder_cache(order.to(self.system.device))
+                self.cache = self.system.gen.reorder(self.cache, order.to(self.system.device))
 
         return Always
 

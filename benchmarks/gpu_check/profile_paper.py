@@ -51,6 +51,7 @@ def main(argv=None) -> int:
     from benchmarks.bench_decode import gen_config
     from benchmarks.rag_setup import hf_rag
     from rag.models import seq2seq
+    from rag.models.generator import Seq2SeqStates
     from rag.models.rag import Encoded, RagSystem
     from rag.retrieval.encoders import Encoder
 
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
     def encode(questions, kk):  # the fixed documents, as the decode section of the benchmark
         with torch.inference_mode(), system.autocast():
             hidden = seq2seq.encode(gen, src, mask, system.chunk_overhead)
-        return Encoded(hidden, mask, src, torch.log_softmax(scores.float(), dim=1), None, k)
+        return Encoded(Seq2SeqStates(hidden, mask, src), torch.log_softmax(scores.float(), dim=1), None, k)
 
     system.encode = encode
     questions = [f"q{i}" for i in range(b)]

@@ -1,2 +1,3 @@
-"""The RAG system and its parts: the generator (a BART, with a copy mechanism), its tokenizer and
-pretraining examples, the marginalisation over documents, the decoders."""
+"""The RAG system and its parts: the generator interface and its families (a BART with a copy
+mechanism, any causal language model), the tokenizer and pretraining examples, the
+marginalisation over documents, the decoders."""

@@ -21,6 +21,8 @@ from transformers.modeling_outputs import Seq2SeqLMOutput
 from transformers.models.bart.modeling_bart import BartEncoder
 
 from rag.errors import ConfigError
+from rag.models import seq2seq
+from rag.models.interface import Generator, SourceStates
 
 
 class LocalContextEncoder(BartEncoder):
@@ -202,7 +204,7 @@ def continuation(input_ids: torch.Tensor, attention_mask: torch.Tensor, decoder_
 
 def query_separator(tokenizer) -> list[int]:
     """The token ids ``DOC_SEP`` (passage | query) takes inside a generator input."""
-    from rag.models.rag import DOC_SEP, TITLE_SEP
+    from rag.models.seq2seq import DOC_SEP, TITLE_SEP
 
     ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
     head, tail, full = ids("a" + TITLE_SEP + "b"), ids("c"), ids("a" + TITLE_SEP + "b" + DOC_SEP + "c")
@@ -252,3 +254,93 @@ def load_generator(path: str | Path, device: str = "cpu"):
         raise ConfigError(f"cannot load generator {str(path)!r}: {exc}") from None
     return model.to(device), tok
 
+
+class Seq2SeqStates(SourceStates):
+    """Encoder states [N, L, d], attention mask [N, L] and source tokens [N, L] (a copying
+    generator reads them at every step)."""
+
+    def __init__(self, hidden: torch.Tensor, mask: torch.Tensor, ids: torch.Tensor):
+        self.hidden, self.mask, self.ids = hidden, mask, ids
+
+    def select(self, rows: torch.Tensor) -> "Seq2SeqStates":
+        return Seq2SeqStates(self.hidden[rows], self.mask[rows], self.ids[rows])
+
+
+class Seq2SeqGenerator(Generator):
+    """An encoder-decoder (BART, :class:`rag.models.generator.CopyBart`): the source is
+    ``title / text // question`` as transformers' RagRetriever builds it, the target the decoder's
+    input from its start token on; a decoding step runs the decoder on the encoder states."""
+
+    @classmethod
+    def load(cls, path, device, max_source_len, max_target_len) -> "Seq2SeqGenerator":
+        model, tok = load_generator(path, device)
+        return cls(model, tok, max_source_len, max_target_len)
+
+    def source_text(self, title: str, text: str, question: str) -> str:
+        return seq2seq.format_input(title, text, question)
+
+    def question_text(self, question: str) -> str:
+        return question
+
+    def tokenize_sources(self, texts: list[str]):
+        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_source_len, return_tensors="pt")
+        return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
+
+    def tokenize_targets(self, targets: list[str]) -> torch.Tensor:
+        enc = self.tokenizer(targets, padding=True, truncation=True, max_length=self.max_target_len, return_tensors="pt")
+        ids = enc["input_ids"]
+        bos = self.tokenizer.bos_token_id
+        if bos is not None and not bool((ids[:, 0] == bos).all()):
+            ids = torch.cat([ids.new_full((ids.shape[0], 1), bos), ids], 1)
+        return ids.to(self.device)
+
+    def target_logprobs(self, src, mask, target, pad_id, smooth, overhead):
+        return seq2seq.target_logprobs(self.model, src, mask, target, pad_id, smooth, overhead)
+
+    def logits(self, src, mask, target, overhead):
+        return seq2seq.logits(self.model, src, mask, target, overhead)
+
+    def encode(self, src, mask, overhead) -> Seq2SeqStates:
+        return Seq2SeqStates(seq2seq.encode(self.model, src, mask, overhead), mask, src)
+
+    def step(self, states: Seq2SeqStates, inputs, past):
+        from transformers.modeling_outputs import BaseModelOutput
+
+        out = self.model(input_ids=states.ids, encoder_outputs=BaseModelOutput(last_hidden_state=states.hidden),
+                         attention_mask=states.mask, decoder_input_ids=inputs, past_key_values=past, use_cache=True)
+        return out.logits[:, -1], out.past_key_values
+
+    def reorder(self, past, order):
+        past.reorder_cache(order)
+        return past
+
+    def hypothesis_logprobs(self, states: Seq2SeqStates, docs, expand, tgt) -> torch.Tensor:
+        """The decoder start token runs once per document (the cross-attention keys and values over
+        its encoder states are computed there, once), then that cache is copied to every
+        hypothesis row and the hypotheses' tokens run on it. A generator with ``target_logprobs``
+        (the copy generator) scores only the hypothesis tokens instead of the vocabulary mixture."""
+        from transformers.modeling_outputs import BaseModelOutput
+
+        from rag.models.marginal import _token_logprobs
+
+        gen, width = self.model, tgt.shape[1]
+        rows = docs[expand]
+        with self.autocast():
+            first = gen(input_ids=states.ids[docs], encoder_outputs=BaseModelOutput(last_hidden_state=states.hidden[docs]),
+                        attention_mask=states.mask[docs],
+                        decoder_input_ids=torch.full((len(docs), 1), self.tokenizer.bos_token_id, device=docs.device),
+                        use_cache=width > 1)
+        ll = torch.zeros(len(rows), width)
+        ll[:, 0] = torch.log_softmax(first.logits[:, 0].float(), dim=-1)[expand].gather(-1, tgt[:, :1]).squeeze(-1).cpu()
+        if width > 1:
+            cache = first.past_key_values
+            cache.reorder_cache(expand)
+            kwargs = dict(attention_mask=states.mask[rows], decoder_input_ids=tgt[:, :-1],
+                          encoder_outputs=BaseModelOutput(last_hidden_state=states.hidden[rows]), past_key_values=cache)
+            with self.autocast():
+                if hasattr(gen, "target_logprobs"):
+                    rest = gen.target_logprobs(tgt[:, 1:], states.ids[rows], **kwargs).float()
+                else:
+                    rest, _ = _token_logprobs(gen(input_ids=states.ids[rows], **kwargs).logits.float(), tgt[:, 1:], False)
+            ll[:, 1:] = rest.cpu()
+        return ll

@@ -1,7 +1,9 @@
-"""A RAG model: a retriever (``rag.retrieval.Retriever``: dense, BM25, gold) + a seq2seq generator.
+"""A RAG model: a retriever (``rag.retrieval.Retriever``: dense, BM25, gold) + a generator.
 
-Works with any Hugging Face seq2seq generator (the default is a small BART built from a
-config; ``facebook/bart-large`` at paper scale) and any retriever. With the dense retriever the
+Works with any generator behind the generator interface (:mod:`rag.models.interface`; the
+families of ``rag.tasks.GENERATOR_FAMILIES``: a Hugging Face seq2seq model, by default a small BART
+built from a config, ``facebook/bart-large`` at paper scale; any causal language model) and any
+retriever. With the dense retriever the
 document encoder and the index stay fixed; gradients reach its question encoder through the
 doc scores d(z).q(x) and the generator through the marginal likelihood.
 
@@ -19,30 +21,17 @@ import torch
 from rag import precision as P
 from rag.models.decoding import Hypothesis, beam_search, decode_ids
 from rag.models import seq2seq
+from rag.models.interface import Generator, SourceStates
+from rag.models.seq2seq import DOC_SEP, TITLE_SEP, format_input  # noqa: F401
 from rag.retrieval import Retrieved, Retriever
-from rag.models.marginal import (_token_logprobs, rag_sequence_nll_from_logprobs, rag_token_nll,
-                                 rag_token_nll_from_logprobs)
-
-TITLE_SEP = " / "  # as transformers' RagConfig.title_sep
-DOC_SEP = " // "  # as transformers' RagConfig.doc_sep
-
-
-def format_input(title: str, text: str, question: str) -> str:
-    """The generator input for one (x, z) pair, exactly as transformers' RagRetriever builds it."""
-    if title.startswith('"'):
-        title = title[1:]
-    if title.endswith('"'):
-        title = title[:-1]
-    return (title + TITLE_SEP + text + DOC_SEP + question).replace("  ", " ")
+from rag.models.marginal import rag_sequence_nll_from_logprobs, rag_token_nll, rag_token_nll_from_logprobs
 
 
 @dataclass
 class Encoded:
-    """Generator encoder states for B questions x K documents, ready for decoding."""
+    """The generator's source states for B questions x K documents, ready for decoding."""
 
-    hidden: torch.Tensor  # [B*K, L, d]
-    mask: torch.Tensor  # [B*K, L]
-    ids: torch.Tensor  # [B*K, L] source tokens (a copying generator reads them at every step)
+    states: SourceStates  # B*K rows, question-major
     doc_lp: torch.Tensor  # [B, K] log p(z|x)
     retrieved: Retrieved | None
     k: int
@@ -58,6 +47,9 @@ class Prediction:
 
 
 class RagSystem(torch.nn.Module):
+    """``generator``: a :class:`rag.models.interface.Generator` (its ``model`` becomes
+    ``self.generator``), or a seq2seq model, which :class:`rag.models.generator.Seq2SeqGenerator` wraps."""
+
     def __init__(self, generator, tokenizer, model: str, retriever: Retriever | None = None,
                  max_source_len: int = 192, max_target_len: int = 48, chunk_overhead: int | None = None,
                  precision: str = "fp32"):
@@ -65,7 +57,13 @@ class RagSystem(torch.nn.Module):
         if model not in ("sequence", "token", "bart"):
             raise ValueError(f"unknown model kind {model!r}")
         P.check(precision)  # a known value; autocast checks it against the device
-        self.generator = generator
+        if not isinstance(generator, Generator):
+            from rag.models.generator import Seq2SeqGenerator
+
+            generator = Seq2SeqGenerator(generator, tokenizer, max_source_len, max_target_len)
+        self.gen = generator  # the generator interface; self.generator is its (trainable) model
+        self.gen.autocast = self.autocast
+        self.generator = generator.model
         self.tokenizer = tokenizer
         self.model_kind = model
         self.retriever = retriever
@@ -81,6 +79,10 @@ class RagSystem(torch.nn.Module):
     @property
     def device(self) -> torch.device:
         return next(self.generator.parameters()).device
+
+    def prepare_training(self) -> None:
+        """The generator as fine-tuning trains it (``Generator.prepare_training``: adapters, checkpointing)."""
+        self.generator = self.gen.prepare_training()
 
     @property
     def chunk_overhead(self) -> int:
@@ -115,20 +117,15 @@ class RagSystem(torch.nn.Module):
 
     def source_texts(self, questions: list[str], retrieved: Retrieved | None) -> list[str]:
         if retrieved is None:
-            return list(questions)
-        p = self.passages
-        return [format_input(p.titles[j], p.texts[j], q) for q, row in zip(questions, retrieved.ids.tolist()) for j in row]
+            return [self.gen.question_text(q) for q in questions]
+        p, source = self.passages, self.gen.source_text
+        return [source(p.titles[j], p.texts[j], q) for q, row in zip(questions, retrieved.ids.tolist()) for j in row]
 
     def _tokenize_sources(self, texts: list[str]):
-        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_source_len, return_tensors="pt")
-        return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
+        return self.gen.tokenize_sources(texts)
 
     def tokenize_targets(self, targets: list[str]) -> torch.Tensor:
-        enc = self.tokenizer(targets, padding=True, truncation=True, max_length=self.max_target_len, return_tensors="pt")
-        ids = enc["input_ids"]
-        if self.bos_id is not None and not bool((ids[:, 0] == self.bos_id).all()):
-            ids = torch.cat([ids.new_full((ids.shape[0], 1), self.bos_id), ids], 1)
-        return ids.to(self.device)
+        return self.gen.tokenize_targets(targets)
 
     # ------------------------------------------------------------------ training
     def loss(self, questions: list[str], target_ids: torch.Tensor, k: int, epsilon: float = 0.0) -> torch.Tensor:
@@ -150,17 +147,16 @@ class RagSystem(torch.nn.Module):
         dev, overhead = src.device.type, self.chunk_overhead
         if self.model_kind == "token" and epsilon > 0:  # smoothing over the marginal needs every vocabulary entry
             with self.autocast():
-                logits = seq2seq.logits(self.generator, src, mask, dec, overhead)
+                logits = self.gen.logits(src, mask, dec, overhead)
             with P.full_precision(dev):
                 return rag_token_nll(logits, doc_scores, target_ids, self.pad_id, epsilon)
         with self.autocast():
-            ll, smooth = seq2seq.target_logprobs(self.generator, src, mask, dec, self.pad_id, epsilon > 0, overhead)
+            ll, smooth = self.gen.target_logprobs(src, mask, dec, self.pad_id, epsilon > 0, overhead)
         with P.full_precision(dev):
             if self.model_kind == "token":
                 return rag_token_nll_from_logprobs(ll, doc_scores, target_ids, self.pad_id)
             # RAG-Sequence; with one document and p(z|x) = 1 it is the plain generator NLL (BART)
-            vocab = self.generator.get_output_embeddings().weight.shape[0]
-            return rag_sequence_nll_from_logprobs(ll, smooth, vocab, doc_scores, target_ids, self.pad_id, epsilon)
+            return rag_sequence_nll_from_logprobs(ll, smooth, self.gen.vocab_size, doc_scores, target_ids, self.pad_id, epsilon)
 
     def forward(self, questions: list[str], target_ids: torch.Tensor, k: int, epsilon: float = 0.0) -> torch.Tensor:
         """``loss``, so DistributedDataParallel can wrap the system (its hooks run on forward)."""
@@ -173,21 +169,18 @@ class RagSystem(torch.nn.Module):
         kk = 1 if retrieved is None else k
         src, mask = self._tokenize_sources(self.source_texts(questions, retrieved))
         with self.autocast():
-            hidden = seq2seq.encode(self.generator, src, mask, self.chunk_overhead)
+            states = self.gen.encode(src, mask, self.chunk_overhead)
         if retrieved is None:
-            doc_lp = torch.zeros(len(questions), 1, device=hidden.device)
+            doc_lp = torch.zeros(len(questions), 1, device=src.device)
         else:
             doc_lp = torch.log_softmax(retrieved.scores.float(), dim=1)
-        return Encoded(hidden, mask, src, doc_lp, retrieved, kk)
+        return Encoded(states, doc_lp, retrieved, kk)
 
     def _decoder_logprobs(self, enc: Encoded, rows: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
-        """log p(next | x, z, prefix) for encoder rows ``rows`` [N] and prefixes [N, t] -> [N, V]."""
-        from transformers.modeling_outputs import BaseModelOutput
-
+        """log p(next | x, z, prefix) for source rows ``rows`` [N] and prefixes [N, t] -> [N, V]."""
         with self.autocast():
-            out = self.generator(input_ids=enc.ids[rows], encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden[rows]),
-                                 attention_mask=enc.mask[rows], decoder_input_ids=prefix.to(self.device))
-        return torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+            logits, _ = self.gen.step(enc.states.select(rows), prefix.to(self.device), None)
+        return torch.log_softmax(logits.float(), dim=-1)
 
     def _predictions(self, enc: Encoded, best: list[Hypothesis]) -> list[Prediction]:
         out = []
@@ -308,18 +301,13 @@ class RagSystem(torch.nn.Module):
         document j: ``hyps[i]`` the hypotheses of question i -> per question [H_i, K].
 
         The (question, hypothesis, document) rows of all questions go through the generator
-        ``SCORE_ROWS`` at a time. Each call first runs the decoder start token once per document
-        (the cross-attention keys and values over its encoder states are computed there, once),
-        then copies that cache to every hypothesis row and runs the hypotheses' tokens on it, as
-        beam search's :class:`CachedStep` does. A generator with ``target_logprobs`` (the copy
-        generator) scores only the hypothesis tokens instead of the whole vocabulary mixture."""
-        from transformers.modeling_outputs import BaseModelOutput
-
+        ``SCORE_ROWS`` at a time (``Generator.hypothesis_logprobs``: each document's source is
+        read once, then its cache copied to every hypothesis row, as beam search's
+        :class:`CachedStep` does)."""
         kk = enc.k
         pairs = [(i, h) for i, hs in enumerate(hyps) for h in hs]  # question-major, hypothesis-minor
         out = torch.empty(len(pairs) * kk)
         per_call = max(1, self.SCORE_ROWS // kk)
-        gen = self.generator
         for start in range(0, len(pairs), per_call):
             part = pairs[start : start + per_call]
             width = max(1, max(len(h) for _, h in part))  # an empty hypothesis (no new token) scores 0
@@ -332,24 +320,7 @@ class RagSystem(torch.nn.Module):
             slot = {q: n for n, q in enumerate(questions)}
             expand = (torch.tensor([slot[i] for i, _ in part], device=self.device)[:, None] * kk
                       + torch.arange(kk, device=self.device)).reshape(-1)  # row -> its document in ``docs``
-            rows = docs[expand]
-            with self.autocast():
-                first = gen(input_ids=enc.ids[docs], encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden[docs]),
-                            attention_mask=enc.mask[docs], decoder_input_ids=torch.full((len(docs), 1), self.bos_id, device=self.device),
-                            use_cache=width > 1)
-            ll = torch.zeros(len(rows), width)
-            ll[:, 0] = torch.log_softmax(first.logits[:, 0].float(), dim=-1)[expand].gather(-1, tgt[:, :1]).squeeze(-1).cpu()
-            if width > 1:
-                cache = first.past_key_values
-                cache.reorder_cache(expand)
-                kwargs = dict(attention_mask=enc.mask[rows], decoder_input_ids=tgt[:, :-1],
-                              encoder_outputs=BaseModelOutput(last_hidden_state=enc.hidden[rows]), past_key_values=cache)
-                with self.autocast():
-                    if hasattr(gen, "target_logprobs"):
-                        rest = gen.target_logprobs(tgt[:, 1:], enc.ids[rows], **kwargs).float()
-                    else:
-                        rest, _ = _token_logprobs(gen(input_ids=enc.ids[rows], **kwargs).logits.float(), tgt[:, 1:], False)
-                ll[:, 1:] = rest.cpu()
+            ll = self.gen.hypothesis_logprobs(enc.states, docs, expand, tgt)
             # mask by each hypothesis' length, not by token value: a generated pad token is scored
             lengths = torch.tensor([len(h) for _, h in part]).repeat_interleave(kk)
             ll = ll.masked_fill(torch.arange(width)[None, :] >= lengths[:, None], 0.0)
@@ -385,25 +356,26 @@ def _first_documents(enc: Encoded, k: int) -> Encoded:
     """``enc`` cut to each question's first (best) ``k`` documents, p(z|x) renormalized over them
     as :meth:`RagSystem.encode` at that K gives it."""
     b, kmax = enc.doc_lp.shape
-    rows = (torch.arange(b)[:, None] * kmax + torch.arange(k)).reshape(-1).to(enc.hidden.device)
+    rows = (torch.arange(b)[:, None] * kmax + torch.arange(k)).reshape(-1).to(enc.doc_lp.device)
     got = enc.retrieved
     cut = Retrieved(got.ids[:, :k], got.scores[:, :k])
-    return Encoded(enc.hidden[rows], enc.mask[rows], enc.ids[rows], torch.log_softmax(cut.scores.float(), dim=1), cut, k)
+    return Encoded(enc.states.select(rows), torch.log_softmax(cut.scores.float(), dim=1), cut, k)
 
 
 class CachedStep:
     """The step function :func:`beam_search` calls, with the generator's key/value cache.
 
-    step(prefix [N, t], owner [N]) -> log-probs [N, V]. Each step runs the decoder on the newest
-    token only (cross-attention keys/values over the encoder states are computed once), instead of
-    re-running the whole prefix. Beam search hands over bare prefixes; each prefix's parent row is
-    found by the prefix minus its last token, and the cache rows are reordered to match.
-    ``rows_of(owner)`` gives, per prefix row, the encoder rows it is decoded against ([N, R]:
+    step(prefix [N, t], owner [N]) -> log-probs [N, V]. Each step runs the generator on the newest
+    token only (``Generator.step``: an encoder-decoder's cross-attention keys/values over the
+    encoder states, a causal LM's prompt, are computed once), instead of re-running the whole
+    prefix. Beam search hands over bare prefixes; each prefix's parent row is found by the prefix
+    minus its last token, and the cache rows are reordered to match (``Generator.reorder``).
+    ``rows_of(owner)`` gives, per prefix row, the source rows it is decoded against ([N, R]:
     R = K documents for RAG-Token, 1 otherwise); ``combine(lp [N, R, V], owner)`` turns their
     log-probs into the step's distribution.
 
     Two copies are skipped where they would change nothing: the cache is not reordered when every
-    row keeps its place (greedy search, until a problem finishes), and the encoder rows are indexed
+    row keeps its place (greedy search, until a problem finishes), and the source rows are indexed
     once and reused while the set of live rows stays the same.
     """
 
@@ -411,24 +383,21 @@ class CachedStep:
         self.system, self.enc, self.rows_of, self.combine = system, enc, rows_of, combine
         self.cache = None
         self.index: dict[tuple, int] = {}
-        self._rows = None  # (flat rows, their ids, encoder states, mask)
+        self._rows = None  # (flat rows, their source states)
 
-    def _encoder_rows(self, flat: torch.Tensor):
+    def _encoder_rows(self, flat: torch.Tensor) -> SourceStates:
         if self._rows is None or not torch.equal(self._rows[0], flat):
-            e = self.enc
-            self._rows = (flat, e.ids[flat], e.hidden[flat], e.mask[flat])
-        return self._rows[1:]
+            self._rows = (flat, self.enc.states.select(flat))
+        return self._rows[1]
 
     def _reorder(self, order: torch.Tensor) -> None:
         """Cache row i <- row order[i]; nothing when every row keeps its place."""
         rows = len(self._rows[0])  # the cache holds the rows of the last step
         if len(order) != rows or not torch.equal(order, torch.arange(rows)):
-            self.cache.reorder_cache(order.to(self.system.device))
+            self.cache = self.system.gen.reorder(self.cache, order.to(self.system.device))
 
     @torch.inference_mode()
     def __call__(self, prefix: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
-        from transformers.modeling_outputs import BaseModelOutput
-
         dev = self.system.device
         owner = owner.to(dev)
         rows = self.rows_of(owner)  # [N, R]
@@ -441,12 +410,9 @@ class CachedStep:
             parent = torch.tensor([self.index[(o, p[:-1])] for o, p in keys], dtype=torch.long)
             self._reorder((parent[:, None] * r + torch.arange(r)).reshape(-1))
             inp, past = prefix[:, -1:].to(dev), self.cache
-        ids, hidden, mask = self._encoder_rows(flat)
+        states = self._encoder_rows(flat)
         with self.system.autocast():
-            out = self.system.generator(input_ids=ids, encoder_outputs=BaseModelOutput(last_hidden_state=hidden),
-                                        attention_mask=mask, decoder_input_ids=inp.repeat_interleave(r, dim=0),
-                                        past_key_values=past, use_cache=True)
-        self.cache = out.past_key_values
+            logits, self.cache = self.system.gen.step(states, inp.repeat_interleave(r, dim=0), past)
         self.index = {key: i for i, key in enumerate(keys)}
-        lp = torch.log_softmax(out.logits[:, -1].float(), dim=-1).view(n, r, -1)
+        lp = torch.log_softmax(logits.float(), dim=-1).view(n, r, -1)
         return self.combine(lp, owner)

@@ -7,11 +7,25 @@ padding (the outputs are the same: padded positions are masked out of every atte
 chunks minimise padded tokens + ``overhead_tokens`` per extra generator call. :func:`target_logprobs` also drops the last decoder position (it predicts
 the padding after the target) and, for BART-family generators, applies the output projection
 only at positions whose next token is scored, instead of materialising [B*K, T, V] logits.
+:class:`rag.models.generator.Seq2SeqGenerator`, the seq2seq family of the generator interface,
+runs them.
 """
 
 from __future__ import annotations
 
 import torch
+
+TITLE_SEP = " / "  # as transformers' RagConfig.title_sep
+DOC_SEP = " // "  # as transformers' RagConfig.doc_sep
+
+
+def format_input(title: str, text: str, question: str) -> str:
+    """The generator input for one (x, z) pair, exactly as transformers' RagRetriever builds it."""
+    if title.startswith('"'):
+        title = title[1:]
+    if title.endswith('"'):
+        title = title[:-1]
+    return (title + TITLE_SEP + text + DOC_SEP + question).replace("  ", " ")
 
 # cost of one more generator call, in padded tokens: a chunk costs rows x width + this
 DEFAULT_CHUNK_OVERHEAD = 512  # measured best for the default generator on CPU (benchmarks/README.md, training step)
@@ -91,22 +105,32 @@ def target_logprobs(generator, input_ids: torch.Tensor, attention_mask: torch.Te
     ``target`` [N, T] starts with the decoder start token; the results equal gathering from
     ``log_softmax(generator(input_ids, attention_mask, decoder_input_ids=target).logits)``.
     """
+    bart = _bart_like(generator)
+
+    def run(rows, keep, used):
+        ids, mask = _cut(input_ids, attention_mask, rows)
+        if bart:
+            h = generator.model(input_ids=ids, attention_mask=mask, decoder_input_ids=target[rows, :used]).last_hidden_state
+            return generator.lm_head(h[keep]) + generator.final_logits_bias.to(h.dtype)[0]
+        return generator(input_ids=ids, attention_mask=mask, decoder_input_ids=target[rows, :used]).logits[keep]
+
+    return scored_logprobs(run, attention_mask, target, pad_id, smooth, overhead_tokens)
+
+
+def scored_logprobs(run, attention_mask: torch.Tensor, target: torch.Tensor, pad_id: int, smooth: bool,
+                    overhead_tokens: int):
+    """:func:`target_logprobs` of any generator: ``run(rows, keep, used)`` gives the logits [M, V]
+    of source rows ``rows`` (a length-sorted chunk of :func:`length_chunks`) at the target
+    positions ``keep`` [len(rows), used] marks (those whose next token is scored; positions after
+    ``used`` predict padding only)."""
     n, t = target.shape
     nxt = torch.cat([target[:, 1:], target.new_full((n, 1), pad_id)], 1)
     scored = nxt.ne(pad_id)  # positions whose prediction is scored
     used = int(scored.any(0).nonzero().max()) + 1 if bool(scored.any()) else 1  # trailing all-pad positions dropped
-    dec_in = target[:, :used]
-    bart = _bart_like(generator)
     rows_at, cols_at, lls, sms = [], [], [], []
     for rows in length_chunks(attention_mask, overhead_tokens):
-        ids, mask = _cut(input_ids, attention_mask, rows)
         keep = scored[rows, :used]  # [n, used]
-        if bart:
-            h = generator.model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec_in[rows]).last_hidden_state
-            logits = generator.lm_head(h[keep]) + generator.final_logits_bias.to(h.dtype)[0]
-        else:
-            logits = generator(input_ids=ids, attention_mask=mask, decoder_input_ids=dec_in[rows]).logits[keep]
-        logits = logits.float()  # [M, V]
+        logits = run(rows, keep, used).float()  # [M, V]
         lse = torch.logsumexp(logits, dim=-1)
         local, col = keep.nonzero(as_tuple=True)
         lls.append(logits.gather(-1, nxt[rows[local], col].unsqueeze(-1)).squeeze(-1) - lse)

@@ -127,6 +127,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
         system.question_encoder.train_top_layers = t.question_encoder_layers
     if spec.kind == "classification":
         ensure_label_tokens(system.tokenizer, system.generator, list(spec.labels))
+    system.prepare_training()  # after the label tokens: a causal LM's adapters wrap the resized model
     if spec.kind == "regex" and vspec.retriever is None:
         inputs, targets = _bart_regex_targets(rows)
     else:
@@ -178,7 +179,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
                              for i in range(every - 1, len(losses), every)])
     run.metrics({"train_seconds": seconds, "final_train_loss": sum(losses[-10:]) / max(1, len(losses[-10:]))})
     with atomic_dir(out) as tmp:
-        system.generator.save_pretrained(tmp / "generator")
+        system.gen.save(tmp / "generator")
         # in the state the run tokenizes with, whatever the tokenizers did last (a resume at the last step: nothing)
         save_tokenizer(system.tokenizer, tmp / "generator", cfg.generator.max_source_len)
         if system.question_encoder is not None and vspec.train_question_encoder:

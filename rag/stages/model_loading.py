@@ -35,17 +35,17 @@ def build_system(cfg: TrainSection, variant: str, model_dir: str, device: str, f
     """The variant's RAG system: the generator of ``model_dir`` and ``retriever``, or (None) the
     variant's registered retriever over ``files`` (its question encoder from ``question_encoder_dir``
     or the configured one)."""
-    from rag.models.generator import load_generator
+    from rag.models.interface import load_generator
     from rag.models.rag import RagSystem
     from rag.retrieval import build_retriever
 
     spec = variant_spec(variant)
     gen_dir = Path(model_dir) / "generator" if (Path(model_dir) / "generator").is_dir() else Path(model_dir)
-    generator, tok = load_generator(gen_dir, device)
+    g = cfg.generator
+    generator = load_generator(gen_dir, device, g.max_source_len, g.max_target_len)
     if retriever is None:
         retriever = build_retriever(spec.retriever, files or RetrievalFiles(), cfg.retriever, device, question_encoder_dir)
-    g = cfg.generator
-    return RagSystem(generator, tok, spec.model, retriever, g.max_source_len, g.max_target_len,
+    return RagSystem(generator, generator.tokenizer, spec.model, retriever, g.max_source_len, g.max_target_len,
                      chunk_overhead=g.chunk_overhead, precision=cfg.precision)
 
 

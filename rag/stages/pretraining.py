@@ -12,13 +12,21 @@ from rag.sections import GeneratorSection
 
 
 def copy_pretrained_generator(cfg: GeneratorSection, out: str | Path) -> None:
-    """``generator.init: pretrained``: save ``generator.name_or_path`` (weights and tokenizer) as the folder ``out``."""
-    from rag.models.generator import load_generator
-
+    """``generator.init: pretrained``: save ``generator.name_or_path`` (weights and tokenizer) as the folder
+    ``out``; a causal LM (``generator.family``) with its settings (rag.models.causal_lm)."""
     g = cfg.generator
-    model, tok = load_generator(g.name_or_path)
+    if g.family == "causal_lm":
+        from rag.models.causal_lm import CausalLMGenerator, load_causal_lm
+
+        model, tok = load_causal_lm(g.name_or_path)
+        save = CausalLMGenerator.from_options(model, tok, g.to_dict()).save
+    else:
+        from rag.models.generator import load_generator
+
+        model, tok = load_generator(g.name_or_path)
+        save = model.save_pretrained
     with atomic_dir(out) as tmp:
-        model.save_pretrained(tmp)
+        save(tmp)
         tok.save_pretrained(tmp)
         write_json(tmp / "pretrain.json", {"init": "pretrained", "name_or_path": g.name_or_path})
 

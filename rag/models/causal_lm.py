@@ -1,0 +1,264 @@
+"""The causal-LM family of the generator interface: any ``AutoModelForCausalLM`` as RAG's generator.
+
+The source of a (question, passage) pair is a prompt (``generator.prompt_template``, default
+``Title: {title} Passage: {text} Question: {question} Answer:``); the target follows
+the prompt, and only its tokens are scored. The target's start token (the tokenizer's BOS, as
+for the seq2seq family) is never fed: it stands for the prompt's end, so position t of the
+log-probabilities predicts ``target[t + 1]`` from the prompt and ``target[1 : t + 1]``, the
+layout :mod:`rag.models.marginal` reads.
+
+Prompts are padded and truncated on the left (a prompt too long loses the start of its passage,
+never the question), so the K prompts of a question end at the same column and the target's
+tokens follow without a gap; position ids count the real tokens only, as the model saw them in
+pretraining. Decoding runs each prompt once (:meth:`CausalLMGenerator.encode`) and extends its
+key/value cache (``transformers.DynamicCache``), reordered for beam search.
+
+Built from a config dict (``generator.causal_lm``, any ``model_type`` of
+``transformers.AutoConfig``) or loaded from a local path or hub name (``generator.name_or_path``);
+optionally with LoRA adapters (:func:`add_lora`, through ``peft``) and gradient checkpointing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from rag.config_keys import PROMPT_TEMPLATE as DEFAULT_TEMPLATE
+from rag.errors import ConfigError
+from rag.models.interface import Generator, SourceStates
+from rag.models.seq2seq import DEFAULT_CHUNK_OVERHEAD, scored_logprobs
+
+PAD_TOKEN = "<pad>"  # added when a tokenizer has no pad token of its own, or pads with its EOS
+
+
+class CausalStates(SourceStates):
+    """Per prompt: its key/value cache (per layer, keys and values [N, heads, L, d]), its
+    attention mask [N, L] (left-padded) and its last position's logits [N, V] (the target's first
+    token)."""
+
+    def __init__(self, kv: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor, last: torch.Tensor):
+        self.kv, self.mask, self.last = kv, mask, last
+
+    def select(self, rows: torch.Tensor) -> "CausalStates":
+        return CausalStates([(k[rows], v[rows]) for k, v in self.kv], self.mask[rows], self.last[rows])
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that count real tokens only (0 on left padding)."""
+    return (mask.long().cumsum(1) - 1).clamp_min(0)
+
+
+class CausalLMGenerator(Generator):
+    """A decoder-only language model behind the generator interface.
+
+    ``template``: the prompt, with the fields ``{title}``, ``{text}`` and ``{question}`` (the
+    closed-book prompt is the template after its ``{text}``, leading white space stripped:
+    ``Question: {question} Answer:`` of the default). Fine-tuning (:meth:`prepare_training`) adds LoRA adapters when ``lora`` holds
+    ``rank`` (> 0), ``alpha`` and ``target_modules``, and turns on gradient checkpointing with
+    ``gradient_checkpointing``. :meth:`save` writes these settings into the folder's
+    ``config.json`` (``rag_generator``), so fine-tuning and decoding read them from the folder."""
+
+    SETTINGS_KEY = "rag_generator"
+
+    def __init__(self, model, tokenizer, max_source_len: int, max_target_len: int, template: str = DEFAULT_TEMPLATE,
+                 lora: dict | None = None, gradient_checkpointing: bool = False):
+        super().__init__(model, tokenizer, max_source_len, max_target_len)
+        check_template(template)
+        self.template = template
+        self.lora = dict(lora) if lora and lora.get("rank") else None
+        self.gradient_checkpointing = bool(gradient_checkpointing)
+        prepare_tokenizer(tokenizer, model)
+
+    @classmethod
+    def from_options(cls, model, tokenizer, g: dict) -> "CausalLMGenerator":
+        """With the settings of the ``generator`` config group ``g``."""
+        lora = {"rank": g.get("lora_rank", 0), "alpha": g.get("lora_alpha", 16.0),
+                "target_modules": g.get("lora_target_modules")}
+        return cls(model, tokenizer, g["max_source_len"], g["max_target_len"], g.get("prompt_template", DEFAULT_TEMPLATE),
+                   lora, g.get("gradient_checkpointing", False))
+
+    @classmethod
+    def load(cls, path, device, max_source_len, max_target_len) -> "CausalLMGenerator":
+        model, tok = load_causal_lm(path, device)
+        settings = dict(getattr(model.config, cls.SETTINGS_KEY, None) or {})
+        return cls(model, tok, max_source_len, max_target_len, settings.get("template", DEFAULT_TEMPLATE),
+                   settings.get("lora"), settings.get("gradient_checkpointing", False))
+
+    def save(self, folder) -> None:
+        """The model (LoRA adapters merged into a copy of the weights) and its settings."""
+        from rag.models.interface import FAMILY_KEY
+
+        model = self.model
+        if hasattr(model, "merge_and_unload"):  # a peft model
+            import copy
+
+            model = copy.deepcopy(model).merge_and_unload()
+        setattr(model.config, FAMILY_KEY, "causal_lm")
+        setattr(model.config, self.SETTINGS_KEY, {"template": self.template, "lora": self.lora,
+                                                  "gradient_checkpointing": self.gradient_checkpointing})
+        model.save_pretrained(folder)
+
+    def prepare_training(self) -> torch.nn.Module:
+        if self.gradient_checkpointing:
+            self.model.activation_checkpointing_enable()
+        if self.lora and not hasattr(self.model, "peft_config"):
+            self.model = add_lora(self.model, self.lora["rank"], self.lora["alpha"], self.lora.get("target_modules"))
+        return self.model
+
+    # ---------------------------------------------------------------- text -> token ids
+    def source_text(self, title: str, text: str, question: str) -> str:
+        return self.template.format(title=title, text=text, question=question)
+
+    def question_text(self, question: str) -> str:
+        head, field, tail = self.template.partition("{text}")
+        return (tail if field else head).format(title="", text="", question=question).lstrip()
+
+    def tokenize_sources(self, texts: list[str]):
+        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_source_len, return_tensors="pt")
+        return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
+
+    def tokenize_targets(self, targets: list[str]) -> torch.Tensor:
+        tok = self.tokenizer
+        body = tok(targets, add_special_tokens=False, truncation=True, max_length=self.max_target_len - 2)["input_ids"]
+        rows = [[tok.bos_token_id] + ids + [tok.eos_token_id] for ids in body]
+        out = torch.full((len(rows), max(map(len, rows))), tok.pad_token_id, dtype=torch.long)
+        for r, ids in enumerate(rows):
+            out[r, : len(ids)] = torch.tensor(ids)
+        return out.to(self.device)
+
+    # ---------------------------------------------------------------- training
+    def _joined(self, src: torch.Tensor, mask: torch.Tensor, fed: torch.Tensor):
+        """Prompt [N, L] + fed target tokens [N, t]: input ids, attention mask and position ids."""
+        ids = torch.cat([src, fed], 1)
+        am = torch.cat([mask, fed.ne(self.tokenizer.pad_token_id).to(mask.dtype)], 1)
+        return ids, am, _positions(am)
+
+    def target_logprobs(self, src, mask, target, pad_id, smooth, overhead=DEFAULT_CHUNK_OVERHEAD):
+        def run(rows, keep, used):
+            width = max(1, int(mask[rows].sum(1).max()))  # left padding: the chunk's prompts end together
+            ids, am, pos = self._joined(src[rows, -width:], mask[rows, -width:], target[rows, 1:used])
+            out = self.model(input_ids=ids, attention_mask=am, position_ids=pos, use_cache=False, logits_to_keep=used)
+            return out.logits[keep]
+
+        return scored_logprobs(run, mask, target, pad_id, smooth, overhead)
+
+    def logits(self, src, mask, target, overhead=DEFAULT_CHUNK_OVERHEAD):
+        t = target.shape[1]
+        ids, am, pos = self._joined(src, mask, target[:, 1:])
+        return self.model(input_ids=ids, attention_mask=am, position_ids=pos, use_cache=False, logits_to_keep=t).logits
+
+    # ---------------------------------------------------------------- decoding
+    def encode(self, src, mask, overhead=DEFAULT_CHUNK_OVERHEAD) -> CausalStates:
+        out = self.model(input_ids=src, attention_mask=mask, position_ids=_positions(mask), use_cache=True, logits_to_keep=1)
+        kv = [(layer[0], layer[1]) for layer in out.past_key_values]
+        return CausalStates(kv, mask, out.logits[:, -1])
+
+    def _extend(self, states: CausalStates, fed: torch.Tensor, past):
+        """Logits [N, t, V] of ``fed`` tokens [N, t] read on ``past`` (the prompts' cache, then
+        the tokens fed before); the cache extended by them."""
+        done = past.get_seq_length() - states.mask.shape[1]  # target tokens already in the cache
+        t = fed.shape[1]
+        am = torch.cat([states.mask, states.mask.new_ones(len(fed), done + t)], 1)
+        pos = states.mask.long().sum(1, keepdim=True) + done + torch.arange(t, device=fed.device)
+        out = self.model(input_ids=fed, attention_mask=am, position_ids=pos, past_key_values=past, use_cache=True)
+        return out.logits, out.past_key_values
+
+    def _cache(self, states: CausalStates):
+        from transformers import DynamicCache
+
+        return DynamicCache(ddp_cache_data=states.kv, config=self.model.config)
+
+    def step(self, states: CausalStates, inputs, past):
+        if past is None:  # whole prefixes: the start token stands for the prompt's end, the rest is fed
+            past = self._cache(states)
+            if inputs.shape[1] == 1:
+                return states.last, past
+            logits, past = self._extend(states, inputs[:, 1:], past)
+        else:
+            logits, past = self._extend(states, inputs, past)
+        return logits[:, -1], past
+
+    def reorder(self, past, order):
+        past.reorder_cache(order)
+        return past
+
+    def hypothesis_logprobs(self, states: CausalStates, docs, expand, tgt) -> torch.Tensor:
+        """Each hypothesis row reads its prompt's cache (computed once by :meth:`encode`)."""
+        mine = states.select(docs[expand])
+        lp = [torch.log_softmax(mine.last.float(), dim=-1)[:, None]]
+        if tgt.shape[1] > 1:
+            with self.autocast():
+                logits, _ = self._extend(mine, tgt[:, :-1], self._cache(mine))
+            lp.append(torch.log_softmax(logits.float(), dim=-1))
+        return torch.cat(lp, 1).gather(-1, tgt[:, :, None]).squeeze(-1).cpu()
+
+
+def check_template(template: str) -> None:
+    """ConfigError unless ``template`` formats with the fields title, text and question."""
+    try:
+        template.format(title="", text="", question="")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ConfigError(f"config key 'generator.prompt_template': {exc!r}; use the fields {{title}}, {{text}} and "
+                          "{question} (double a literal brace)") from None
+    if "{question}" not in template:
+        raise ConfigError("config key 'generator.prompt_template': the prompt needs the field {question}")
+
+
+def prepare_tokenizer(tokenizer, model) -> None:
+    """Left padding and truncation; a pad token of its own (added, and the embeddings resized,
+    when the tokenizer has none or pads with its EOS: targets are masked by the pad token and
+    must keep their EOS); a BOS (the EOS when the tokenizer has none: the start token is never fed)."""
+    tokenizer.padding_side = "left"
+    tokenizer.truncation_side = "left"
+    if tokenizer.eos_token_id is None:
+        raise ConfigError("generator: the causal LM's tokenizer has no EOS token, so an answer cannot end")
+    if tokenizer.pad_token_id is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
+        tokenizer.add_special_tokens({"pad_token": PAD_TOKEN})
+    if tokenizer.bos_token_id is None:
+        tokenizer.bos_token = tokenizer.eos_token
+    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer))
+    model.config.pad_token_id = tokenizer.pad_token_id
+
+
+def build_causal_lm(tokenizer, model_config: dict):
+    """A causal LM from scratch: ``model_config`` (``generator.causal_lm``) holds ``model_type``
+    (llama, gpt2, qwen2, ...) and that architecture's sizes; the vocabulary and special tokens are
+    the tokenizer's."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    spec = dict(model_config)
+    if "model_type" not in spec:
+        raise ConfigError("config key 'generator.causal_lm': needs model_type (llama, gpt2, qwen2, ... of transformers)")
+    try:
+        cfg = AutoConfig.for_model(spec.pop("model_type"), vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                                   bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **spec)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"config key 'generator.causal_lm': {exc}") from None
+    return AutoModelForCausalLM.from_config(cfg)
+
+
+def load_causal_lm(path: str | Path, device: str = "cpu"):
+    """A saved (or hub-named) causal LM and its tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path))
+        model = AutoModelForCausalLM.from_pretrained(str(path))
+    except OSError as exc:
+        raise ConfigError(f"cannot load generator {str(path)!r}: {exc}") from None
+    return model.to(device), tok
+
+
+def add_lora(model, rank: int, alpha: float, target_modules: list[str] | None, dropout: float = 0.0):
+    """``model`` with LoRA adapters (``peft``) of rank ``rank`` and scale ``alpha`` on
+    ``target_modules`` (None: peft's default for the architecture); only the adapters train."""
+    from peft import LoraConfig, get_peft_model
+
+    try:
+        cfg = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(target_modules) if target_modules else None,
+                         lora_dropout=dropout, task_type="CAUSAL_LM")
+        return get_peft_model(model, cfg)
+    except ValueError as exc:
+        raise ConfigError(f"config key 'generator.lora_target_modules': {exc}") from None

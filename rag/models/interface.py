@@ -1,0 +1,151 @@
+"""The generator interface: what RAG's code (:mod:`rag.models.rag`) asks of a generator.
+
+RAG needs three things of a generator, whatever its architecture: the log-probabilities of a
+target's tokens under each of K sources (training, RAG-Sequence's rescoring), a decoding step
+that extends prefixes on a key/value cache, and a reorder of that cache (beam search). A family
+(``rag.tasks.GENERATOR_FAMILIES``) implements them for one kind of model: the encoder-decoder of
+:mod:`rag.models.generator`, the decoder-only language model of :mod:`rag.models.causal_lm`.
+
+Layout shared by every family: a target is ``[N, T]`` token ids whose first entry is the start
+token (the tokenizer's BOS); position t of the log-probabilities predicts ``target[t + 1]``, as
+:mod:`rag.models.marginal` reads them. A family may feed the start token (an encoder-decoder's
+decoder start) or stand it for the end of its source (a causal LM's prompt).
+
+A saved generator folder says its family: config key ``rag_family`` of its ``config.json``,
+else ``seq2seq`` for an encoder-decoder and ``causal_lm`` for a decoder-only model
+(:func:`load_generator`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+FAMILY_KEY = "rag_family"  # the family a saved generator's config.json names
+
+
+class SourceStates(ABC):
+    """What a family keeps of N encoded sources for decoding (encoder states, a prompt's key/value
+    cache), row-indexable."""
+
+    @abstractmethod
+    def select(self, rows: torch.Tensor) -> "SourceStates":
+        """The states of sources ``rows`` [M] (a copy, in that order)."""
+
+
+class Generator(ABC):
+    """One generator of a family: its model (``model``, the trainable ``torch.nn.Module``) and
+    tokenizer, the source and target lengths, and the ``precision`` autocast
+    (:mod:`rag.precision`) its passes run under."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer, max_source_len: int, max_target_len: int):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_source_len = max_source_len
+        self.max_target_len = max_target_len
+        self.autocast = nullcontext  # set by the RAG system holding it: its precision autocast
+
+    @classmethod
+    @abstractmethod
+    def load(cls, path: str | Path, device: str, max_source_len: int, max_target_len: int) -> "Generator":
+        """The generator saved in the folder (or hub name) ``path``, on ``device``."""
+
+    def save(self, folder: str | Path) -> None:
+        """Write the model to ``folder`` (the tokenizer is saved by the caller)."""
+        self.model.save_pretrained(folder)
+
+    def prepare_training(self) -> torch.nn.Module:
+        """The module fine-tuning trains (the model, or the model with adapters)."""
+        return self.model
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def vocab_size(self) -> int:
+        """Entries of the output distribution (label smoothing spreads over them)."""
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    # ---------------------------------------------------------------- text -> token ids
+    @abstractmethod
+    def source_text(self, title: str, text: str, question: str) -> str:
+        """The source of one (question, passage) pair."""
+
+    @abstractmethod
+    def question_text(self, question: str) -> str:
+        """The source of a question alone (the closed-book generator)."""
+
+    @abstractmethod
+    def tokenize_sources(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids and attention mask [N, L] of the sources, on the model's device."""
+
+    @abstractmethod
+    def tokenize_targets(self, targets: list[str]) -> torch.Tensor:
+        """Target token ids [B, T], the start token first, padded with the pad token."""
+
+    # ---------------------------------------------------------------- training
+    @abstractmethod
+    def target_logprobs(self, src: torch.Tensor, mask: torch.Tensor, target: torch.Tensor, pad_id: int,
+                        smooth: bool, overhead: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """log p(target[n, t+1] | source n, target[n, :t+1]) [N, T] (0 where the next token is
+        padding) and, if ``smooth``, the sum over the vocabulary of log p at each position [N, T].
+        ``overhead``: the padded tokens one more model call costs (length-sorted chunks)."""
+
+    @abstractmethod
+    def logits(self, src: torch.Tensor, mask: torch.Tensor, target: torch.Tensor, overhead: int) -> torch.Tensor:
+        """Next-token logits [N, T, V] at every target position (losses needing the whole vocabulary)."""
+
+    # ---------------------------------------------------------------- decoding
+    @abstractmethod
+    def encode(self, src: torch.Tensor, mask: torch.Tensor, overhead: int) -> SourceStates:
+        """The sources' states for decoding."""
+
+    @abstractmethod
+    def step(self, states: SourceStates, inputs: torch.Tensor, past) -> tuple[torch.Tensor, object]:
+        """Next-token logits [N, V] after prefixes, and the key/value cache that extends them.
+
+        ``past`` None: ``inputs`` [N, t] are whole prefixes (start token first) read from the
+        sources' states; else ``inputs`` [N, 1] are each prefix's newest token, read on ``past``."""
+
+    @abstractmethod
+    def reorder(self, past, order: torch.Tensor):
+        """The cache whose row i is row ``order[i]`` of ``past`` (beam search)."""
+
+    @abstractmethod
+    def hypothesis_logprobs(self, states: SourceStates, docs: torch.Tensor, expand: torch.Tensor,
+                            tgt: torch.Tensor) -> torch.Tensor:
+        """log p(tgt[r, t] | source docs[expand[r]], start token, tgt[r, :t]) [R, W] on the CPU,
+        every position scored (the caller masks by hypothesis length): RAG-Sequence's thorough
+        rescoring of R (hypothesis, document) rows over the distinct sources ``docs``."""
+
+
+def generator_class(family: str) -> type[Generator]:
+    """The :class:`Generator` of a registered family (rag/tasks.py GENERATOR_FAMILIES)."""
+    import importlib
+
+    from rag.tasks import family_spec
+
+    module, _, name = family_spec(family).generator.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def saved_family(path: str | Path) -> str:
+    """The family of the generator saved in ``path`` (:data:`FAMILY_KEY`, else its architecture)."""
+    from transformers import AutoConfig
+
+    from rag.errors import ConfigError
+
+    try:
+        cfg = AutoConfig.from_pretrained(str(path))
+    except OSError as exc:
+        raise ConfigError(f"cannot load generator {str(path)!r}: {exc}") from None
+    return getattr(cfg, FAMILY_KEY, None) or ("seq2seq" if cfg.is_encoder_decoder else "causal_lm")
+
+
+def load_generator(path: str | Path, device: str, max_source_len: int, max_target_len: int) -> Generator:
+    """The generator saved in ``path``, behind its family's interface."""
+    return generator_class(saved_family(path)).load(path, device, max_source_len, max_target_len)

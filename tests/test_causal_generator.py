@@ -1,0 +1,374 @@
+"""The causal-LM generator family against an independent reference, on tiny random Llama and GPT-2
+architectures: a plain forward of each prompt + target (no padding, no cache, no chunks), the
+target's log-probabilities summed (RAG-Sequence) or per token (RAG-Token), combined with the
+document scores by logsumexp; decoding against the exhaustive search of a tiny vocabulary; LoRA
+adapters; and a toy third family registered in one entry (tests/toy_family.py)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from ddp_worker import ExactIndex, make_tokenizer, make_world
+
+from rag.models.causal_lm import CausalLMGenerator
+from rag.models.rag import RagSystem
+
+ARCHS = ("llama", "gpt2")
+QUESTIONS = ["what is the capital of france", "where is rome", "who was born in berlin"]
+ANSWERS = ["paris", "the river city of italy", "germany"]
+K = 3
+
+
+def tiny_lm(arch: str, vocab: int, seed: int = 0):
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    if arch == "llama":
+        cfg = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                          num_key_value_heads=1, max_position_embeddings=256, initializer_range=0.3,
+                          pad_token_id=1, bos_token_id=0, eos_token_id=2)
+        return LlamaForCausalLM(cfg).eval()
+    cfg = GPT2Config(vocab_size=vocab, n_embd=16, n_layer=2, n_head=2, n_positions=256, initializer_range=0.3,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+def make_system(world, arch: str, kind: str, words=None, seed: int = 0, **options) -> RagSystem:
+    from rag.retrieval.dense import DenseRetriever
+
+    tok = make_tokenizer(words) if words else make_tokenizer()  # the generator's own (left padding)
+    gen = CausalLMGenerator(tiny_lm(arch, len(tok), seed), tok, 96, 12, **options)
+    retriever = DenseRetriever(world.passages, world.encoder, world.doc_emb, ExactIndex(world.doc_emb))
+    return RagSystem(gen, tok, kind, retriever)
+
+
+@pytest.fixture(scope="module")
+def world():
+    torch.set_num_threads(1)
+    return make_world(seed=2, n_docs=6)
+
+
+# ---------------------------------------------------------------- the reference
+def prompts(system, questions, k):
+    """The retrieval (scores with their gradient) and each (question, document)'s prompt ids."""
+    if system.model_kind == "bart":
+        return None, [[system.tokenizer(system.gen.question_text(q))["input_ids"]] for q in questions]
+    got = system.retrieve(questions, k)
+    p = system.passages
+    return got, [[system.tokenizer(system.gen.source_text(p.titles[j], p.texts[j], q))["input_ids"] for j in row]
+                 for q, row in zip(questions, got.ids.tolist())]
+
+
+def forward_lp(model, prompt: list[int], body: list[int]) -> torch.Tensor:
+    """log p(. | prompt, body[:t]) [T, V]: a plain forward of prompt + body."""
+    logits = model(input_ids=torch.tensor([prompt + body])).logits[0].float()
+    return torch.log_softmax(logits, -1)[len(prompt) - 1 : len(prompt) - 1 + len(body)]
+
+
+def reference_nll(system, questions, answers, k, epsilon=0.0) -> torch.Tensor:
+    got, ids = prompts(system, questions, k)
+    tok, out = system.tokenizer, []
+    for i, answer in enumerate(answers):
+        body = tok(answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        lp = torch.stack([forward_lp(system.generator, pr, body) for pr in ids[i]])  # [K, T, V]
+        doc_lp = torch.log_softmax(got.scores[i].float(), 0) if got is not None else torch.zeros(1)
+        per_tok = lp.gather(-1, torch.tensor(body)[None, :, None].expand(len(lp), -1, 1))[..., 0]  # [K, T]
+        v = lp.shape[-1]
+        if system.model_kind == "token":
+            marg = torch.logsumexp(lp + doc_lp[:, None, None], 0)  # [T, V]
+            nll = -marg.gather(-1, torch.tensor(body)[:, None]).sum()
+            smooth = -marg.sum()
+        else:
+            nll = -torch.logsumexp(per_tok.sum(1) + doc_lp, 0)
+            smooth = -torch.logsumexp(lp.sum((1, 2)) + doc_lp * v, 0)
+        out.append((1 - epsilon) * nll + epsilon / v * smooth if epsilon else nll)
+    return torch.stack(out)
+
+
+def system_nll(system, questions, answers, k, epsilon=0.0) -> torch.Tensor:
+    got = None if system.model_kind == "bart" else system.retrieve(questions, k)
+    src, mask = system._tokenize_sources(system.source_texts(questions, got))
+    return system.marginal_nll(src, mask, None if got is None else got.scores, system.tokenize_targets(answers), epsilon)
+
+
+# ---------------------------------------------------------------- training
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kind", ["sequence", "token", "bart"])
+@pytest.mark.parametrize("chunks", ["one", "per_row"])
+def test_nll_equals_a_plain_forward_of_each_prompt_and_target(world, arch, kind, chunks):
+    system = make_system(world, arch, kind)
+    system.chunk_overhead = 0 if chunks == "per_row" else None  # 0: every prompt length a chunk of its own
+    got = system_nll(system, QUESTIONS, ANSWERS, K)
+    ref = reference_nll(system, QUESTIONS, ANSWERS, K)
+    assert torch.allclose(got, ref, atol=1e-5, rtol=0), (got, ref)
+    assert torch.allclose(system.loss(QUESTIONS, system.tokenize_targets(ANSWERS), K), ref.mean(), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kind", ["sequence", "token"])
+def test_label_smoothed_nll_equals_the_reference(world, arch, kind):
+    system = make_system(world, arch, kind)
+    got = system_nll(system, QUESTIONS, ANSWERS, K, epsilon=0.1)
+    assert torch.allclose(got, reference_nll(system, QUESTIONS, ANSWERS, K, epsilon=0.1), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kind", ["sequence", "token"])
+def test_gradients_reach_the_question_encoder_as_the_reference_s(world, arch, kind):
+    system = make_system(world, arch, kind)
+    qenc = system.question_encoder.model
+    grads = []
+    for nll in (system_nll, reference_nll):
+        system.zero_grad(set_to_none=True)
+        nll(system, QUESTIONS, ANSWERS, K).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in list(qenc.named_parameters()) + list(system.generator.named_parameters())
+                      if p.grad is not None})
+    mine, ref = grads
+    assert set(mine) == set(ref)
+    assert any(n.startswith("model.") or n.startswith("transformer.") for n in mine)  # the generator's
+    assert any(float(g.abs().sum()) > 0 for n, g in mine.items() if n in dict(qenc.named_parameters()))
+    for n in mine:  # fp32 sums in another order: within 1e-5 of the gradient's scale
+        assert float((mine[n] - ref[n]).abs().max()) <= 1e-5 * max(1.0, float(ref[n].abs().max())), n
+
+
+# ---------------------------------------------------------------- decoding
+MAX_LEN = 3
+WORDS = ("a", "b")  # a vocabulary of 10 tokens
+
+
+@pytest.fixture(scope="module")
+def small_world():
+    return make_world(seed=1, n_docs=5, words=WORDS)
+
+
+def candidates(vocab: int, eos: int) -> list[tuple[int, ...]]:
+    """Every answer of at most MAX_LEN tokens: finished by EOS, or cut at the limit."""
+    out = []
+    for n in range(1, MAX_LEN + 1):
+        for seq in itertools.product(range(vocab), repeat=n):
+            if eos not in seq[:-1] and (seq[-1] == eos or n == MAX_LEN):
+                out.append(seq)
+    return out
+
+
+@torch.no_grad()
+def candidate_logprobs(system, question, seqs) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(seq_t | prompt_j, seq_<t) [S, K, MAX_LEN] (0 past a sequence's end) and log p(z_j|x) [K]:
+    per document, one forward of its prompt + every sequence (padded after its end, which a
+    causal model's earlier positions never see)."""
+    got, ids = prompts(system, [question], K)
+    width = max(map(len, seqs))
+    tgt = torch.full((len(seqs), width), system.pad_id)
+    for s, seq in enumerate(seqs):
+        tgt[s, : len(seq)] = torch.tensor(seq)
+    valid = torch.arange(width)[None] < torch.tensor([len(q) for q in seqs])[:, None]
+    out = torch.zeros(len(seqs), len(ids[0]), width)
+    for j, prompt in enumerate(ids[0]):
+        inp = torch.cat([torch.tensor(prompt).expand(len(seqs), -1), tgt], 1)
+        lp = torch.log_softmax(system.generator(input_ids=inp).logits.float(), -1)[:, len(prompt) - 1 : -1]
+        out[:, j] = lp.gather(-1, tgt[..., None])[..., 0].masked_fill(~valid, 0.0)
+    doc_lp = torch.log_softmax(got.scores[0].float(), 0) if got is not None else torch.zeros(1)
+    return out, doc_lp
+
+
+def exhaustive_best(system, question, seqs, kind):
+    lp, doc_lp = candidate_logprobs(system, question, seqs)
+    if kind == "token":
+        lengths = torch.tensor([len(s) for s in seqs])
+        total = torch.logsumexp(lp + doc_lp[None, :, None], 1).masked_fill(
+            torch.arange(lp.shape[2])[None] >= lengths[:, None], 0.0).sum(1)
+    else:
+        total = torch.logsumexp(lp.sum(2) + doc_lp[None], 1)
+    best = int(total.argmax())
+    return seqs[best], float(total[best])
+
+
+def text(system, toks):
+    from rag.models.decoding import decode_ids
+
+    return decode_ids(system.tokenizer, [t for t in toks if t not in (system.eos_id, system.pad_id)]).strip()
+
+
+@pytest.fixture(scope="module")
+def seqs():
+    return candidates(10, 2)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kind,method", [("token", "beam"), ("sequence", "thorough"), ("sequence", "fast"), ("bart", "beam")])
+def test_beam_wide_enough_is_the_exhaustive_argmax(small_world, seqs, arch, kind, method):
+    # (the candidate scoring reads the prompt one token sequence at a time: two questions suffice)
+    system = make_system(small_world, arch, kind, words=WORDS, seed=5)
+    assert len(system.tokenizer) == 10
+    questions = ["a b a", "b b"]
+    preds = system.generate(questions, K, method=method, beams=len(seqs), max_new_tokens=MAX_LEN)
+    for q, pred in zip(questions, preds):
+        toks, score = exhaustive_best(system, q, seqs, "token" if kind == "token" else "sequence")
+        assert abs(pred.score - score) < 1e-4, (pred.score, score)
+        assert pred.text == text(system, toks)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kind", ["token", "sequence", "bart"])
+def test_greedy_follows_the_argmax_of_the_plain_forwards(small_world, arch, kind):
+    # RAG-Token: the marginal next-token distribution; RAG-Sequence greedy: the top document alone
+    system = make_system(small_world, arch, kind, words=WORDS, seed=5)
+    for q in ["a b a", "b b", "a"]:
+        pred = system.generate([q], K, method="greedy", max_new_tokens=6)[0]
+        got, ids = prompts(system, [q], K)
+        doc_lp = torch.log_softmax(got.scores[0].float(), 0) if got is not None else torch.zeros(1)
+        if kind == "sequence":
+            ids, doc_lp = [ids[0][:1]], torch.zeros(1)
+        seq, score = [], 0.0
+        with torch.no_grad():
+            while len(seq) < 6 and (not seq or seq[-1] != system.eos_id):
+                nxt = torch.stack([forward_lp(system.generator, pr, seq + [0])[-1] for pr in ids[0]])  # [K, V]
+                marg = torch.logsumexp(nxt + doc_lp[:, None], 0)
+                seq.append(int(marg.argmax()))
+                score += float(marg.max())
+        assert pred.text == text(system, seq)
+        assert abs(pred.score - score) < 1e-4
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_label_scores_are_the_first_answer_token_s(small_world, arch):
+    system = make_system(small_world, arch, "sequence", words=WORDS, seed=5)
+    scores, _ = system.score_labels(["a b a"], [4, 5], K)
+    lp, doc_lp = candidate_logprobs(system, "a b a", [(4,), (5,)])
+    assert torch.allclose(scores[0], torch.logsumexp(lp[:, :, 0] + doc_lp[None], 1), atol=1e-5)
+
+
+# ---------------------------------------------------------------- LoRA, saving
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_lora_trains_the_adapters_and_the_question_encoder_only(world, tmp_path, checkpointing):
+    from rag.models.interface import load_generator, saved_family
+    from rag.training import make_optimizer
+
+    system = make_system(world, "llama", "token", lora={"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]},
+                         gradient_checkpointing=checkpointing)
+    system.prepare_training()
+    assert system.generator.get_base_model().is_activation_checkpointing == checkpointing
+    system.train()
+    before = {n: p.detach().clone() for n, p in system.named_parameters()}
+    opt, _ = make_optimizer(system, 1e-2, 1e-2, True, 0, 1)
+    for _ in range(2):  # LoRA's B starts at 0: A moves from the second step on
+        opt.zero_grad()
+        system.loss(QUESTIONS, system.tokenize_targets(ANSWERS), K).backward()
+        opt.step()
+    changed = {n for n, p in system.named_parameters() if not torch.equal(p, before[n])}
+    adapters = {n for n in before if "lora_" in n}
+    qenc = {n for n in before if n.startswith("retriever.")}
+    assert adapters and adapters <= changed, adapters - changed
+    assert changed - adapters <= qenc and changed & qenc
+    system.eval()
+    with torch.no_grad():
+        trained = system_nll(system, QUESTIONS, ANSWERS, K)
+    system.gen.save(tmp_path)  # the adapters merged into the weights
+    system.tokenizer.save_pretrained(tmp_path)
+    assert saved_family(tmp_path) == "causal_lm"
+    loaded = load_generator(tmp_path, "cpu", 96, 12)
+    assert loaded.lora == system.gen.lora and loaded.template == system.gen.template
+    again = RagSystem(loaded, loaded.tokenizer, "token", system.retriever)
+    with torch.no_grad():
+        assert torch.allclose(system_nll(again, QUESTIONS, ANSWERS, K), trained, atol=1e-5)
+
+
+def test_prompts_of_the_default_template(world):
+    gen = make_system(world, "llama", "sequence").gen
+    assert gen.source_text("Paris", "the capital of france", "where is paris") == \
+        "Title: Paris Passage: the capital of france Question: where is paris Answer:"
+    assert gen.question_text("where is paris") == "Question: where is paris Answer:"
+
+
+def test_a_causal_lm_is_loaded_not_pretrained_from_scratch():
+    from pathlib import Path
+
+    import yaml
+
+    from rag.config import load_config
+    from rag.errors import ConfigError
+
+    base = yaml.safe_load((Path(__file__).parents[1] / "tests" / "data" / "e2e.yaml").read_text())
+    with pytest.raises(ConfigError, match="generator.init"):
+        load_config({**base, "generator": {**base.get("generator", {}), "family": "causal_lm"}}, check_files=False)
+    cfg = load_config({**base, "generator": {**base.get("generator", {}), "family": "causal_lm", "init": "pretrained",
+                                             "name_or_path": "some/lm"}}, check_files=False)
+    assert cfg["generator"]["lora_rank"] == 0 and cfg["generator"]["family"] == "causal_lm"
+
+
+def test_a_prompt_template_without_the_question_is_refused():
+    from rag.errors import ConfigError
+    from rag.models.causal_lm import check_template
+
+    with pytest.raises(ConfigError, match="generator.prompt_template"):
+        check_template("{title} {text}")
+    with pytest.raises(ConfigError, match="generator.prompt_template"):
+        check_template("{title} {question} {answer}")
+
+
+# ---------------------------------------------------------------- a third family
+def test_a_third_family_is_one_file_and_a_registry_entry(small_world, seqs, monkeypatch):
+    from toy_family import ToyModel
+
+    from rag.models.interface import generator_class
+    from rag.retrieval.dense import DenseRetriever
+    from rag.tasks import GENERATOR_FAMILIES, FamilySpec
+
+    monkeypatch.setitem(GENERATOR_FAMILIES, "toy", FamilySpec("toy", "toy_family:ToyGenerator"))
+    tok = make_tokenizer(WORDS)
+    model = ToyModel(len(tok))
+    retriever = DenseRetriever(small_world.passages, small_world.encoder, small_world.doc_emb, ExactIndex(small_world.doc_emb))
+    for kind in ("sequence", "token"):
+        system = RagSystem(generator_class("toy")(model, tok, 64, 8), tok, kind, retriever)
+        q = "a b a"
+        got = system.retrieve([q], K)
+        doc_lp = torch.log_softmax(got.scores[0], 0)
+        p = small_world.passages
+        ctx = torch.stack([model.context(*(lambda e: (e["input_ids"], e["attention_mask"]))(
+            tok([f"{p.titles[j]} {p.texts[j]} {q}"], return_tensors="pt")))[0] for j in got.ids[0].tolist()])  # [K, d]
+
+        def lp_of(seq):  # [K, T]: log p(seq_t | doc, seq_{t-1}) straight from the toy's definition
+            prev = torch.tensor([[tok.bos_token_id] + list(seq[:-1])] * K)
+            return torch.log_softmax(model.logits(ctx, prev), -1).gather(-1, torch.tensor([list(seq)] * K)[..., None])[..., 0]
+
+        body = tuple(tok("b a", add_special_tokens=False)["input_ids"]) + (tok.eos_token_id,)
+        ref = (-torch.logsumexp(lp_of(body).sum(1) + doc_lp, 0) if kind == "sequence"
+               else -torch.logsumexp(lp_of(body) + doc_lp[:, None], 0).sum())
+        assert torch.allclose(system.loss([q], system.tokenize_targets(["b a"]), K), ref, atol=1e-5)
+        method = "thorough" if kind == "sequence" else "beam"
+        pred = system.generate([q], K, method=method, beams=len(seqs), max_new_tokens=MAX_LEN)[0]
+        with torch.no_grad():
+            totals = torch.stack([torch.logsumexp(lp_of(s).sum(1) + doc_lp, 0) if kind == "sequence"
+                                  else torch.logsumexp(lp_of(s) + doc_lp[:, None], 0).sum() for s in seqs])
+        best = int(totals.argmax())
+        assert abs(pred.score - float(totals[best])) < 1e-4 and pred.text == text(system, seqs[best])
+
+
+# ---------------------------------------------------------------- the stages
+def test_a_saved_causal_lm_becomes_the_pipeline_s_generator(world, tmp_path):
+    """generator.family causal_lm, init pretrained: the generator stage saves the LM with its
+    settings; a variant's system is built from that folder, and fine-tuning adds the adapters."""
+    from rag.models.causal_lm import CausalLMGenerator
+    from rag.retrieval.dense import DenseRetriever
+    from rag.stages.model_loading import build_system
+    from rag.stages.pretraining import copy_pretrained_generator
+    from tests.conftest import typed_sections
+
+    tok = make_tokenizer()
+    tiny_lm("gpt2", len(tok)).save_pretrained(tmp_path / "lm")
+    tok.save_pretrained(tmp_path / "lm")
+    template = "{text} ({title}) Q: {question} A:"
+    sections = typed_sections({"generator": {"family": "causal_lm", "init": "pretrained", "name_or_path": str(tmp_path / "lm"),
+                                             "prompt_template": template, "lora_rank": 2, "lora_alpha": 4.0,
+                                             "lora_target_modules": ["c_attn"]}})
+    copy_pretrained_generator(sections["generator"], tmp_path / "generator")
+    retriever = DenseRetriever(world.passages, world.encoder, world.doc_emb, ExactIndex(world.doc_emb))
+    system = build_system(sections["train_nq"], "rag_token", str(tmp_path / "generator"), "cpu", retriever=retriever)
+    assert isinstance(system.gen, CausalLMGenerator) and system.gen.template == template
+    assert system.gen.lora == {"rank": 2, "alpha": 4.0, "target_modules": ["c_attn"]}
+    assert system.source_texts(["q"], system.retrieve(["q"], 1))[0].endswith(" Q: q A:")
+    system.prepare_training()
+    trainable = {n for n, p in system.generator.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
