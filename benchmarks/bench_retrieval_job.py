@@ -70,7 +70,8 @@ def _options():
     from rag.sections import TrainSection
 
     cfg = load_config(ROOT / "config.yaml", check_files=False)
-    return TrainSection.from_dict(sections(cfg)["train_nq"], "train_nq.json").retriever
+    name, section = next((k, v) for k, v in sections(cfg).items() if k.startswith("train_"))
+    return TrainSection.from_dict(section, f"{name}.json").retriever  # every task's retriever options are the same
 
 
 def probe(argv: list[str]) -> None:
