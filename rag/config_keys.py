@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from rag.keyspec import NO_DEFAULT, AnyOf, Bool, Definitions, Enum, Group, Int, List, Map, Num, Str, at
-from rag.tasks import ROLES, TASKS, VARIANTS
+from rag.tasks import ROLES, SPLITS, TASKS, VARIANTS
 
 # the parameters each index type reads (retriever.index; the index section holds its type's only)
 INDEX_PARAMS = {"flat": (), "hnsw": ("hnsw_m", "hnsw_ef_search"), "ivfpq": ("ivf_lists", "pq_m")}
@@ -27,8 +27,6 @@ DECODE_KEYS = ("decode_sequence", "decode_token")
 # which runs a task has (the Snakefile reads it): in no section, so adding a variant or a seed to a
 # task does not re-run the task's existing jobs
 RUN_KEYS = ("variants", "seeds")
-
-SPLITS = ("train", "dev", "test")
 
 D = Definitions()
 NAME = D.define("name", Str(pattern="^[a-z0-9][a-z0-9_]{0,63}$"))
