@@ -192,7 +192,7 @@ def _check_references(cfg: dict) -> None:
             for split in ("train", "dev", "test"):
                 if split not in files:
                     raise ConfigError(f"config key 'tasks.{name}.files.{split}': required for source {task['source']}")
-    from rag.metrics import check_qbleu_weights
+    from rag.scoring.qbleu import check_qbleu_weights
 
     check_qbleu_weights(cfg["metrics"]["qbleu1"])
     if cfg["precision"] == "fp16" and cfg["device"] != "cuda":

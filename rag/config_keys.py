@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from rag.keyspec import NO_DEFAULT, AnyOf, Bool, Definitions, Enum, Group, Int, List, Map, Num, Str, at
-from rag.tasks import GENERATOR_FAMILIES, ROLES, TASKS, VARIANTS
+from rag.tasks import GENERATOR_FAMILIES, ROLES, SPLITS, TASKS, VARIANTS
 
 # the parameters each index type reads (retriever.index; the index section holds its type's only)
 INDEX_PARAMS = {"flat": (), "hnsw": ("hnsw_m", "hnsw_ef_search"), "ivfpq": ("ivf_lists", "pq_m")}
@@ -28,7 +28,6 @@ DECODE_KEYS = ("decode_sequence", "decode_token")
 # task does not re-run the task's existing jobs
 RUN_KEYS = ("variants", "seeds")
 
-SPLITS = ("train", "dev", "test")
 # generator.prompt_template's default (rag/models/causal_lm.py)
 PROMPT_TEMPLATE = "Title: {title} Passage: {text} Question: {question} Answer:"
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rag.errors import DataError
+from rag.tasks import SPLITS
 
 SCHEMA = 1
 PACKAGES = {  # manifest name -> distributions that provide it (the first one installed)
@@ -298,7 +299,7 @@ def _data_diffs(a: dict, b: dict) -> list[Difference]:
     da, db = a.get("data", {}), b.get("data", {})
     entry("passages file", da.get("passages"), db.get("passages"))
     sa, sb = da.get("splits") or {}, db.get("splits") or {}
-    for split in sorted(set(sa) | set(sb), key=lambda s: (("train", "dev", "test") + (s,)).index(s)):
+    for split in sorted(set(sa) | set(sb), key=lambda s: (SPLITS + (s,)).index(s)):
         entry(f"{split} split file", sa.get(split), sb.get(split))
     entry("index", da.get("index"), db.get("index"))
     entry("initial model", da.get("init"), db.get("init"))

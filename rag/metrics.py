@@ -21,34 +21,24 @@ is one such class, decorated with ``@register_metric``.
 
 Tokenization for the coco-caption scorers (``bleu1``, ``rougeL``, ``qbleu1``): see
 :mod:`rag.scoring.ptb_tokenizer` (``tokenizer="python"``, the default, or ``"ptb"``, Java's).
-The scorers live in :mod:`rag.scoring`; this module names the metrics and scores with them.
+The scorers live in :mod:`rag.scoring`; this module names the metrics and scores with them
+(:class:`Scorer`: the metrics with a run's options).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Callable, ClassVar, Sequence
 
 from rag.errors import ConfigError, DataError
-from rag.scoring.coco import _check_pairs, _cooked_bleu, _tokenize_pairs, bleu1, rouge_l_mean, rouge_l_scores
 from rag.scoring.answer_match import exact_match, regex_match
+from rag.scoring.coco import bleu1, check_pairs, cooked_bleu, rouge_l_mean, rouge_l_scores, tokenize_pairs
 from rag.scoring.qbleu import qbleu1_scores
 
-# the scorers' names callers read from here (rag.metrics is the one import of scoring)
-from rag.scoring.answer_match import answer_in_text, compile_regex, normalize_answer  # noqa: F401,E402
-from rag.scoring.coco import rouge_l  # noqa: F401,E402
-from rag.scoring.ptb_tokenizer import TOKENIZERS, ptb_tokenize, tokenize_batch  # noqa: F401,E402
-from rag.scoring.qbleu import (QBLEU_DEFAULT_WEIGHTS, QBLEU_WEIGHT_KEYS, QBLEU_WEIGHT_SETS,  # noqa: F401,E402
-                               check_qbleu_weights, qbleu1, qbleu_components)
-
 # ---------------------------------------------------------------------------------------------
-# Accuracy and tri-gram diversity
+# Tri-gram diversity
 # ---------------------------------------------------------------------------------------------
-
-
-def accuracy(predictions: Sequence[str], golds: Sequence[Sequence[str]]) -> float:
-    """Label accuracy in percent: prediction equals the first gold label (exact string)."""
-    return Accuracy().score(predictions, golds)
 
 
 def trigram_distinct(texts: Sequence[str]) -> float:
@@ -132,7 +122,7 @@ class HitMetric(MeanMetric):
         raise NotImplementedError
 
     def each(self, predictions, targets) -> list[bool]:
-        _check_pairs(predictions, targets, self.golds)
+        check_pairs(predictions, targets, self.golds)
         return [bool(self.hit(p, t)) for p, t in zip(predictions, targets)]
 
 
@@ -179,8 +169,8 @@ class Bleu1(Metric):
         return bleu1(predictions, targets, self.tokenizer)
 
     def subset(self, predictions, targets):
-        hyps, refs = _tokenize_pairs(predictions, targets, self.tokenizer)
-        cooked = _cooked_bleu(hyps, refs, 4)
+        hyps, refs = tokenize_pairs(predictions, targets, self.tokenizer)
+        cooked = cooked_bleu(hyps, refs, 4)
 
         def score(ix: Sequence[int]) -> float:
             part = cooked.copy()  # a scorer of the resample's pairs, counted once above
@@ -230,38 +220,53 @@ class TrigramDistinct(Metric):
         return trigram_distinct(predictions)
 
 
-def compute(metric: str, predictions: Sequence[str], targets: Sequence[Sequence[str]],
-            tokenizer: str = "python", qbleu_weights: dict | None = None) -> float:
-    """Score ``predictions`` against ``targets`` (one list of golds per example) with ``metric``.
+@dataclass(frozen=True)
+class Scorer:
+    """The metrics with a run's metric options: ``tokenizer`` (python|ptb) for the metrics that read
+    it (``reads_tokenizer``: bleu1, rougeL, qbleu1), ``qbleu1`` (Q-BLEU weights, keys of
+    ``QBLEU_WEIGHT_KEYS``; None: ``QBLEU_DEFAULT_WEIGHTS``) for those that read weights (qbleu1).
+    A run builds one from its config (``rag.predictions.scorer``), a report from the options its
+    metrics.json recorded (:meth:`of`); ``Scorer()`` holds the defaults."""
 
-    ``tokenizer`` (python|ptb) is used by the metrics that read it (``reads_tokenizer``: bleu1,
-    rougeL, qbleu1); ``qbleu_weights`` (keys of ``QBLEU_WEIGHT_KEYS``) by those that read weights
-    (qbleu1; default ``QBLEU_DEFAULT_WEIGHTS``)."""
-    cls = metric_spec(metric)
-    if len(predictions) == 0:
-        raise DataError(f"metric {metric}: no predictions to score (empty list)")
-    return cls(tokenizer, qbleu_weights).score(predictions, targets)
+    tokenizer: str = "python"
+    qbleu1: dict | None = None
 
+    @classmethod
+    def of(cls, options: dict | None) -> "Scorer":
+        """The scorer of a metrics.json's ``metric_options`` (its keys ``tokenizer``, ``qbleu1``;
+        a key it lacks, as for metrics that read no options: the default)."""
+        options = options or {}
+        return cls(options.get("tokenizer", "python"), options.get("qbleu1"))
 
-def subset_scorer(metric: str, predictions: Sequence[str], targets: Sequence[Sequence[str]],
-                  tokenizer: str = "python", qbleu_weights: dict | None = None) -> Callable[[Sequence[int]], float]:
-    """``fn(indices)``: :func:`compute` of the examples at ``indices`` (repeats allowed), equal to
-    it to the last bit, with what each example costs on its own done once (the metric's
-    :meth:`Metric.subset`: tokenizing, BLEU's n-gram counts, the per-example scores a mean
-    averages). A bootstrap scores hundreds of resamples of the same predictions (the report's ± cells)."""
-    m = metric_spec(metric)(tokenizer, qbleu_weights)
-    if len(predictions) == 0:
-        raise DataError(f"metric {metric}: no predictions to score (empty list)")
-    if m.needs_targets:
-        _check_pairs(predictions, targets)
-    score = m.subset(predictions, targets)
+    def metric(self, name: str) -> Metric:
+        """Metric ``name`` with these options."""
+        return metric_spec(name)(self.tokenizer, self.qbleu1)
 
-    def checked(ix: Sequence[int]) -> float:
-        if len(ix) == 0:
+    def compute(self, metric: str, predictions: Sequence[str], targets: Sequence[Sequence[str]]) -> float:
+        """Score ``predictions`` against ``targets`` (one list of golds per example) with ``metric``."""
+        m = self.metric(metric)
+        if len(predictions) == 0:
             raise DataError(f"metric {metric}: no predictions to score (empty list)")
-        return score(ix)
+        return m.score(predictions, targets)
 
-    return checked
+    def subset(self, metric: str, predictions: Sequence[str], targets: Sequence[Sequence[str]]) -> Callable[[Sequence[int]], float]:
+        """``fn(indices)``: :meth:`compute` of the examples at ``indices`` (repeats allowed), equal to
+        it to the last bit, with what each example costs on its own done once (the metric's
+        :meth:`Metric.subset`: tokenizing, BLEU's n-gram counts, the per-example scores a mean
+        averages). A bootstrap scores hundreds of resamples of the same predictions (the report's ± cells)."""
+        m = self.metric(metric)
+        if len(predictions) == 0:
+            raise DataError(f"metric {metric}: no predictions to score (empty list)")
+        if m.needs_targets:
+            check_pairs(predictions, targets)
+        score = m.subset(predictions, targets)
+
+        def checked(ix: Sequence[int]) -> float:
+            if len(ix) == 0:
+                raise DataError(f"metric {metric}: no predictions to score (empty list)")
+            return score(ix)
+
+        return checked
 
 
 def _index_by_id(rows: list[dict], path, field: str) -> dict:
@@ -297,5 +302,5 @@ def score_files(metric: str, predictions_path, references_path) -> tuple[float, 
             raise DataError(f"{references_path}: id {key!r}: targets must be a list of strings")
         if not t and spec.needs_targets:
             raise DataError(f"{references_path}: id {key!r}: empty targets")
-    score = compute(metric, [preds[k] for k in ids], [refs[k] for k in ids])
+    score = Scorer().compute(metric, [preds[k] for k in ids], [refs[k] for k in ids])
     return score, len(ids)

@@ -26,7 +26,7 @@ def predict_sweep(cfg: EvalSection, system, variant: str, rows: list[dict], ks: 
     dec = cfg.decode.of(variant_spec(variant).model)
     out: dict[int, list[dict]] = {k: [] for k in ks}
     label_ids = None
-    if spec.kind == "classification":
+    if spec.classifies:
         from rag.models.tokenizer import label_token
 
         label_ids = [system.tokenizer.convert_tokens_to_ids(label_token(lb)) for lb in spec.labels]
@@ -51,41 +51,47 @@ def metric_options(cfg: EvalSection) -> dict:
     """The scorer options this task's metrics use (recorded in metrics.json, shown by the report)."""
     from rag import metrics as M
 
+    from rag.scoring.qbleu import QBLEU_WEIGHT_KEYS, check_qbleu_weights
+
     specs = [M.metric_spec(m) for m in TASKS[cfg.task_name].metrics]
     given = cfg.metrics
     opts = {}
     if any(s.reads_tokenizer for s in specs):
         opts["tokenizer"] = given.tokenizer if given else "python"
     if any(s.reads_weights for s in specs):
-        w = M.check_qbleu_weights(given.qbleu1.to_dict() if given else {})
-        opts["qbleu1"] = {k: w[k] for k in M.QBLEU_WEIGHT_KEYS}
+        w = check_qbleu_weights(given.qbleu1.to_dict() if given else {})
+        opts["qbleu1"] = {k: w[k] for k in QBLEU_WEIGHT_KEYS}
     return opts
+
+
+def scorer(cfg: EvalSection):
+    """The task's metrics with its :func:`metric_options` (a ``rag.metrics.Scorer``)."""
+    from rag.metrics import Scorer
+
+    return Scorer.of(metric_options(cfg))
 
 
 def answer_hits(preds: list[dict], passages, regex: bool = False) -> list[float]:
     """100 for each prediction whose retrieved passages contain an answer, else 0."""
-    from rag import metrics as M
+    from rag.scoring.answer_match import answer_in_text
 
     row_of = passages.index_of()
-    return [100.0 * any(M.answer_in_text(passages.texts[row_of[d]], x["targets"], regex=regex) for d in x["doc_ids"])
+    return [100.0 * any(answer_in_text(passages.texts[row_of[d]], x["targets"], regex=regex) for d in x["doc_ids"])
             for x in preds]
 
 
 def score_predictions(cfg: EvalSection, preds: list[dict], passages) -> tuple[dict, dict]:
-    from rag import metrics as M
-
     spec = TASKS[cfg.task_name]
     p = [x["prediction"] for x in preds]
     t = [x["targets"] for x in preds]
-    opts = metric_options(cfg)
-    scores = {m: M.compute(m, p, t, tokenizer=opts.get("tokenizer", "python"), qbleu_weights=opts.get("qbleu1"))
-              for m in spec.metrics}
+    sc = scorer(cfg)
+    scores = {m: sc.compute(m, p, t) for m in spec.metrics}
     retrieval = {}
     if passages is not None and preds and preds[0]["doc_ids"]:
         k = len(preds[0]["doc_ids"])
         row_of = passages.index_of()
-        if spec.kind in ("qa", "regex"):
-            hits = answer_hits(preds, passages, regex=spec.kind == "regex")
+        if spec.answers_in_passages:
+            hits = answer_hits(preds, passages, regex=spec.regex_targets)
             retrieval[f"answer_recall@{k}"] = sum(hits) / len(hits)
         gold = [x for x in preds if x["gold_docs"]]
         if gold:

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+SPLITS = ("train", "dev", "test")  # a task's data: one file per split
+EVAL_SPLITS = ("dev", "test")  # the splits a fine-tuned model is evaluated on (a run's predictions and metrics)
+
 
 @dataclass(frozen=True)
 class PaperColumn:
@@ -56,6 +59,16 @@ class TaskSpec:
     def regex_targets(self) -> bool:
         """Are its gold answers regular expressions (matched with ``em_regex``, checked to compile)?"""
         return self.kind == "regex"
+
+    @property
+    def classifies(self) -> bool:
+        """Does it answer with one of its ``labels`` (a label token, decoded by classification)?"""
+        return self.kind == "classification"
+
+    @property
+    def answers_in_passages(self) -> bool:
+        """Can its answers be found in passages (answer recall: QA, gold answers or regexes)?"""
+        return self.kind in ("qa", "regex")
 
     @property
     def reads_metric_options(self) -> bool:

@@ -62,7 +62,7 @@ def test_default_world_makes_retrieval_a_real_problem():
     import faiss
     import yaml
 
-    from rag import metrics as M
+    from rag.scoring.answer_match import answer_in_text
     from rag.config import load_config
     from rag.data import miniworld
     from rag.retrieval.encoders import Encoder, encode_passages
@@ -85,7 +85,7 @@ def test_default_world_makes_retrieval_a_real_problem():
                             show_progress=False)
 
     def recall(ids, k):
-        return 100.0 * np.mean([any(M.answer_in_text(ps[j][2], x["targets"]) for j in ids[i][:k]) for i, x in enumerate(rows)])
+        return 100.0 * np.mean([any(answer_in_text(ps[j][2], x["targets"]) for j in ids[i][:k]) for i, x in enumerate(rows)])
 
     r1, r5, b1 = recall(dense, 1), recall(dense, 5), recall(sparse, 1)
     assert 35 <= r1 <= 80, r1

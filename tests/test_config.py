@@ -260,7 +260,9 @@ def test_test_time_k_default_is_in_the_schema(base):
 
 
 def test_metric_options_default_and_recorded(base):
+    from rag.metrics import Scorer
     from rag.predictions import metric_options
+    from rag.scoring.qbleu import QBLEU_DEFAULT_WEIGHTS
 
     cfg = load_config(base)
     assert cfg["metrics"] == {"tokenizer": "python", "qbleu1": {"w_ner": 0.41, "w_qt": 0.2, "w_re": 0.2, "delta": 0.66}}
@@ -273,6 +275,8 @@ def test_metric_options_default_and_recorded(base):
         "tokenizer": "python", "qbleu1": {"w_ner": 0.41, "w_qt": 0.2, "w_re": 0.2, "delta": 0.66}}
     assert metric_options(typed["eval_msmarco"]) == {"tokenizer": "python"}
     assert metric_options(typed["eval_nq"]) == {}
+    # the default run scores as the metrics' defaults do (a report's rescoring of it included)
+    assert Scorer.of(metric_options(typed["eval_jeopardy"])) == Scorer("python", QBLEU_DEFAULT_WEIGHTS)
 
 
 def _byo(root) -> dict:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rag.data import formats as F
+from rag.tasks import SPLITS
 from rag.data.corpus import IdSet, chunk_documents
 from rag.errors import ConfigError, DataError
 from rag.io import read_jsonl
@@ -377,14 +378,14 @@ def test_local_task_without_format_reads_the_registry_format(tmp_path):
 
     assert TASKS["nq"].format == "nq_open" and "nq" not in F.PARSERS
     files = {split: str(_jsonl(tmp_path / f"NQ-open.{split}.jsonl", [
-        {"question": f"who wrote {split} {i}", "answer": [f"Author {i}", "A."]} for i in range(2)])) for split in F.SPLITS}
-    fever = {split: str(_jsonl(tmp_path / f"fever.{split}.jsonl", FEVER_ROWS)) for split in F.SPLITS}
+        {"question": f"who wrote {split} {i}", "answer": [f"Author {i}", "A."]} for i in range(2)])) for split in SPLITS}
+    fever = {split: str(_jsonl(tmp_path / f"fever.{split}.jsonl", FEVER_ROWS)) for split in SPLITS}
     cfg = load_config({"tasks": {"nq": {"source": "local", "files": files},
                                  "fever2": {"source": "local", "files": fever}}}, check_files=False)
     for task, n in (("nq", 2), ("fever2", 2)):
         data = sections(cfg)[f"data_{task}"]
         assert "format" not in data["task"]
-        outs = {split: tmp_path / "out" / task / f"{split}.jsonl" for split in F.SPLITS}
+        outs = {split: tmp_path / "out" / task / f"{split}.jsonl" for split in SPLITS}
         build_task(DataSection.from_dict(data, f"data_{task}"), outs, cfg["tasks"][task]["files"])
         rows = read_jsonl(outs["test"])
         assert len(rows) == n

@@ -144,6 +144,26 @@ def test_no_two_modules_share_a_basename():
     assert shared == {}
 
 
+def _package(module: str) -> str:
+    return module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def private_imports() -> list[str]:
+    """``A: B._name`` for every private name (a leading underscore) module A imports from a ``rag``
+    module B of another package."""
+    out = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in MODULES and _package(node.module) != _package(name):
+                out += [f"{name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    return out
+
+
+def test_no_private_name_imported_across_packages():
+    """A package's private names stay in it: what another package needs is public."""
+    assert private_imports() == []
+
+
 def _loaded(code: str, *args: str, cwd: Path = ROOT) -> list[str]:
     """The HEAVY modules loaded when ``code`` (Python run in a fresh process) ends."""
     probe = ("import atexit, json, sys\n"

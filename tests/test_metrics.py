@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 from rag import metrics as M
+from rag.scoring import answer_match as AM
+from rag.scoring import coco
+from rag.scoring import ptb_tokenizer as PTB
+from rag.scoring import qbleu as Q
 from rag.cli import main
 from rag.errors import ConfigError, DataError
 
@@ -23,21 +27,21 @@ HAS_JAVA = shutil.which("java") is not None
 def test_normalize_answer_squad():
     # lower -> "the  café, zürich!"; strip punctuation -> "the  café zürich";
     # drop article -> "  café zürich"; collapse whitespace.
-    assert M.normalize_answer("The  Café, Zürich!") == "café zürich"
-    assert M.normalize_answer("An apple a day") == "apple day"
+    assert AM.normalize_answer("The  Café, Zürich!") == "café zürich"
+    assert AM.normalize_answer("An apple a day") == "apple day"
     # articles only as whole words: "theater" keeps its "the"
-    assert M.normalize_answer("Theater") == "theater"
-    assert M.normalize_answer("...!?") == ""
+    assert AM.normalize_answer("Theater") == "theater"
+    assert AM.normalize_answer("...!?") == ""
 
 
 def test_exact_match_edge_cases():
-    assert M.exact_match("the Café Zürich.", ["cafe zurich", "Café  Zürich"])
-    assert not M.exact_match("Café Zürich", ["cafe zurich"])  # accents are not stripped
-    assert not M.exact_match("", ["Paris"])
+    assert AM.exact_match("the Café Zürich.", ["cafe zurich", "Café  Zürich"])
+    assert not AM.exact_match("Café Zürich", ["cafe zurich"])  # accents are not stripped
+    assert not AM.exact_match("", ["Paris"])
     # punctuation-only prediction normalizes to "" and so equals a gold that is only an article
-    assert M.exact_match("?!", ["The"])
-    assert not M.exact_match("Paris", [])
-    assert M.compute("em", ["Paris", "london", ""], [["Paris, France", "paris"], ["London"], ["x"]]) == pytest.approx(
+    assert AM.exact_match("?!", ["The"])
+    assert not AM.exact_match("Paris", [])
+    assert M.Scorer().compute("em", ["Paris", "london", ""], [["Paris, France", "paris"], ["London"], ["x"]]) == pytest.approx(
         200 / 3
     )
 
@@ -47,20 +51,20 @@ def test_exact_match_edge_cases():
 
 def test_regex_match_drqa_semantics():
     pats = ["Nagoya", r"(?:Old )?Faithful"]
-    assert M.regex_match("old faithful geyser", pats)  # IGNORECASE, match() at the start
-    assert M.regex_match("Faithful", pats)
-    assert not M.regex_match("It is Nagoya", pats)  # re.match is anchored at the start
+    assert AM.regex_match("old faithful geyser", pats)  # IGNORECASE, match() at the start
+    assert AM.regex_match("Faithful", pats)
+    assert not AM.regex_match("It is Nagoya", pats)  # re.match is anchored at the start
     # "The Beatles": raw re.match fails (as in DrQA), the SQuAD-normalized "beatles" matches
     assert re.match("Beatles", "The Beatles", flags=re.I) is None
-    assert M.regex_match("The Beatles", ["Beatles"])
-    assert not M.regex_match("", ["Beatles"])
-    assert M.regex_match("Zürich", [r"z\wrich"])  # UNICODE: \w matches ü
-    assert M.compute("em_regex", ["1969", "in 1970"], [[r"19[56]\d"], [r"19[56]\d"]]) == 50.0
+    assert AM.regex_match("The Beatles", ["Beatles"])
+    assert not AM.regex_match("", ["Beatles"])
+    assert AM.regex_match("Zürich", [r"z\wrich"])  # UNICODE: \w matches ü
+    assert M.Scorer().compute("em_regex", ["1969", "in 1970"], [[r"19[56]\d"], [r"19[56]\d"]]) == 50.0
 
 
 def test_regex_match_invalid_pattern_raises():
     with pytest.raises(DataError, match=re.escape("(unclosed")):
-        M.regex_match("anything", ["ok", "(unclosed"])
+        AM.regex_match("anything", ["ok", "(unclosed"])
 
 
 # ------------------------------------------------------------------------------ tokenizer
@@ -91,7 +95,7 @@ TOKENIZER_CASES = {
 
 @pytest.mark.parametrize("text,expected", list(TOKENIZER_CASES.items()))
 def test_python_tokenizer_documented_outputs(text, expected):
-    assert " ".join(M.ptb_tokenize(text)) == expected
+    assert " ".join(PTB.ptb_tokenize(text)) == expected
 
 
 @pytest.mark.skipif(not HAS_JAVA, reason="java not on PATH: cannot run Stanford PTBTokenizer")
@@ -100,7 +104,7 @@ def test_python_tokenizer_agrees_with_java_ptb():
         "Who's there? Y'all ready? It's 12:30pm.",
         "He was born on 4/5/1990 in St. Louis, Mo. Price: £3",
     ]
-    assert M.tokenize_batch(texts, "python") == M.tokenize_batch(texts, "ptb")
+    assert PTB.tokenize_batch(texts, "python") == PTB.tokenize_batch(texts, "ptb")
 
 
 EMOTICON = "I <3 NLP :)"
@@ -116,26 +120,26 @@ KNOWN_DIFFERENCES = {
 
 def test_python_tokenizer_known_difference_documented():
     # Documented difference: the fallback does not recognise emoticons.
-    assert M.ptb_tokenize(EMOTICON) == ["i", "<3", "nlp", "-rrb-"]
+    assert PTB.ptb_tokenize(EMOTICON) == ["i", "<3", "nlp", "-rrb-"]
     for text, (_, python) in KNOWN_DIFFERENCES.items():
-        assert " ".join(M.ptb_tokenize(text)) == python
+        assert " ".join(PTB.ptb_tokenize(text)) == python
 
 
 @pytest.mark.skipif(not HAS_JAVA, reason="java not on PATH: cannot run Stanford PTBTokenizer")
 def test_known_differences_are_still_differences():
     texts = list(KNOWN_DIFFERENCES)
-    assert M.tokenize_batch(texts, "ptb") == [java for java, _ in KNOWN_DIFFERENCES.values()]
+    assert PTB.tokenize_batch(texts, "ptb") == [java for java, _ in KNOWN_DIFFERENCES.values()]
 
 
 @pytest.mark.skipif(not HAS_JAVA, reason="java not on PATH: cannot run Stanford PTBTokenizer")
 def test_java_ptb_differs_on_emoticons():
-    assert M.tokenize_batch([EMOTICON], "ptb") == ["i < 3 nlp -rrb-"]
-    assert M.tokenize_batch([EMOTICON], "python") != M.tokenize_batch([EMOTICON], "ptb")
+    assert PTB.tokenize_batch([EMOTICON], "ptb") == ["i < 3 nlp -rrb-"]
+    assert PTB.tokenize_batch([EMOTICON], "python") != PTB.tokenize_batch([EMOTICON], "ptb")
 
 
 def test_unknown_tokenizer():
     with pytest.raises(ConfigError, match="python"):
-        M.bleu1(["a"], [["a"]], tokenizer="spacy")
+        coco.bleu1(["a"], [["a"]], tokenizer="spacy")
 
 
 # ------------------------------------------------------------------------------ BLEU-1
@@ -144,27 +148,27 @@ def test_unknown_tokenizer():
 def test_bleu1_hand_computed_single():
     # hyp: the cat sat on the mat (6) ; ref: the cat is on the mat (6)
     # clipped unigram matches: the 2, cat 1, on 1, mat 1, sat 0 -> 5 of 6; BP = 1
-    assert M.bleu1(["The cat sat on the mat."], [["the cat is on the mat"]]) == pytest.approx(500 / 6, rel=1e-6)
+    assert coco.bleu1(["The cat sat on the mat."], [["the cat is on the mat"]]) == pytest.approx(500 / 6, rel=1e-6)
 
 
 def test_bleu1_hand_computed_corpus_brevity_penalty():
     # ex1: 5 correct / 6 guessed, ref len 6 ; ex2: "a dog" vs "a big dog barked": 2 / 2, ref len 4
     # corpus: 7 / 8, test len 8, ref len 10 -> BP = exp(1 - 10/8)
     expected = 100 * 7 / 8 * math.exp(1 - 10 / 8)
-    got = M.bleu1(["the cat sat on the mat", "a dog"], [["the cat is on the mat"], ["a big dog barked"]])
+    got = coco.bleu1(["the cat sat on the mat", "a dog"], [["the cat is on the mat"], ["a big dog barked"]])
     assert got == pytest.approx(expected, rel=1e-6)
 
 
 def test_bleu1_multiple_refs_closest_length():
     # refs lengths 4 and 2; closest to hyp length 2 is 2 -> BP 1; a, dog both matched -> 100
-    assert M.bleu1(["a dog"], [["a big dog barked", "dog a"]]) == pytest.approx(100.0, rel=1e-6)
+    assert coco.bleu1(["a dog"], [["a big dog barked", "dog a"]]) == pytest.approx(100.0, rel=1e-6)
     # only the long reference: BP = exp(1 - 4/2)
-    assert M.bleu1(["a dog"], [["a big dog barked"]]) == pytest.approx(100 * math.exp(-1), rel=1e-6)
+    assert coco.bleu1(["a dog"], [["a big dog barked"]]) == pytest.approx(100 * math.exp(-1), rel=1e-6)
 
 
 def test_bleu1_empty_and_punctuation_only():
-    assert M.bleu1([""], [["some answer"]]) == pytest.approx(0.0, abs=1e-6)
-    assert M.bleu1(["..."], [["some answer"]]) == pytest.approx(0.0, abs=1e-6)
+    assert coco.bleu1([""], [["some answer"]]) == pytest.approx(0.0, abs=1e-6)
+    assert coco.bleu1(["..."], [["some answer"]]) == pytest.approx(0.0, abs=1e-6)
 
 
 def test_bleu1_agrees_with_sacrebleu():
@@ -173,11 +177,11 @@ def test_bleu1_agrees_with_sacrebleu():
     preds = ["Café Zürich is in Switzerland.", "the quick brown fox jumps", "yes , it is safe", "no"]
     refs = [["The Café Zürich is located in Zurich, Switzerland."], ["a quick brown dog jumps high"],
             ["Yes, it's safe to eat."], ["No, it is not."]]
-    hyp_tok, refs_tok = M._tokenize_pairs(preds, refs, "python")
+    hyp_tok, refs_tok = coco.tokenize_pairs(preds, refs, "python")
     sb = BLEU(max_ngram_order=1, tokenize="none", smooth_method="none").corpus_score(
         hyp_tok, [[r[0] for r in refs_tok]]
     )
-    assert M.bleu1(preds, refs) == pytest.approx(sb.score, rel=1e-6)
+    assert coco.bleu1(preds, refs) == pytest.approx(sb.score, rel=1e-6)
 
 
 # ------------------------------------------------------------------------------ ROUGE-L
@@ -190,19 +194,19 @@ def _f_beta(p, r, beta=1.2):
 def test_rouge_l_hand_computed():
     # hyp "the cat sat" vs ref "the cat sat on the mat": LCS 3, P = 3/3, R = 3/6
     # F = 2.44 * 1 * 0.5 / (0.5 + 1.44 * 1) = 1.22 / 1.94
-    assert M.rouge_l(["The cat sat."], [["the cat sat on the mat"]]) == pytest.approx(100 * 1.22 / 1.94)
+    assert coco.rouge_l(["The cat sat."], [["the cat sat on the mat"]]) == pytest.approx(100 * 1.22 / 1.94)
 
 
 def test_rouge_l_max_precision_and_recall_separately():
     # coco-caption takes max P and max R over refs independently:
     # ref1 "a b": LCS 2 -> P 2/4, R 1 ; ref2 "a b c d e f g h": LCS 4 -> P 1, R 4/8 ; -> P 1, R 1
-    assert M.rouge_l(["a b c d"], [["a b", "a b c d e f g h"]]) == pytest.approx(100.0)
+    assert coco.rouge_l(["a b c d"], [["a b", "a b c d e f g h"]]) == pytest.approx(100.0)
 
 
 def test_rouge_l_empty_prediction_and_mean():
-    assert M.rouge_l([""], [["an answer"]]) == 0.0
+    assert coco.rouge_l([""], [["an answer"]]) == 0.0
     # mean over examples: (100 + 0) / 2
-    assert M.rouge_l(["x y", "z"], [["x y"], ["w"]]) == pytest.approx(50.0)
+    assert coco.rouge_l(["x y", "z"], [["x y"], ["w"]]) == pytest.approx(50.0)
 
 
 def test_rouge_l_agrees_with_rouge_score_lcs():
@@ -215,7 +219,7 @@ def test_rouge_l_agrees_with_rouge_score_lcs():
     for p, r in zip(preds, refs):
         s = sc.score(r, p)["rougeL"]
         expected.append(_f_beta(s.precision, s.recall))
-    assert M.rouge_l(preds, [[r] for r in refs]) == pytest.approx(100 * sum(expected) / len(expected))
+    assert coco.rouge_l(preds, [[r] for r in refs]) == pytest.approx(100 * sum(expected) / len(expected))
 
 
 # ------------------------------------------------------------------------------ Q-BLEU-1
@@ -226,19 +230,19 @@ HEAD_VECTORS = json.loads((Path(__file__).parent / "data" / "qbleu_head_vectors.
 
 
 def test_qbleu_default_weights():
-    assert M.QBLEU_DEFAULT_WEIGHTS == {"w_ner": 0.41, "w_qt": 0.20, "w_re": 0.20, "delta": 0.66}
-    assert M.QBLEU_WEIGHT_SETS["readme"] == README_WEIGHTS
-    assert M.check_qbleu_weights({})["w_sw"] == pytest.approx(0.19)
+    assert Q.QBLEU_DEFAULT_WEIGHTS == {"w_ner": 0.41, "w_qt": 0.20, "w_re": 0.20, "delta": 0.66}
+    assert Q.QBLEU_WEIGHT_SETS["readme"] == README_WEIGHTS
+    assert Q.check_qbleu_weights({})["w_sw"] == pytest.approx(0.19)
     with pytest.raises(ConfigError, match=r"metrics.qbleu1': w_ner \+ w_qt \+ w_re = 1.1 > 1"):
-        M.check_qbleu_weights({"w_ner": 0.9, "w_qt": 0.1, "w_re": 0.1})
+        Q.check_qbleu_weights({"w_ner": 0.9, "w_qt": 0.1, "w_re": 0.1})
     with pytest.raises(ConfigError, match=r"metrics.qbleu1.delta': must be a number in \[0, 1\]"):
-        M.check_qbleu_weights({"delta": 1.5})
+        Q.check_qbleu_weights({"delta": 1.5})
     with pytest.raises(ConfigError, match=r"metrics.qbleu1.w_stop'"):
-        M.check_qbleu_weights({"w_stop": 0.1})
+        Q.check_qbleu_weights({"w_stop": 0.1})
 
 
 def test_qbleu_components_like_authors_script():
-    c = M.qbleu_components("What city hosted the Olympics in 1992?")
+    c = Q.qbleu_components("What city hosted the Olympics in 1992?")
     assert c == {"imp": "hosted 1992?", "ner": "Olympics", "qt": "What city", "sw": "the in"}
 
 
@@ -250,7 +254,7 @@ def test_qbleu1_reproduces_authors_test_vector():
     # 0.765); imp "great question?"/"good question?" -> 0.5; sw "is this a" both -> 1.
     # Answerability = 0.6*1 + 0.2*1 + 0.1*0.5 + 0.1*1 = 0.95; BLEU-1 = 4/5 = 0.8
     # Q-BLEU-1 = 0.7*0.95 + 0.3*0.8 = 0.905 (BLEU's 1e-9 smoothing moves it by ~1e-9)
-    got = M.qbleu1(["Is this a great question?"], [["Is this a good question?"]], **README_WEIGHTS)
+    got = Q.qbleu1(["Is this a great question?"], [["Is this a good question?"]], **README_WEIGHTS)
     assert got == pytest.approx(90.5, abs=1e-4)
 
 
@@ -259,23 +263,23 @@ def test_qbleu1_hand_computed_mean_and_edges():
     # question word, dropped) "Hamlet?"/"Macbeth?" -> 0; imp "wrote"/"wrote" -> 1; sw both empty -> 1.
     # Answerability = 0.1*1 + 0.6*0 + 0.2*1 + 0.1*1 = 0.4 ; BLEU-1 = 2/3
     # Q-BLEU-1 = 0.7*0.4 + 0.3*2/3 = 0.48
-    assert M.qbleu1(["Who wrote Hamlet?"], [["Who wrote Macbeth?"]], **README_WEIGHTS) == pytest.approx(48.0, abs=1e-4)
-    assert M.qbleu1(
+    assert Q.qbleu1(["Who wrote Hamlet?"], [["Who wrote Macbeth?"]], **README_WEIGHTS) == pytest.approx(48.0, abs=1e-4)
+    assert Q.qbleu1(
         ["Who wrote Hamlet?", "Is this a great question?"],
         [["Who wrote Macbeth?"], ["Is this a good question?"]], **README_WEIGHTS,
     ) == pytest.approx((48.0 + 90.5) / 2, abs=1e-4)
     # identical question -> 1.0, also for a clue with no question word (qt empty on both sides)
     q = "What is the capital of France?"
     clue = "This 'Father of Our Country' never chopped down a cherry tree"
-    assert M.qbleu1([q], [[q]]) == pytest.approx(100.0, abs=1e-4)
-    assert M.qbleu1([clue], [[clue]]) == pytest.approx(100.0, abs=1e-4)
+    assert Q.qbleu1([q], [[q]]) == pytest.approx(100.0, abs=1e-4)
+    assert Q.qbleu1([clue], [[clue]]) == pytest.approx(100.0, abs=1e-4)
     # an empty prediction scores 0 (the authors' script crashes on it), even where components
     # would be empty on both sides
-    assert M.qbleu1([""], [[q]]) == 0.0
-    assert M.qbleu1(["  "], [[clue]]) == 0.0
-    assert M.qbleu1(["?"], [[q]]) == pytest.approx(0.0, abs=1e-4)
+    assert Q.qbleu1([""], [[q]]) == 0.0
+    assert Q.qbleu1(["  "], [[clue]]) == 0.0
+    assert Q.qbleu1(["?"], [[q]]) == pytest.approx(0.0, abs=1e-4)
     # several references: the best one counts
-    assert M.qbleu1(["Who wrote Hamlet?"], [["Who wrote Macbeth?", q]], **README_WEIGHTS) == pytest.approx(48.0, abs=1e-4)
+    assert Q.qbleu1(["Who wrote Hamlet?"], [["Who wrote Macbeth?", q]], **README_WEIGHTS) == pytest.approx(48.0, abs=1e-4)
 
 
 @pytest.mark.parametrize("tokenizer", [
@@ -292,29 +296,29 @@ def test_qbleu1_equals_authors_head_script(tokenizer, weights):
     assert len(examples) >= 40
     flat = [(e["hypothesis"], r) for e in examples for r in e["references"]]
     expected = [x for e in examples for x in e["expected"][weights]]
-    got = M.qbleu1_scores([h for h, _ in flat], [[r] for _, r in flat], tokenizer=tokenizer, **w)
+    got = Q.qbleu1_scores([h for h, _ in flat], [[r] for _, r in flat], tokenizer=tokenizer, **w)
     assert max(abs(a - b) for a, b in zip(got, expected)) < 1e-6
-    got_ex = M.qbleu1_scores([e["hypothesis"] for e in examples], [e["references"] for e in examples],
+    got_ex = Q.qbleu1_scores([e["hypothesis"] for e in examples], [e["references"] for e in examples],
                              tokenizer=tokenizer, **w)
     assert max(abs(a - max(e["expected"][weights])) for a, e in zip(got_ex, examples)) < 1e-6
 
 
 def test_qbleu1_through_compute_uses_configured_weights():
     p, t = ["Who wrote Hamlet?"], [["Who wrote Macbeth?"]]
-    assert M.compute("qbleu1", p, t, qbleu_weights=README_WEIGHTS) == pytest.approx(48.0, abs=1e-4)
-    assert M.compute("qbleu1", p, t) == pytest.approx(M.qbleu1(p, t, **M.QBLEU_DEFAULT_WEIGHTS))
+    assert M.Scorer(qbleu1=README_WEIGHTS).compute("qbleu1", p, t) == pytest.approx(48.0, abs=1e-4)
+    assert M.Scorer().compute("qbleu1", p, t) == pytest.approx(Q.qbleu1(p, t, **Q.QBLEU_DEFAULT_WEIGHTS))
 
 
 def test_qbleu1_unknown_questions_type():
     with pytest.raises(ConfigError, match="squad"):
-        M.qbleu1(["a"], [["a"]], questions_type="vqa")
+        Q.qbleu1(["a"], [["a"]], questions_type="vqa")
 
 
 # ------------------------------------------------------------------------------ accuracy, distinct, recall
 
 
 def test_accuracy_first_gold_exact_string():
-    assert M.accuracy(["SUPPORTS", "REFUTES", "supports"], [["SUPPORTS"], ["NOT ENOUGH INFO", "REFUTES"], ["SUPPORTS"]]) == (
+    assert M.Scorer().compute("accuracy", ["SUPPORTS", "REFUTES", "supports"], [["SUPPORTS"], ["NOT ENOUGH INFO", "REFUTES"], ["SUPPORTS"]]) == (
         pytest.approx(100 / 3)
     )
 
@@ -325,19 +329,19 @@ def test_trigram_distinct():
     # tri-grams do not span texts: "a b" + "c" has none
     assert M.trigram_distinct(["a b", "c"]) == 0.0
     assert M.trigram_distinct([]) == 0.0
-    assert M.compute("trigram_distinct", ["x y z x y z"], [[]]) == pytest.approx(75.0)  # 3 of 4
+    assert M.Scorer().compute("trigram_distinct", ["x y z x y z"], [[]]) == pytest.approx(75.0)  # 3 of 4
 
 
 def test_answer_in_text():
     text = "The Café Zürich opened in 1911, near the concatenated lake."
-    assert M.answer_in_text(text, ["nope", "café zürich"])
-    assert not M.answer_in_text(text, ["zurich"])  # accents kept (DPR NFD tokens keep marks)
-    assert not M.answer_in_text(text, ["cat"])  # token boundaries
-    assert M.answer_in_text(text, ["1911 ,"])  # punctuation is a token
-    assert M.answer_in_text(text, [r"19\d\d"], regex=True)
-    assert not M.answer_in_text(text, [r"^1911"], regex=True)
+    assert AM.answer_in_text(text, ["nope", "café zürich"])
+    assert not AM.answer_in_text(text, ["zurich"])  # accents kept (DPR NFD tokens keep marks)
+    assert not AM.answer_in_text(text, ["cat"])  # token boundaries
+    assert AM.answer_in_text(text, ["1911 ,"])  # punctuation is a token
+    assert AM.answer_in_text(text, [r"19\d\d"], regex=True)
+    assert not AM.answer_in_text(text, [r"^1911"], regex=True)
     with pytest.raises(DataError, match=re.escape("[a-")):
-        M.answer_in_text(text, ["[a-"], regex=True)
+        AM.answer_in_text(text, ["[a-"], regex=True)
 
 
 # ------------------------------------------------------------------------------ dispatch
@@ -345,19 +349,19 @@ def test_answer_in_text():
 
 def test_compute_dispatch_and_errors():
     assert tuple(M.METRICS) == ("em", "em_regex", "bleu1", "rougeL", "qbleu1", "accuracy", "trigram_distinct")
-    assert M.compute("bleu1", ["the cat sat on the mat"], [["the cat is on the mat"]]) == pytest.approx(
+    assert M.Scorer().compute("bleu1", ["the cat sat on the mat"], [["the cat is on the mat"]]) == pytest.approx(
         500 / 6, rel=1e-6
     )
-    assert M.compute("rougeL", ["x y"], [["x y"]]) == pytest.approx(100.0)
-    assert M.compute("accuracy", ["A"], [["A"]]) == 100.0
+    assert M.Scorer().compute("rougeL", ["x y"], [["x y"]]) == pytest.approx(100.0)
+    assert M.Scorer().compute("accuracy", ["A"], [["A"]]) == 100.0
     with pytest.raises(ConfigError) as exc:
-        M.compute("f1", ["a"], [["a"]])
+        M.Scorer().compute("f1", ["a"], [["a"]])
     for name in M.METRICS:
         assert name in str(exc.value)
     with pytest.raises(DataError):
-        M.compute("em", [], [])
+        M.Scorer().compute("em", [], [])
     with pytest.raises(DataError):
-        M.compute("em", ["a", "b"], [["a"]])
+        M.Scorer().compute("em", ["a", "b"], [["a"]])
 
 
 @pytest.mark.parametrize("metric", list(M.METRICS))
@@ -373,22 +377,22 @@ def test_subset_scorer_equals_compute_on_the_subset(metric):
                ["x y", "z w q", "x y z w"]]
     if metric == "em_regex":
         targets = [[re.escape(t[0]) + "|cat"] + t[1:] for t in targets]
-    scorer = M.subset_scorer(metric, preds, targets)
+    scorer = M.Scorer().subset(metric, preds, targets)
     for ix in [list(range(len(preds))), *np.random.default_rng(1).integers(0, len(preds), size=(20, len(preds)))]:
-        expected = M.compute(metric, [preds[i] for i in ix], [targets[i] for i in ix])
+        expected = M.Scorer().compute(metric, [preds[i] for i in ix], [targets[i] for i in ix])
         assert scorer(ix) == expected  # exactly: the report's ± cells must not move
     with pytest.raises(DataError):
         scorer([])
     with pytest.raises(DataError):  # checked as compute() checks, before any resample
-        M.subset_scorer(metric, [], [])
+        M.Scorer().subset(metric, [], [])
     if metric != "trigram_distinct":
         with pytest.raises(DataError):
-            M.subset_scorer(metric, preds, targets[:-1])
+            M.Scorer().subset(metric, preds, targets[:-1])
 
 
 def test_subset_scorer_unknown_metric():
     with pytest.raises(ConfigError, match="valid metrics"):
-        M.subset_scorer("f1", ["a"], [["a"]])
+        M.Scorer().subset("f1", ["a"], [["a"]])
 
 
 def test_compute_never_falls_back_to_accuracy(monkeypatch):
@@ -396,9 +400,9 @@ def test_compute_never_falls_back_to_accuracy(monkeypatch):
     an unknown name raises, naming the metric, and a class registered under a name scores it."""
     for name, cls in M.METRICS.items():
         assert cls.name == name and issubclass(cls, M.Metric)
-        M.compute(name, ["a b c d"], [["a b c d"]])
+        M.Scorer().compute(name, ["a b c d"], [["a b c d"]])
     with pytest.raises(ConfigError, match="'f1'"):
-        M.compute("f1", ["A"], [["A"]])
+        M.Scorer().compute("f1", ["A"], [["A"]])
 
     class Constant(M.Metric):
         name = "f1"
@@ -407,7 +411,7 @@ def test_compute_never_falls_back_to_accuracy(monkeypatch):
             return 42.0
 
     monkeypatch.setitem(M.METRICS, "f1", Constant)
-    assert M.compute("f1", ["A"], [["A"]]) == 42.0
+    assert M.Scorer().compute("f1", ["A"], [["A"]]) == 42.0
 
 
 # ------------------------------------------------------------------------------ CLI
@@ -451,3 +455,14 @@ def test_cli_missing_field(tmp_path, capsys):
     r = _write(tmp_path / "r.jsonl", [{"id": 1, "targets": ["a"]}])
     assert main(["score", "--metric", "em", "--predictions", p, "--references", r]) == 2
     assert "p.jsonl:1" in capsys.readouterr().err
+
+
+def test_scorer_of_recorded_options():
+    """A report scores with the options a run recorded (metrics.json ``metric_options``); what a run
+    did not record (its metrics read no options) is the default."""
+    w = {"w_ner": 0.6, "w_qt": 0.2, "w_re": 0.1, "delta": 0.7}
+    assert M.Scorer.of({"tokenizer": "python", "qbleu1": w}) == M.Scorer("python", w)
+    assert M.Scorer.of(None) == M.Scorer.of({}) == M.Scorer()
+    p, t = ["who wrote the book"], [["who wrote this novel"]]
+    assert M.Scorer.of({"qbleu1": w}).compute("qbleu1", p, t) == M.Scorer(qbleu1=w).compute("qbleu1", p, t)
+    assert M.Scorer.of({"qbleu1": w}).compute("qbleu1", p, t) != M.Scorer().compute("qbleu1", p, t)

@@ -68,7 +68,7 @@ def test_retriever_entry(name):
 
 @pytest.mark.parametrize("name", list(M.METRICS))
 def test_metric_entry(name):
-    assert M.compute(name, ["a b c d"], [["a b c d"]]) == pytest.approx(100.0) or name == "trigram_distinct"
+    assert M.Scorer().compute(name, ["a b c d"], [["a b c d"]]) == pytest.approx(100.0) or name == "trigram_distinct"
 
 
 def test_schema_enums_are_the_registry():
@@ -250,13 +250,13 @@ def test_a_toy_metric_is_one_class(monkeypatch):
 
     monkeypatch.setitem(M.METRICS, FirstWord.name, FirstWord)
     preds, golds = ["Paris France", "cat dog", "Rome"], [["Paris"], ["a cat"], ["Rome", "Roma"]]
-    assert M.compute("first_word", preds, golds) == pytest.approx(200 / 3)
+    assert M.Scorer().compute("first_word", preds, golds) == pytest.approx(200 / 3)
     assert FirstWord().each(preds, golds) == [True, False, True]
-    scorer = M.subset_scorer("first_word", preds, golds)
+    scorer = M.Scorer().subset("first_word", preds, golds)
     for ix in ([0, 0, 1], [2], [1, 1]):
-        assert scorer(ix) == M.compute("first_word", [preds[i] for i in ix], [golds[i] for i in ix])
+        assert scorer(ix) == M.Scorer().compute("first_word", [preds[i] for i in ix], [golds[i] for i in ix])
     with monkeypatch.context() as m:  # not bootstrapped (FirstWord.bootstrap is False): a mean of 0/100 scores
-        m.setattr(M, "subset_scorer", lambda *a, **k: pytest.fail("a mean's interval rescored resamples"))
+        m.setattr(M.Scorer, "subset", lambda *a, **k: pytest.fail("a mean's interval rescored resamples"))
         iv = cell_interval("first_word", [[{"prediction": p, "targets": g} for p, g in zip(preds, golds)]])
     assert iv.estimate == pytest.approx(200 / 3)
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from rag.data import download as D
-from rag.data.formats import CORPUS_FORMATS, PARSERS, SPLITS, TASKS
+from rag.data.formats import CORPUS_FORMATS, PARSERS
 from rag.errors import ConfigError
 from rag.sections import CorpusSection, DataSection, read_section
+from rag.tasks import SPLITS, TASKS
 
 
 def cmd_corpus(args) -> None:
@@ -88,7 +89,7 @@ def register(sub) -> None:
     p.add_argument("--format", required=True, choices=sorted(PARSERS))
     p.add_argument("--input", required=True, help="source file (or a directory of SearchQA json for jeopardy)")
     p.add_argument("--output", required=True, help="output jsonl")
-    p.add_argument("--task", required=True, choices=TASKS)
+    p.add_argument("--task", required=True, choices=list(TASKS))
     p.add_argument("--split", required=True, choices=SPLITS)
     p.add_argument("--well-formed-only", action="store_true", help="msmarco: keep only rows with wellFormedAnswers")
 

@@ -10,7 +10,7 @@ from rag import runtime
 from rag.errors import ConfigError
 from rag.retrieval import add_file_args
 from rag.sections import TrainSection, read_task_sections
-from rag.tasks import VARIANTS
+from rag.tasks import EVAL_SPLITS, VARIANTS
 
 EVAL_FLAGS = ("dev", "test", "dev_predictions", "dev_metrics", "test_predictions", "test_metrics")
 
@@ -35,7 +35,7 @@ def add_eval_args(p, required: bool) -> None:
     """The dev and test files to decode and the predictions and metrics to write for each."""
     p.add_argument("--dev", required=required, help="dev jsonl to decode")
     p.add_argument("--test", required=required, help="test jsonl to decode")
-    for split in ("dev", "test"):
+    for split in EVAL_SPLITS:
         p.add_argument(f"--{split}-predictions", required=required, help=f"{split} predictions.jsonl to write")
         p.add_argument(f"--{split}-metrics", required=required, help=f"{split} metrics.json to write")
 
@@ -61,4 +61,4 @@ def eval_io(args, required: bool) -> dict[str, tuple[str, str, str]] | None:
     missing = [f"--{f.replace('_', '-')}" for f, v in given.items() if not v]
     if missing:
         raise ConfigError(f"evaluation needs {', '.join(missing)} (the files to read and write for dev and test)")
-    return {split: (given[split], given[f"{split}_predictions"], given[f"{split}_metrics"]) for split in ("dev", "test")}
+    return {split: (given[split], given[f"{split}_predictions"], given[f"{split}_metrics"]) for split in EVAL_SPLITS}

@@ -19,13 +19,11 @@ from rag.data.parsers import (FEVER_LABELS, clean_jeopardy_text, parse_corpus_js
                               parse_curatedtrec, parse_dpr_biencoder, parse_dpr_passages, parse_dpr_qa_csv, parse_fever,
                               parse_jeopardy, parse_jsonl, parse_msmarco, parse_nq_open, parse_triviaqa,
                               parse_webquestions, webquestions_answers)
-from rag.data.table7 import SPLITS, check_counts, table7, table7_rows  # noqa: F401
+from rag.data.table7 import check_counts, table7, table7_rows  # noqa: F401
 from rag.errors import ConfigError, DataError
-from rag.tasks import TASKS as TASK_SPECS
+from rag.tasks import SPLITS, TASKS
 
 log = logging.getLogger(__name__)
-
-TASKS = tuple(TASK_SPECS)
 
 
 def __getattr__(name: str):  # lazy module attribute TABLE7 (reads the YAML on first use)
@@ -62,11 +60,11 @@ def prepare_task(fmt: str, src: Path, out: Path, task: str, split: str, **kw) ->
 
     if fmt not in PARSERS:
         raise ConfigError(f"format: unknown format {fmt!r} (known: {', '.join(PARSERS)})")
-    if task not in TASK_SPECS:
-        raise ConfigError(f"task: unknown task {task!r} (known: {', '.join(TASK_SPECS)})")
+    if task not in TASKS:
+        raise ConfigError(f"task: unknown task {task!r} (known: {', '.join(TASKS)})")
     if split not in SPLITS:
         raise ConfigError(f"split: unknown split {split!r} (known: {', '.join(SPLITS)})")
-    spec = TASK_SPECS[task]
+    spec = TASKS[task]
     if fmt == spec.format:
         for key, value in spec.format_options.items():
             kw.setdefault(key, value)

@@ -40,7 +40,6 @@ VOWELS = ["a", "e", "i", "o", "u", "ae", "ei", "ou", "ia"]
 CODAS = ["", "", "n", "r", "l", "s", "th", "k", "m", "x"]
 OCCUPATIONS = ["painter", "chemist", "poet", "architect", "general", "sculptor", "economist", "composer", "physician", "astronomer", "judge", "diplomat"]
 CONTINENTS = ["Northern Velkar", "Southern Velkar", "the Ostrel Isles", "Great Maradon", "the Quenn Coast"]
-SPLITS = ("train", "dev", "test")
 TWIN_FRACTION = 0.25  # countries and cities with a look-alike name (one letter apart)
 STATED = 0.85  # chance that an article states an optional attribute (FEVER's NOT ENOUGH INFO uses the rest)
 

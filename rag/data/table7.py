@@ -7,8 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from rag.errors import ConfigError
-
-SPLITS = ("train", "dev", "test")
+from rag.tasks import SPLITS, TASKS
 
 
 @lru_cache(maxsize=1)
@@ -21,8 +20,6 @@ def _table() -> tuple[tuple[str, ...], dict[str, tuple]]:
 
 def table7_rows() -> dict[str, str]:
     """task -> its row of Table 7, for the registered tasks that have one."""
-    from rag.tasks import TASKS
-
     return {name: spec.table7_row for name, spec in TASKS.items() if spec.table7_row}
 
 
@@ -36,8 +33,6 @@ def check_counts(task: str, split: str, n: int) -> str | None:
     """A warning when ``n`` differs from the paper's Table 7 count for ``task``/``split``, else None
     (also for a task Table 7 has no row for). A task whose registry entry has a ``table7_offset``
     may hold that many examples fewer than Table 7 lists."""
-    from rag.tasks import TASKS
-
     if task not in TASKS:
         raise ConfigError(f"task: unknown task {task!r} (known: {', '.join(TASKS)})")
     if split not in SPLITS:

@@ -26,7 +26,6 @@ from rag.errors import DataError
 from rag.io import read_json
 
 Cell = tuple[str, str, str, str]  # task, variant, split, metric
-SPLITS = ("dev", "test")
 
 
 @dataclass(frozen=True)
@@ -86,8 +85,8 @@ def run_values(metrics_files: list[str | Path], predictions_files: list[str | Pa
     them): the task metrics (the ``metrics`` object's keys) are scored again from the predictions,
     with the run's own metric options, so a check vouches for the predictions themselves, not for a
     number written beside them. Retrieval recall comes from the ``retrieval`` object."""
-    from rag import metrics as M
     from rag.io import read_jsonl
+    from rag.metrics import Scorer
     from rag.report.inputs import ReportInputs
 
     inputs = ReportInputs.from_files(metrics=metrics_files, predictions=predictions_files)
@@ -99,10 +98,9 @@ def run_values(metrics_files: list[str | Path], predictions_files: list[str | Pa
             pred_path = (inputs.predictions.get((task, variant, split)) or {}).get(seed)
             if pred_path is not None:
                 rows = read_jsonl(pred_path, required=("prediction", "targets"))
-                opts = data.get("metric_options") or {}
+                sc = Scorer.of(data.get("metric_options"))
                 p, t = [r["prediction"] for r in rows], [r["targets"] for r in rows]
-                values.update({m: M.compute(m, p, t, tokenizer=opts.get("tokenizer", "python"), qbleu_weights=opts.get("qbleu1"))
-                               for m in (data.get("metrics") or {})})
+                values.update({m: sc.compute(m, p, t) for m in (data.get("metrics") or {})})
             else:
                 values.update(data.get("metrics") or {})
             for metric, value in sorted(values.items()):

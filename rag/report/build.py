@@ -6,31 +6,27 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 from urllib.parse import quote
 
 from rag.errors import DataError
 from rag.io import atomic_open, read_json, read_jsonl
 from rag.report.claims import build_claims, cell_interval
 from rag.report.inputs import ReportInputs
-from rag.tasks import TASKS as _TASK_SPECS
-from rag.tasks import VARIANTS as _VARIANT_SPECS
-from rag.tasks import paper_column
+from rag.tasks import TASKS, VARIANTS, paper_column
 
 log = logging.getLogger(__name__)
 
 DASH = "\u2013"  # the en dash shown for a missing number
 
-VARIANTS = tuple(_VARIANT_SPECS)  # the report's variant order
-SPLITS = ("dev", "test")
-VARIANT_NAMES = {name: spec.display for name, spec in _VARIANT_SPECS.items()}
+VARIANT_NAMES = {name: spec.display for name, spec in VARIANTS.items()}
 # Tasks are looked up in the registry when the report is built: their order (the paper's), their
 # names, and the column of each paper table they fill with which metric (rag.tasks.paper_column).
 
 
 def _task_name(task: str | None):
     """The registry's display name of ``task`` (the name itself for an unregistered one)."""
-    spec = _TASK_SPECS.get(task)
+    spec = TASKS.get(task)
     return spec.display if spec else task
 
 
@@ -145,7 +141,7 @@ class Runs:
         self.metrics = {key: runs[min(runs)] for key, runs in self.by_seed.items()}
         if not inputs.metrics:
             log.warning("no metrics files given; every measured cell is empty")
-        self.tasks = list(tasks) if tasks is not None else _ordered({k[0] for k in self.metrics}, tuple(_TASK_SPECS))
+        self.tasks = list(tasks) if tasks is not None else _ordered({k[0] for k in self.metrics}, TASKS)
         self.variants = list(variants) if variants is not None else _ordered({k[1] for k in self.metrics}, VARIANTS)
 
     def link(self, key: tuple[str, str, str]) -> str | None:
@@ -221,7 +217,7 @@ def _sd(values: list[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def _ordered(present: set[str], canonical: tuple[str, ...]) -> list[str]:
+def _ordered(present: set[str], canonical: Iterable[str]) -> list[str]:
     return [x for x in canonical if x in present] + sorted(present - set(canonical))
 
 
@@ -237,9 +233,10 @@ def _gold(runs: Runs, task: str, metric: str) -> float | None:
             texts = [str(r["targets"][0]) for r in rows if isinstance(r["targets"], list) and r["targets"]]
             if not texts:
                 return None
-            from rag import metrics as M
+            from rag.metrics import Scorer
 
-            return float(M.compute(metric, texts, [[t] for t in texts]))
+            options = runs.metrics.get((task, variant, "test"), {}).get("metric_options")  # that run's own
+            return float(Scorer.of(options).compute(metric, texts, [[t] for t in texts]))
     return None
 
 
@@ -250,7 +247,7 @@ def weights_notes(runs: Runs) -> dict[str, str]:
 
     used: dict[tuple[str, str], dict[str, list[str]]] = {}  # (column, metric) -> weights -> runs
     for (task, variant, split), data in sorted(runs.metrics.items()):
-        spec = _TASK_SPECS.get(task)
+        spec = TASKS.get(task)
         for col in spec.paper_columns if spec else ():
             if not M.metric_spec(col.metric).reads_weights or col.metric not in (data.get("metrics") or {}):
                 continue
@@ -405,7 +402,7 @@ def figure3(inputs: ReportInputs) -> list[dict]:
     """One figure (two panels) per task that has top-K sweep files; each curve the mean over seeds."""
     from rag.report.svg import line_chart
 
-    tasks = _ordered({key[0] for key in inputs.experiment_keys("topk")}, tuple(_TASK_SPECS))
+    tasks = _ordered({key[0] for key in inputs.experiment_keys("topk")}, TASKS)
     figures = []
     for task in tasks:
         series_em, series_recall = [], []
@@ -440,7 +437,7 @@ def figure3(inputs: ReportInputs) -> list[dict]:
         if not series_em and not series_recall:
             continue
         tname = _task_name(task)
-        short = (_TASK_SPECS[task].figure3_label if task in _TASK_SPECS else "") or tname
+        short = (TASKS[task].figure3_label if task in TASKS else "") or tname
         panels = []
         if series_em:
             panels.append(
@@ -487,7 +484,7 @@ def hotswap(inputs: ReportInputs, paper: dict) -> dict | None:
     ppaper = paper.get("index_hot_swap", {})
     paper_cells = {k: ppaper.get(v) for k, v in HOTSWAP_PAPER_KEYS.items()}
     variants = []
-    for (variant,) in sorted(keys, key=lambda k: (VARIANTS.index(k[0]) if k[0] in VARIANTS else 99, k[0])):
+    for (variant,) in sorted(keys, key=lambda k: (list(VARIANTS).index(k[0]) if k[0] in VARIANTS else 99, k[0])):
         n, per_seed = None, []
         for path in inputs.experiment("hotswap", variant).values():
             data = read_json(path)

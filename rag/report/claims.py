@@ -101,22 +101,26 @@ class Evidence:
 
     @staticmethod
     def _matrix(per_seed: dict[int, list], score) -> np.ndarray | None:
-        rows = [[score(p) for p in preds] for preds in per_seed.values()]
+        """``score(seed, example)`` of each seed's examples (None when the seeds' lengths differ)."""
+        rows = [[score(seed, p) for p in preds] for seed, preds in per_seed.items()]
         if len({len(r) for r in rows}) != 1:
             return None
         return np.array(rows, dtype=float)
 
     def correct(self, task: str, variant: str, metric: str) -> np.ndarray | None:
-        from rag import metrics as M
+        """``metric`` of each test example alone, scored with its run's metric options (metrics.json)."""
+        from rag.metrics import Scorer
 
         preds = self.predictions(task, variant)
         if preds is None:
             return None
-        return self._matrix(preds, lambda p: M.compute(metric, [p["prediction"]], [p["targets"]]))
+        files = self.inputs.metrics[(task, variant, "test")]  # the predictions' own metrics files
+        sc = {seed: Scorer.of(read_json(files[seed]).get("metric_options")) for seed in preds}
+        return self._matrix(preds, lambda seed, p: sc[seed].compute(metric, [p["prediction"]], [p["targets"]]))
 
     def hits(self, task: str, variant: str, k: int, regex: bool = False) -> np.ndarray | None:
         """100 per example whose first ``k`` retrieved passages contain an answer, else 0."""
-        from rag import metrics as M
+        from rag.scoring.answer_match import answer_in_text
 
         preds = self.predictions(task, variant)
         if preds is None or not self.passages:
@@ -124,8 +128,8 @@ class Evidence:
         first = next(iter(preds.values()))
         if not first or len(first[0].get("doc_ids") or []) < k:
             return None
-        return self._matrix(preds, lambda p: 100.0 * any(M.answer_in_text(self.passages.get(d, ""), p["targets"], regex=regex)
-                                                          for d in p["doc_ids"][:k]))
+        return self._matrix(preds, lambda seed, p: 100.0 * any(answer_in_text(self.passages.get(d, ""), p["targets"], regex=regex)
+                                                                for d in p["doc_ids"][:k]))
 
     def seeds(self, task: str, variant: str) -> list[int] | None:
         """The fine-tune seeds of a run's test predictions, in the order of its score matrices' rows."""
@@ -365,18 +369,14 @@ def cell_interval(metric: str, per_seed: list[list[dict]], options: dict | None 
     """The interval of a table cell's metric, the mean over its seeds' predictions (each list one
     seed's, in the same example order), carrying the seed variance and the test sample; scored with
     the run's own metric options (metrics.json ``metric_options``: tokenizer, Q-BLEU weights)."""
-    from functools import partial
-
-    from rag import metrics as M
+    from rag.metrics import Scorer
 
     if not per_seed or not per_seed[0] or len({len(p) for p in per_seed}) != 1:
         return None
-    options = options or {}
-    tok, weights = options.get("tokenizer", "python"), options.get("qbleu1")
-    if not M.metric_spec(metric).bootstrap:  # a mean of per-example 0/100 scores
-        score = partial(M.compute, metric, tokenizer=tok, qbleu_weights=weights)
-        return mean_interval([(1, np.array([[score([x["prediction"]], [x["targets"]]) for x in preds] for preds in per_seed]))])
+    sc = Scorer.of(options)
+    if not sc.metric(metric).bootstrap:  # a mean of per-example 0/100 scores
+        return mean_interval([(1, np.array([[sc.compute(metric, [x["prediction"]], [x["targets"]]) for x in preds]
+                                            for preds in per_seed]))])
     # corpus-level metrics: recomputed on resamples, each example's own work done once per seed
-    fns = [M.subset_scorer(metric, [x["prediction"] for x in preds], [x["targets"] for x in preds], tokenizer=tok,
-                           qbleu_weights=weights) for preds in per_seed]
+    fns = [sc.subset(metric, [x["prediction"] for x in preds], [x["targets"] for x in preds]) for preds in per_seed]
     return statistic_interval([(1, fns)], len(per_seed[0]))

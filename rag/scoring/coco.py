@@ -10,7 +10,7 @@ from rag.scoring.ptb_tokenizer import tokenize_batch
 
 
 
-def _check_pairs(predictions, references, what="references"):
+def check_pairs(predictions, references, what="references"):
     if len(predictions) == 0:
         raise DataError("no predictions to score (empty list)")
     if len(predictions) != len(references):
@@ -20,7 +20,7 @@ def _check_pairs(predictions, references, what="references"):
             raise DataError(f"example {i}: expected a non-empty list of {what}, got {refs!r}")
 
 
-def _tokenize_pairs(predictions, references, tokenizer):
+def tokenize_pairs(predictions, references, tokenizer):
     flat = list(predictions) + [r for refs in references for r in refs]
     tok = tokenize_batch(flat, tokenizer)
     hyps, pos, refs_tok = tok[: len(predictions)], len(predictions), []
@@ -30,7 +30,7 @@ def _tokenize_pairs(predictions, references, tokenizer):
     return hyps, refs_tok
 
 
-def _cooked_bleu(hyps: list[str], refs: list[list[str]], n: int):
+def cooked_bleu(hyps: list[str], refs: list[list[str]], n: int):
     """pycocoevalcap's BleuScorer holding each (hypothesis, references) pair's n-gram counts."""
     from pycocoevalcap.bleu.bleu_scorer import BleuScorer
 
@@ -40,16 +40,16 @@ def _cooked_bleu(hyps: list[str], refs: list[list[str]], n: int):
     return scorer
 
 
-def _sentence_bleu_scorer(hyps: list[str], refs: list[list[str]], n: int):
+def sentence_bleu_scorer(hyps: list[str], refs: list[list[str]], n: int):
     # pycocoevalcap's Bleu.compute_score always uses option='closest'.
-    return _cooked_bleu(hyps, refs, n).compute_score(option="closest", verbose=0)
+    return cooked_bleu(hyps, refs, n).compute_score(option="closest", verbose=0)
 
 
 def bleu1(predictions: Sequence[str], references: Sequence[Sequence[str]], tokenizer: str = "python") -> float:
     """MS MARCO BLEU-1: pycocoevalcap ``Bleu(4)`` corpus-level score, index 0, in percent."""
-    _check_pairs(predictions, references)
-    hyps, refs = _tokenize_pairs(predictions, references, tokenizer)
-    score, _ = _sentence_bleu_scorer(hyps, refs, 4)
+    check_pairs(predictions, references)
+    hyps, refs = tokenize_pairs(predictions, references, tokenizer)
+    score, _ = sentence_bleu_scorer(hyps, refs, 4)
     return 100.0 * float(score[0])
 
 
@@ -57,8 +57,8 @@ def rouge_l_scores(predictions: Sequence[str], references: Sequence[Sequence[str
     """Per-example ROUGE-L in [0, 1]: pycocoevalcap ``Rouge`` (beta=1.2; max P and R over references)."""
     from pycocoevalcap.rouge.rouge import Rouge
 
-    _check_pairs(predictions, references)
-    hyps, refs = _tokenize_pairs(predictions, references, tokenizer)
+    check_pairs(predictions, references)
+    hyps, refs = tokenize_pairs(predictions, references, tokenizer)
     rouge = Rouge()
     return [rouge.calc_score([h], r) for h, r in zip(hyps, refs)]
 

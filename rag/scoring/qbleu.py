@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from rag.errors import ConfigError
-from rag.scoring.coco import _check_pairs, _sentence_bleu_scorer
+from rag.scoring.coco import check_pairs, sentence_bleu_scorer
 from rag.scoring.ptb_tokenizer import tokenize_batch
 
 
@@ -111,7 +111,7 @@ def qbleu1_scores(
     """Per-example Q-BLEU-1 in [0, 1] (max over the references of each example)."""
     if questions_type not in QUESTION_TYPES:
         raise ConfigError(f"unknown questions_type {questions_type!r}; valid: {', '.join(QUESTION_TYPES)}")
-    _check_pairs(predictions, references)
+    check_pairs(predictions, references)
     given = {k: v for k, v in {"w_ner": w_ner, "w_qt": w_qt, "w_re": w_re, "delta": delta}.items() if v is not None}
     W = check_qbleu_weights(given, "qbleu1 weights")
     w_ner, w_qt, w_re, delta = W["w_ner"], W["w_qt"], W["w_re"], W["delta"]
@@ -131,13 +131,13 @@ def qbleu1_scores(
         return tok[i * n: (i + 1) * n]
 
     # Fluency: sentence-level BLEU-1 of the whole question (per-line "Bleu_1" in their script).
-    _, fl = _sentence_bleu_scorer(block(0), [[r] for r in block(1)], 1)
+    _, fl = sentence_bleu_scorer(block(0), [[r] for r in block(1)], 1)
     fluent = fl[0]
     comp = {}
     for j, k in enumerate(keys):
         h, r = block(2 + 2 * j), block(3 + 2 * j)
-        _, p = _sentence_bleu_scorer(h, [[x] for x in r], 1)  # precision direction
-        _, rc = _sentence_bleu_scorer(r, [[x] for x in h], 1)  # recall direction (swapped)
+        _, p = sentence_bleu_scorer(h, [[x] for x in r], 1)  # precision direction
+        _, rc = sentence_bleu_scorer(r, [[x] for x in h], 1)  # recall direction (swapped)
         # The authors' head script (commit 61392b1, Nov 2019) scores a component 1 when its
         # hypothesis and reference parts are both empty strings (before tokenization).
         comp[k] = [1.0 if not hyp_c[i][k] and not ref_c[i][k]

@@ -9,10 +9,9 @@ from pathlib import Path
 from rag.errors import ConfigError
 from rag.io import write_jsonl
 from rag.sections import CorpusSection, DataSection
+from rag.tasks import SPLITS, TASKS
 
 log = logging.getLogger("rag")
-
-SPLITS = ("train", "dev", "test")
 
 
 def build_corpus(cfg: CorpusSection, out: str | Path, *, snapshot: str = "a", source_file: str | Path | None = None,
@@ -58,7 +57,6 @@ def build_task(cfg: DataSection, outs: dict[str, str | Path], sources: dict[str,
             write_jsonl(outs[split], rows)
     else:
         from rag.data.formats import prepare_task, takes_option
-        from rag.tasks import TASKS
 
         for split in SPLITS:
             src = sources.get(split)

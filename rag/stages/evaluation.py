@@ -11,7 +11,7 @@ from rag.predictions import metric_options, predict, score_predictions
 from rag.io import read_json, read_jsonl, write_json, write_jsonl
 from rag.retrieval import RetrievalFiles
 from rag.sections import TrainSection
-from rag.stages.model_loading import check_k, load_trained
+from rag.stages.model_loading import check_k_in_passages, load_trained
 from rag.tasks import variant_spec
 
 log = logging.getLogger("rag")
@@ -28,7 +28,7 @@ def evaluate_model(cfg: TrainSection, variant: str, io: dict[str, tuple[str, str
     name, ev = cfg.task_name, cfg.decoding()
     model = variant_spec(variant).model
     if retriever is None and variant_spec(variant).retriever is not None:
-        check_k(files, [(f"tasks.{name}.decode_{model}.k", ev.decode.of(model).k)])
+        check_k_in_passages(files, [(f"tasks.{name}.decode_{model}.k", ev.decode.of(model).k)])
     meta = read_json(Path(model_dir) / "meta.json")
     system = load_trained(cfg, variant, model_dir, device, files, retriever)
     if meta.get("mlflow_run_id"):

@@ -6,11 +6,11 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from rag.predictions import answer_hits, metric_options, predict, predict_sweep, score_predictions
+from rag.predictions import answer_hits, predict, predict_sweep, score_predictions, scorer
 from rag.io import read_json, read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
 from rag.sections import ExperimentsSection, TrainSection
-from rag.stages.model_loading import check_k, load_trained
+from rag.stages.model_loading import check_k_in_passages, load_trained
 from rag.tasks import TASKS
 
 
@@ -22,11 +22,10 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
     task's decoding, at its test-time K): that K is read from them instead of decoded again, the
     same decoding of the same model. The other Ks are decoded together (``predict_sweep``: a
     RAG-Sequence model searches and scores the largest K once)."""
-    from rag import metrics as M
     from rag.tracking import Run
 
     ev = cfg.decoding()
-    check_k(files, [(f"experiments.topk_sweep[{i}]", k) for i, k in enumerate(exp.experiments.topk_sweep)])
+    check_k_in_passages(files, [(f"experiments.topk_sweep[{i}]", k) for i, k in enumerate(exp.experiments.topk_sweep)])
     meta = read_json(Path(model_dir) / "meta.json")
     system = load_trained(cfg, variant, model_dir, device, files)
     passages = system.passages
@@ -36,8 +35,8 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
     res = {"task": cfg.task_name, "variant": variant, "seed": cfg.seed, "k": ks, "em": [], "answer_recall": [], "metric": primary}
     run = Run(cfg.tracking.uri, "", run_id=meta["mlflow_run_id"])
     res["per_example"] = {}
-    regex = TASKS[cfg.task_name].kind == "regex"
-    opts = metric_options(ev)
+    regex = TASKS[cfg.task_name].regex_targets
+    sc = scorer(ev)
     reuse = _decoded_at(decoded, ev, variant, rows) if decoded is not None else None
     to_decode = [k for k in ks if reuse is None or reuse[0] != k]
     decoded_at = predict_sweep(ev, system, variant, rows, to_decode) if to_decode else {}
@@ -50,8 +49,7 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
         preds = sorted(preds, key=lambda x: x["id"])
         res["per_example"][str(k)] = {
             "id": [x["id"] for x in preds],
-            "correct": [M.compute(primary, [x["prediction"]], [x["targets"]], tokenizer=opts.get("tokenizer", "python"),
-                                  qbleu_weights=opts.get("qbleu1")) for x in preds],
+            "correct": [sc.compute(primary, [x["prediction"]], [x["targets"]]) for x in preds],
             "hit": answer_hits(preds, passages, regex),
         }
         res["em"].append(scores[primary])
@@ -84,7 +82,7 @@ def hotswap(cfg: TrainSection, device: str, variant: str, *, model_dir: str | Pa
     """Section 4.5: answer the leader ``questions`` with the index of each world snapshot
     (``snapshots``: "a" and "b" -> that snapshot's passages, embeddings and index); write the
     2 x 2 table of questions answered right for either snapshot's answers."""
-    from rag import metrics as M
+    from rag.scoring.answer_match import exact_match
 
     ev = cfg.decoding()
     rows = read_jsonl(questions, required=("id", "input", "targets"))
@@ -94,11 +92,11 @@ def hotswap(cfg: TrainSection, device: str, variant: str, *, model_dir: str | Pa
         system = load_trained(cfg, variant, model_dir, device, files)
         preds = predict(ev, system, variant, [{**r, "targets": r["targets"]["a"]} for r in rows])
         for qs in ("a", "b"):
-            cells[f"{qs}|{snap}"] = sum(M.exact_match(p["prediction"], r["targets"][qs]) for p, r in zip(preds, rows))
+            cells[f"{qs}|{snap}"] = sum(exact_match(p["prediction"], r["targets"][qs]) for p, r in zip(preds, rows))
         detail += [{"id": r["id"], "index": snap, "prediction": p["prediction"], "answer_a": r["targets"]["a"][0],
                     "answer_b": r["targets"]["b"][0], "changed": bool(r["meta"]["changed"]),
-                    "correct_a": M.exact_match(p["prediction"], r["targets"]["a"]),
-                    "correct_b": M.exact_match(p["prediction"], r["targets"]["b"])} for p, r in zip(preds, rows)]
+                    "correct_a": exact_match(p["prediction"], r["targets"]["a"]),
+                    "correct_b": exact_match(p["prediction"], r["targets"]["b"])} for p, r in zip(preds, rows)]
     write_json(out, {"variant": variant, "seed": cfg.seed, "n": len(rows), "cells": cells,
                      "changed": sum(r["meta"]["changed"] for r in rows), "detail": detail})
 
@@ -106,7 +104,6 @@ def hotswap(cfg: TrainSection, device: str, variant: str, *, model_dir: str | Pa
 def oracle_eval(cfg: TrainSection, variant: str, model_dir: str, passages_path: str, rows: list[dict], device: str) -> dict:
     """The trained model's answers with the gold passage as its only document (K = 1): reader
     quality apart from retrieval. Per example and per attribute."""
-    from rag import metrics as M
     from rag.data.corpus import PassageStore
     from rag.retrieval.gold import GoldRetriever
 
@@ -115,7 +112,8 @@ def oracle_eval(cfg: TrainSection, variant: str, model_dir: str, passages_path: 
     primary = TASKS[cfg.task_name].primary
     preds = sorted(predict(ev, system, variant, rows, k=1), key=lambda x: x["id"])
     by_id = {r["id"]: r for r in rows}
-    correct = [bool(M.compute(primary, [p["prediction"]], [p["targets"]])) for p in preds]
+    sc = scorer(ev)
+    correct = [bool(sc.compute(primary, [p["prediction"]], [p["targets"]])) for p in preds]
     attrs: dict[str, list[bool]] = collections.defaultdict(list)
     for p, c in zip(preds, correct):
         attrs[(by_id[p["id"]].get("meta") or {}).get("attribute", "all")].append(c)

@@ -12,24 +12,24 @@ from rag.errors import ConfigError, DataError
 from rag.io import atomic_dir, read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
 from rag.sections import TrainSection
-from rag.stages.model_loading import build_system, check_k, trained_question_encoder
+from rag.stages.model_loading import build_system, check_k_in_passages, trained_question_encoder
 from rag.tasks import TASKS, variant_spec
 
 log = logging.getLogger("rag")
 
 
 def _targets_for_training(cfg: TrainSection, system, rows: list[dict]) -> tuple[list[str], list[str]]:
-    """Training (input, target) pairs. CuratedTrec has regex answers: as the paper, the target
-    is the most frequent match of the regex in the top retrieved documents."""
+    """Training (input, target) pairs. A task with regex answers: as the paper, the target is the
+    most frequent match of the regex in the top retrieved documents."""
     name = cfg.task_name
     spec = TASKS[name]
-    if spec.kind == "classification":
+    if spec.classifies:
         from rag.models.tokenizer import label_token
 
         return [r["input"] for r in rows], [label_token(r["targets"][0]) for r in rows]
-    if spec.kind != "regex":
+    if not spec.regex_targets:
         return [r["input"] for r in rows], [r["targets"][0] for r in rows]
-    from rag.metrics import compile_regex
+    from rag.scoring.answer_match import compile_regex
 
     if system.passages is None:
         raise ConfigError(f"task {name}: regex answers need a retriever to find training targets; the bart variant "
@@ -57,17 +57,17 @@ def _targets_for_training(cfg: TrainSection, system, rows: list[dict]) -> tuple[
                     targets.append(counts.most_common(1)[0][0])
                 else:
                     missing += 1
-    log.info("curatedtrec: %d training questions have a regex match in their top-%d passages, %d have none (dropped, as the paper)",
-             len(inputs), depth, missing)
+    log.info("%s: %d training questions have a regex match in their top-%d passages, %d have none (dropped, as the paper)",
+             name, len(inputs), depth, missing)
     if not inputs:
         raise DataError(f"task {name}: no training question has a regex match in its retrieved passages")
     return inputs, targets
 
 
-def _bart_regex_targets(rows):
+def _bart_regex_targets(name: str, rows):
     out = [(r["input"], r["meta"]["answer"]) for r in rows if "answer" in r.get("meta", {})]
     if len(out) < len(rows):
-        raise DataError("curatedtrec bart: regex answers without a recorded meta.answer cannot be trained closed-book")
+        raise DataError(f"task {name}: regex answers without a recorded meta.answer cannot be trained closed-book (bart)")
     return [a for a, _ in out], [b for _, b in out]
 
 
@@ -76,7 +76,7 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
               config_hash: str = "", eval_io: dict[str, tuple[str, str, str]] | None = None) -> None:
     """Fine-tune one task x variant (``cfg``: the train_<task> section, carrying eval_<task> when
     ``eval_io`` is given) from the ``generator`` folder, or from the model folder ``init_from``
-    (WebQuestions and CuratedTrec start from NQ), over the retrieval ``files``; resumable from
+    (config key ``tasks.<task>.init_from``), over the retrieval ``files``; resumable from
     ``checkpoint_dir``; write the model folder ``out`` and log the run to MLflow (tag
     ``config_hash``). ``eval_io`` (split -> data, predictions, metrics files): then decode dev
     and test with the saved model in this process (:func:`rag.stages.evaluation.evaluate_model`).
@@ -96,7 +96,7 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
             ks.append((f"tasks.{name}.decode_{vspec.model}.k", cfg.decoding().decode.of(vspec.model).k))
     elif eval_io:
         cfg.decoding()
-    check_k(files, ks)
+    check_k_in_passages(files, ks)
     rank, world = ddp_setup()  # torchrun (train.ddp_processes > 1): one process per device
     with contextlib.ExitStack() as hold:
         if rank == 0:  # one writer of the checkpoint (and the model, the predictions, an MLflow run) at a time
@@ -125,11 +125,11 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     system = build_system(cfg, variant, init, device, files, q_dir)
     if system.question_encoder is not None:
         system.question_encoder.train_top_layers = t.question_encoder_layers
-    if spec.kind == "classification":
+    if spec.classifies:
         ensure_label_tokens(system.tokenizer, system.generator, list(spec.labels))
     system.prepare_training()  # after the label tokens: a causal LM's adapters wrap the resized model
-    if spec.kind == "regex" and vspec.retriever is None:
-        inputs, targets = _bart_regex_targets(rows)
+    if spec.regex_targets and vspec.retriever is None:
+        inputs, targets = _bart_regex_targets(name, rows)
     else:
         inputs, targets = _targets_for_training(cfg, system, rows)
     run = None

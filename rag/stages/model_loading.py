@@ -15,7 +15,7 @@ def trained_question_encoder(model_dir: str | Path | None) -> str | None:
     return str(q_dir) if q_dir is not None and q_dir.is_dir() else None
 
 
-def check_k(files: RetrievalFiles | None, ks: list[tuple[str, int]]) -> None:
+def check_k_in_passages(files: RetrievalFiles | None, ks: list[tuple[str, int]]) -> None:
     """ConfigError naming the first config key of ``ks`` ((key, K) pairs) whose K exceeds the
     passages of ``files.passages``, counted only as far as the largest K: a stage calls it before
     it builds anything (nothing to check without passages: BART retrieves nothing)."""
@@ -23,11 +23,11 @@ def check_k(files: RetrievalFiles | None, ks: list[tuple[str, int]]) -> None:
         return
     from itertools import islice
 
-    from rag.config import check_k as check
+    from rag.config import check_k
     from rag.data.corpus import iter_passages
 
     n = sum(1 for _ in islice(iter_passages(files.passages), max(k for _, k in ks)))
-    check(ks, n, f"of {files.passages}")
+    check_k(ks, n, f"of {files.passages}")
 
 
 def build_system(cfg: TrainSection, variant: str, model_dir: str, device: str, files: RetrievalFiles | None = None,
