@@ -70,6 +70,7 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     data = read_config_file(source) if isinstance(source, (str, Path)) else source
     if not isinstance(data, dict):
         raise ConfigError(f"config must be a mapping of keys, got {type(data).__name__}")
+    _check_expanded_size(data)
     cfg = copy.deepcopy(data)
     _command_line_booleans(cfg, schema())
     err = keyspec.first_error(keyspec.validator_class(fill_defaults=True)(schema()), cfg)
@@ -81,6 +82,32 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
         check_input_files(cfg)
         check_local_corpus_k(cfg)
     return cfg
+
+
+MAX_CONFIG_VALUES = 100_000  # a config holds hundreds; YAML aliases repeating lists of lists make billions
+
+
+def _check_expanded_size(data: Any) -> None:
+    """A config whose YAML aliases (``&a`` / ``*a``) expand to more than MAX_CONFIG_VALUES values
+    (an alias bomb) is refused before anything walks it: the loaded mapping shares each aliased
+    value, but validation and every later step would visit every repetition."""
+    sizes: dict[int, int] = {}
+
+    def size(node: Any, path: tuple) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        if id(node) in sizes:
+            return sizes[id(node)]
+        sizes[id(node)] = 0  # a cycle (a YAML alias inside its own anchor) counts once
+        children = node.items() if isinstance(node, dict) else enumerate(node)
+        total = 1 + sum(size(value, path + (key,)) for key, value in children)
+        sizes[id(node)] = total
+        if total > MAX_CONFIG_VALUES:
+            raise ConfigError(f"config key '{keyspec.dotted(path)}': {total:,} values once its YAML aliases are expanded "
+                              f"(more than {MAX_CONFIG_VALUES:,}: an alias bomb?); write the values out")
+        return total
+
+    size(data, ())
 
 
 _BOOLEAN_WORDS = {"true": True, "false": False}
@@ -248,6 +275,9 @@ def check_k(ks: list[tuple[str, int]], n: int, corpus: str) -> None:
             raise ConfigError(f"config key '{key}': K={k} exceeds the {n} passages {corpus}")
 
 
+CHECK_LINE_BYTES = 16 << 20  # a corpus line longer than this is not read when the config loads
+
+
 def check_local_corpus_k(cfg: dict, base: str | Path | None = None) -> None:
     """``corpus.source: local``: count the passages of the corpus file (only as far as the largest
     K) and check every K against them (:func:`retrieval_ks`), before any job runs. A file the
@@ -256,13 +286,17 @@ def check_local_corpus_k(cfg: dict, base: str | Path | None = None) -> None:
 
     from rag.data.formats import corpus_passages
     from rag.errors import RagError
+    from rag.io import long_line
 
     corpus, ks = cfg["corpus"], retrieval_ks(cfg)
     if corpus["source"] != "local" or not ks:
         return
     path = (Path(base) if base is not None else Path.cwd()) / corpus["path"]
+    most = max(k for _, k in ks)
+    if long_line(path, CHECK_LINE_BYTES, lines=most + 1) is not None:  # a header line, then one passage a line at most
+        return  # not read into memory to count K passages: the corpus job reads it
     try:
-        n = sum(1 for _ in islice(corpus_passages(corpus["format"], path, corpus["passage_words"]), max(k for _, k in ks)))
+        n = sum(1 for _ in islice(corpus_passages(corpus["format"], path, corpus["passage_words"]), most))
     except RagError:
         return
     check_k(ks, n, f"of corpus.path {corpus['path']}")

@@ -150,6 +150,25 @@ def _open_bytes(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
+def long_line(path: str | os.PathLike, limit: int, lines: int | None = None) -> int | None:
+    """The number of the first line (of the first ``lines``; None: all) of ``path`` (plain or .gz)
+    longer than ``limit`` bytes, else None; never holds more than ``limit`` bytes of a line. Read
+    errors are left to the reader that reads the file for its content."""
+    import itertools
+
+    try:
+        with _open_bytes(Path(path)) as fh:
+            for lineno in itertools.count(1) if lines is None else range(1, lines + 1):
+                part = fh.readline(limit + 1)
+                if not part:
+                    return None
+                if len(part) > limit and not (len(part) == limit + 1 and part.endswith(b"\n")):
+                    return lineno
+    except (OSError, EOFError, ValueError):
+        return None
+    return None
+
+
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     """Yield (line number, line without newline), turning decoding and gzip faults into DataError.
 

@@ -82,6 +82,7 @@ RESOURCE_KEYS = ("mem_mb", "runtime", "gpu")
 
 
 # ------------------------------------------------------------------------------------ sizes
+PLAN_LINE_BYTES = 16 << 20  # a local corpus line longer than this is not read to count passages
 def _count_lines(path: Path) -> tuple[int, int]:
     """(lines, bytes) of a text file, read in blocks."""
     n = 0
@@ -116,8 +117,14 @@ def passages_of(cfg: dict, results: Path, override: int | None = None) -> dict:
     if corpus["source"] == "local" and Path(corpus["path"]).is_file():
         from rag.data.corpus import chunk_documents
         from rag.data.formats import parse_corpus_jsonl, parse_corpus_tsv, parse_dpr_passages
+        from rag.io import long_line
 
         src = Path(corpus["path"])
+        too_long = long_line(src, PLAN_LINE_BYTES)
+        if too_long is not None:
+            return {"n": None, "line_bytes": None, "words": words,
+                    "source": f"unknown: line {too_long} of {src} is over {PLAN_LINE_BYTES >> 20} MiB (not read for a plan); "
+                              "give --passages N"}
         fmt = corpus.get("format")
         it = {"dpr_tsv": parse_dpr_passages, "tsv": parse_corpus_tsv, "jsonl": parse_corpus_jsonl,
               "documents": parse_corpus_jsonl}[fmt](src)

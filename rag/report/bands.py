@@ -18,6 +18,7 @@ finished experiments of one configuration under several top-level seeds (:func:`
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,11 +73,45 @@ def load_bands(path: str | Path) -> tuple[dict, list[Band]]:
                 raise DataError(f"{where}: '{k}' must be a finite number{' >= 0' if k == 'tolerance' else ''}, got {v!r}")
         band = Band(str(entry["task"]), str(entry["variant"]), str(entry["split"]), str(entry["metric"]),
                     float(entry["expected"]), float(entry["tolerance"]), entry.get("seeds"), str(entry.get("source", "")))
+        wrong = cell_error(band)
+        if wrong:
+            raise DataError(f"{where} ({'/'.join(band.cell)}): {wrong}; fix the cell or remove it")
         if band.cell in seen:
             raise DataError(f"{where}: a second band for {'/'.join(band.cell)}")
         seen.add(band.cell)
         bands.append(band)
     return {k: v for k, v in data.items() if k != "cells"}, bands
+
+
+_RECALL = re.compile(r"(answer|passage)_recall@[1-9][0-9]*")
+
+
+def cell_metrics(task: str, variant: str) -> list[str]:
+    """The metrics a run of ``task`` x ``variant`` records (``@K``: any K it retrieves)."""
+    from rag.tasks import TASKS, VARIANTS
+
+    spec, out = TASKS[task], list(TASKS[task].metrics)
+    if VARIANTS[variant].retriever is not None:
+        out += (["answer_recall@K"] if spec.kind in ("qa", "regex") else []) + ["passage_recall@K"]
+    return out
+
+
+def cell_error(band: Band) -> str | None:
+    """What makes ``band`` name a cell no run can have (a task, variant, split or metric the registry
+    does not know, or a metric its task and variant do not record), or None."""
+    from rag.tasks import TASKS, VARIANTS
+
+    if band.task not in TASKS:
+        return f"unknown task {band.task!r} (known: {', '.join(TASKS)})"
+    if band.variant not in VARIANTS:
+        return f"unknown variant {band.variant!r} (known: {', '.join(VARIANTS)})"
+    if band.split not in SPLITS:
+        return f"unknown split {band.split!r} (known: {', '.join(SPLITS)})"
+    known = cell_metrics(band.task, band.variant)
+    recall = _RECALL.fullmatch(band.metric)
+    if band.metric not in known and not (recall and f"{recall.group(1)}_recall@K" in known):
+        return f"{band.task} {band.variant} runs record no metric {band.metric!r} (they record: {', '.join(known)})"
+    return None
 
 
 def run_values(metrics_files: list[str | Path], predictions_files: list[str | Path] = ()) -> dict[Cell, list[float]]:
