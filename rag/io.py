@@ -3,8 +3,9 @@
 Every output of the pipeline is written to a temporary file in the destination directory and
 renamed into place, so an interrupted job never leaves a half-written file that Snakemake
 would take as finished. Before the rename the temporary file (created 0600 by ``mkstemp``) or
-directory (0700 by ``mkdtemp``) gets the mode a plain ``open`` / ``mkdir`` gives under the
-process umask, so outputs are as readable by the group and others as the user asks for.
+directory (0700 by ``mkdtemp``, and every file and folder in it, where libraries write some files
+0600) gets the mode a plain ``open`` / ``mkdir`` gives under the process umask, so outputs are as
+readable by the group and others as the user asks for.
 """
 
 from __future__ import annotations
@@ -96,6 +97,20 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
             os.fsync(fh.fileno())
 
 
+def _plain_modes(folder: Path) -> None:
+    """Give ``folder``, every folder and every file in it the mode a plain ``mkdir`` / ``open`` gives
+    under the process umask: libraries write some files as 0600 (safetensors' model.safetensors, a
+    file made with mkstemp and renamed), which other users of the group could not read."""
+    umask = current_umask()
+    os.chmod(folder, 0o777 & ~umask)
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o777 & ~umask)
+        for name in files:
+            if not os.path.islink(os.path.join(root, name)):
+                os.chmod(os.path.join(root, name), 0o666 & ~umask)
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary directory that replaces directory ``path`` when the block succeeds (a full
@@ -108,13 +123,31 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
         try:
             yield tmp
-            os.chmod(tmp, 0o777 & ~current_umask())
+            _plain_modes(tmp)
             if path.exists():
                 shutil.rmtree(path)
             os.replace(tmp, path)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+
+
+def not_a_file(path: str | os.PathLike) -> str:
+    """Why ``path`` is not a regular file to read, in words: "file not found", "is a directory, not a
+    file", "is a named pipe (FIFO), not a file" (reading one would wait for a writer), ..."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "file not found"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return f"is {what}, not a file"
+    return "file not found"
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -126,7 +159,7 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 def read_json(path: str | os.PathLike) -> Any:
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: file not found")
+        raise DataError(f"{path}: {not_a_file(path)}")
     try:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
@@ -180,7 +213,7 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
 
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: file not found")
+        raise DataError(f"{path}: {not_a_file(path)}")
     lineno = 0
     try:
         with _open_bytes(path) as fh:

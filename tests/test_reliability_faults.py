@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 import time
@@ -179,3 +180,200 @@ def test_plan_does_not_read_a_huge_corpus_line(tmp_path):
     proc = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout.split("peak")[-1]) < 400_000
+
+
+# ------------------------------------------------------------------------------------ one line, not a traceback
+def test_out_of_memory_in_training_is_one_line_naming_the_step(tmp_path, capsys, monkeypatch):
+    """The allocator's own failure (a real torch allocation that cannot be met), inside rag train."""
+    import torch
+
+    from rag.cli import training_commands
+    from rag.stages import fine_tuning
+
+    monkeypatch.setattr(training_commands, "task_setup", lambda _args: (None, "cpu"))
+    monkeypatch.setattr(fine_tuning, "fine_tune", lambda *_a, **_k: torch.empty(10**15, dtype=torch.uint8))
+    argv = ["train", "--config", "x.json", "--variant", "rag_token", "--passages", "p.tsv", "--embeddings", "e",
+            "--index", "i", "--bm25", "b", "--train-data", "t.jsonl", "--generator", "g", "--checkpoint-dir", "c", "--out", "o"]
+    assert main(argv) == 2
+    err = _err(capsys).strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: rag train: out of memory (DefaultCPUAllocator: can't allocate memory"), err
+    assert "give the job more memory (config resources: <rule>: mem_mb" in err[0] and "train.batch_size" in err[0]
+
+
+def test_a_read_only_mlflow_store_is_one_line(tmp_path, monkeypatch):
+    """SQLite's "attempt to write a readonly database" (a read-only file or mount; root writes any
+    file, so the test raises what SQLAlchemy raises there)."""
+    import sqlite3
+
+    import sqlalchemy.exc
+    from mlflow.tracking import MlflowClient
+
+    from rag.errors import RagError
+    from rag.tracking import Run, init_store
+
+    db = tmp_path / "mlflow.db"
+    init_store(f"sqlite:///{db}")
+
+    def read_only(*_args, **_kwargs):
+        raise sqlalchemy.exc.OperationalError("INSERT INTO experiments", {}, sqlite3.OperationalError("attempt to write a readonly database"))
+
+    monkeypatch.setattr(MlflowClient, "create_experiment", read_only)
+    with pytest.raises(RagError) as exc:
+        Run(f"sqlite:///{db}", "nq", run_name="r")
+    assert str(exc.value) == (f"{db}: the MLflow store cannot be written (attempt to write a readonly database); make the "
+                              "file and its folder writable, or set tracking.uri to a store this user can write")
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda c: c["corpus"].update(path="x" * 300 + ".jsonl"), "config key 'corpus.path': the name 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... "
+                                                            "is 306 bytes, over the 255 a file name may have; use a shorter one"),
+    (lambda c: c.update(tracking={"uri": "sqlite:///results/" + "x" * 300 + ".db"}), "config key 'tracking.uri': the name"),
+    (lambda c: c.update(tracking={"uri": "file://"}), "config key 'tracking.uri': 'file://' is not a store this harness logs to: "
+                                                      "sqlite:///<file>"),
+    (lambda c: c.update(tracking={"uri": "bogus://x"}), "config key 'tracking.uri': 'bogus://x' is not a store"),
+    (lambda c: c.update(tracking={"uri": "sqlite:///"}), "config key 'tracking.uri': 'sqlite:///' names no file"),
+    (lambda c: c.update(tracking={"uri": "http://"}), "config key 'tracking.uri': 'http://' names no host"),
+], ids=["long-name", "long-store", "file", "bogus", "sqlite-no-file", "http-no-host"])
+def test_paths_and_stores_that_cannot_work_are_refused_when_the_config_loads(mutate, message):
+    cfg = _byo()
+    mutate(cfg)
+    with pytest.raises(ConfigError) as exc:
+        load_config(cfg)
+    assert str(exc.value).startswith(message), str(exc.value)
+
+
+def test_an_mlflow_server_that_does_not_answer_fails_fast(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    assert main(["init-store", "--uri", f"http://127.0.0.1:{port}", "--marker", str(tmp_path / "m.json")]) == 2
+    assert time.monotonic() - start < 15
+    err = _err(capsys).strip().splitlines()
+    assert err == [f"error: tracking.uri http://127.0.0.1:{port}: no MLflow server at 127.0.0.1:{port} (Connection refused); "
+                   f"start it (mlflow server --host 127.0.0.1 --port {port}) or set tracking.uri to one that runs"]
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"schema": 1, "data": [1]}, "malformed run manifest: 'data' is list, expected an object"),
+    ({"schema": 1, "data": {"splits": {"train": "x"}}}, "malformed run manifest: 'data.splits.train' is str, expected an object"),
+    ({"schema": 1, "data": {}, "run": "x"}, "malformed run manifest: 'run' is str, expected an object"),
+    ({"schema": 1, "data": {}, "config": {"section": [1]}}, "malformed run manifest: 'config.section' is list, expected an object"),
+])
+def test_diff_runs_on_a_malformed_manifest_is_one_line(tmp_path, capsys, data, message):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(data))
+    b.write_text(json.dumps({"schema": 1, "data": {}}))
+    assert main(["diff-runs", str(a), str(b)]) == 2
+    assert _err(capsys).strip() == f"error: {a}: {message}"
+    a.write_text(json.dumps({"schema": 1, "data": {}, "config": {"sha256": "x"}}))  # one run records a config, the other none
+    assert main(["diff-runs", str(a), str(b)]) == 0
+    assert "config: sha256: x vs none" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_directory_or_fifo_is_named_as_what_it_is(tmp_path, capsys, kind):
+    import os
+
+    from rag.io import read_json, read_jsonl
+
+    thing = tmp_path / "x.jsonl"
+    if kind == "directory":
+        thing.mkdir()
+        what = "is a directory, not a file"
+    else:
+        os.mkfifo(thing)
+        what = "is a named pipe (FIFO), not a file"
+    for read in (read_json, read_jsonl):
+        with pytest.raises(DataError, match=f"^{thing}: {re.escape(what)}$"):
+            read(thing)
+    cfg = _byo()
+    cfg["corpus"]["path"] = str(thing)
+    with pytest.raises(ConfigError, match=f"^config key 'corpus.path': input {thing} {re.escape(what)}$"):
+        load_config(cfg)
+    assert main(["check", "--bands", str(thing), "--metrics", str(thing)]) == 2
+    assert _err(capsys).strip() == f"error: {thing}: band file {what}"
+    assert main(["diff-runs", str(thing), str(thing)]) == 2
+    assert f"error: {thing}:" in _err(capsys)
+
+
+def test_plan_bounds_absurd_miniworld_sizes_and_refuses_negative_passages(tmp_path, capsys):
+    cfg = {"name": "mw", "corpus": {"name": "mw", "source": "miniworld"}, "tasks": {"nq": {"train": 10, "dev": 4, "test": 4}},
+           "miniworld": {"countries": 10**9, "people": 2 * 10**9, "cities": 10}}
+    path = tmp_path / "mw.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    start = time.monotonic()
+    assert main(["plan", "--configfile", str(path), "--no-profile"]) == 2
+    assert time.monotonic() - start < 30
+    assert _err(capsys).strip() == ("error: config key 'miniworld': 3,000,000,010 entities (countries + people + cities), "
+                                    "more than the 20,000 the synthetic world is made for (its names run out, and writing "
+                                    "its articles takes time growing with the square of its size)")
+    cfg["miniworld"] = {"countries": 2000, "people": 4000, "cities": 100}  # allowed, but not generated for a plan
+    path.write_text(yaml.safe_dump(cfg))
+    start = time.monotonic()
+    assert main(["plan", "--configfile", str(path), "--no-profile"]) == 0
+    assert time.monotonic() - start < 30
+    assert "unknown: a miniworld of 6,100 entities is not generated for a plan (minutes); give --passages N" in capsys.readouterr().out
+    assert main(["plan", "--configfile", str(BYO), "--passages", "-5"]) == 2
+    assert _err(capsys).strip() == "error: --passages: at least 1, got -5"
+
+
+# ------------------------------------------------------------------------------------ trust boundaries
+def test_a_package_encoder_is_found_without_importing_the_package(tmp_path, monkeypatch):
+    from rag.retrieval.encoders import resolve_model_path
+
+    marker = tmp_path / "IMPORTED"
+    pkg = tmp_path / "site" / "not_an_encoder"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    with pytest.raises(ConfigError, match=r"'not_an_encoder' ships no encoder \(no model/config.json in its package folder\)"):
+        resolve_model_path("package:not_an_encoder")
+    assert not marker.exists() and "not_an_encoder" not in sys.modules
+    with pytest.raises(ConfigError, match="names a top-level Python package"):
+        resolve_model_path("package:os.path")
+    with pytest.raises(ConfigError, match="'no_such_package_x' is not installed"):
+        resolve_model_path("package:no_such_package_x")
+    # a package that ships an encoder: its model folder, still not imported
+    (pkg / "model").mkdir()
+    (pkg / "model" / "config.json").write_text("{}")
+    assert resolve_model_path("package:not_an_encoder") == str(pkg / "model") and not marker.exists()
+
+
+def test_a_nul_byte_of_the_data_does_not_reach_the_report(tmp_path):
+    from tests.test_report import SCALE, listed, make_inputs, table_files
+
+    from rag.report import build_report
+
+    inputs = make_inputs(tmp_path)
+    pred = inputs["runs"] / "nq" / "rag_token" / "test" / "predictions.jsonl"
+    rows = [json.loads(line) for line in pred.read_text().splitlines()]
+    rows[0]["prediction"] = "before\x00after\x07bell"
+    pred.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out" / "report.html"
+    build_report(listed(inputs), inputs["passages"], SCALE, out, table_files(tmp_path / "out" / "tables"), samples_per_task=5)
+    html = out.read_text(encoding="utf-8")
+    assert "\x00" not in html and "\x07" not in html
+    assert "before\ufffdafter\ufffdbell" in html
+
+
+def test_a_saved_model_is_as_readable_as_every_other_output(tmp_path):
+    """safetensors writes model.safetensors 0600; atomic_dir gives every file the umask's mode."""
+    import os
+    import stat
+
+    import torch
+    from safetensors.torch import save_file
+
+    from rag.io import atomic_dir, current_umask, write_json
+
+    out = tmp_path / "model"
+    with atomic_dir(out) as tmp:
+        save_file({"w": torch.zeros(2)}, str(tmp / "model.safetensors"))
+        (tmp / "sub").mkdir()
+        write_json(tmp / "sub" / "meta.json", {})
+    want = 0o666 & ~current_umask()
+    assert {p.name: stat.S_IMODE(os.stat(p).st_mode) for p in out.rglob("*") if p.is_file()} == {
+        "model.safetensors": want, "meta.json": want}

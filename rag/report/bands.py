@@ -52,7 +52,9 @@ def load_bands(path: str | Path) -> tuple[dict, list[Band]]:
 
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: band file not found")
+        from rag.io import not_a_file
+
+        raise DataError(f"{path}: band file {not_a_file(path).replace('file not found', 'not found')}")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
