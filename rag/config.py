@@ -170,7 +170,7 @@ def check_input_files(cfg: dict, base: str | Path | None = None) -> None:
     root = Path(base) if base is not None else Path.cwd()
     for key, value in input_files(cfg):
         path = root / value
-        if not path.is_file():
+        if not (path.is_file() or path.is_dir()):  # some parsers read a folder of files
             where = "" if Path(value).is_absolute() else f" (relative to {root})"
             why = not_a_file(path)
             what = f"input file {value} not found" if why == "file not found" else f"input {value} {why}"
