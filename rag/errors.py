@@ -82,9 +82,14 @@ def failure_line(exc: BaseException, command: str) -> str | None:
     if isinstance(exc, OSError) and exc.filename is not None:
         name = exc.filename
         if exc.errno == errno.ENAMETOOLONG:
-            return f"{str(name)[:80]}...: file name too long (over 255 bytes a name, or 4096 a path); use a shorter one"
+            return name_too_long(name)
         if exc.errno == errno.EISDIR:
             return f"{name}: is a directory, not a file"
         if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-            return f"{name}: {os.strerror(exc.errno)}; make it (and its folder) writable or write elsewhere"
+            return f"{name}: {os.strerror(exc.errno)}; change its permissions (or its folder's) or use another path"
     return None
+
+
+def name_too_long(name: object) -> str:
+    """The line for a path the file system refuses as too long (its start: the path is that long)."""
+    return f"{str(name)[:80]}...: file name too long (over 255 bytes a name, or 4096 a path); use a shorter one"

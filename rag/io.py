@@ -11,6 +11,7 @@ readable by the group and others as the user asks for.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import json
 import os
@@ -18,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from rag.errors import DataError, DiskFullError, RagError, disk_full_reason
+from rag.errors import DataError, DiskFullError, RagError, disk_full_reason, name_too_long
 
 
 def current_umask() -> int:
@@ -61,6 +62,8 @@ def disk_full_names(path: str | os.PathLike, folder: str | os.PathLike | None = 
         if reason is None and writing and folder is not None and _file_system_full(Path(folder)):
             reason = "No space left on device"
         if reason is None:
+            if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:  # a temporary name beside it: name it
+                raise DataError(name_too_long(path)) from None
             raise
         raise DiskFullError(f"{path}: {reason} (writing it failed; nothing was left in its place): free space "
                             f"and run again") from exc

@@ -16,6 +16,27 @@ A YAML alias bomb under resources: or seeds:     | ConfigError naming the key: "
 A local corpus whose first line is 200 MB        | ``rag plan``: passages unknown ("line 1 ... is over 16 MiB (not
                                                  | read for a plan); give --passages N"), RSS bounded; load_config
                                                  | leaves the K check to the corpus job
+Out of memory in ``rag train`` (torch's          | "error: rag train: out of memory (DefaultCPUAllocator: ...); give
+  DefaultCPUAllocator)                           | the job more memory ... or make it need less (train.batch_size ...)"
+                                                 | (rag.errors.failure_line, in the CLI)
+A read-only MLflow store                         | RagError "<db>: the MLflow store cannot be written (attempt to write
+                                                 | a readonly database); make the file and its folder writable, ..."
+A name over 255 bytes (config path, tracking     | ConfigError naming the key when the config loads; an output path
+  store, an output path)                         | given to a command: "<path>...: file name too long ..."
+tracking.uri ``file://``, ``bogus://``,          | ConfigError naming tracking.uri and the stores it may be
+  ``sqlite:///``, ``http://``                    |
+tracking.uri at a port nothing listens on        | one line within seconds ("no MLflow server at host:port (Connection
+                                                 | refused); start it ..."); MLflow's own retries bounded (2, 60 s)
+``rag diff-runs`` on a malformed manifest        | "<file>: malformed run manifest: 'data' is list, expected an object"
+A directory or FIFO where a file is read         | "<path>: is a directory, not a file" / "is a named pipe (FIFO), not
+                                                 | a file" (rag.io.not_a_file), not "file not found"
+``rag plan`` on 3e9 miniworld entities, or       | ConfigError "config key 'miniworld': ... more than the 20,000 ...";
+  --passages -5                                  | a world over 3,000 entities is not generated for a plan;
+                                                 | "error: --passages: at least 1, got -5"
+``retriever.context_encoder: package:X``         | found with importlib.util.find_spec, nothing imported; X must be a
+                                                 | top-level package shipping model/config.json
+A NUL byte in a prediction                       | report.html shows U+FFFD; no control character reaches it
+model.safetensors written 0600                   | atomic_dir gives every file in an output folder the umask's mode
 """
 
 from __future__ import annotations
@@ -240,6 +261,16 @@ def test_paths_and_stores_that_cannot_work_are_refused_when_the_config_loads(mut
     with pytest.raises(ConfigError) as exc:
         load_config(cfg)
     assert str(exc.value).startswith(message), str(exc.value)
+
+
+def test_an_output_name_over_255_bytes_is_one_line_naming_it(tmp_path, capsys):
+    bands = _bands(tmp_path / "b.yaml")
+    out = tmp_path / ("y" * 300)
+    assert main(["check", "--bands", str(bands), "--metrics", str(_run(tmp_path)), "--out", str(out)]) == 2
+    assert _err(capsys).strip().splitlines()[-1] == (f"error: {str(out)[:80]}...: file name too long (over 255 bytes a "
+                                                     "name, or 4096 a path); use a shorter one")
+    assert main(["diff-runs", str(out), str(bands)]) == 2
+    assert "file name too long" in _err(capsys)
 
 
 def test_an_mlflow_server_that_does_not_answer_fails_fast(tmp_path, capsys):
