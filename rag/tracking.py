@@ -42,6 +42,8 @@ def _quiet():
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    # it logs every database error with its traceback, then raises it: the raised error is reported
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def _sqlite_path(uri: str) -> Path | None:
