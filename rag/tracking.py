@@ -67,10 +67,13 @@ def check_server(uri: str) -> None:
     connection at its host and port (MLflow would retry each request for minutes)."""
     import socket
     from urllib.parse import urlsplit
+    from urllib.request import getproxies, proxy_bypass
 
     parts = urlsplit(uri)
     if parts.scheme not in ("http", "https"):
         return
+    if getproxies().get(parts.scheme) and not proxy_bypass(parts.hostname):
+        return  # reached through a proxy: MLflow's bounded retries say it
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
         socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT).close()
@@ -78,6 +81,16 @@ def check_server(uri: str) -> None:
         why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise RagError(f"tracking.uri {uri}: no MLflow server at {parts.hostname}:{port} ({why}); start it "
                        f"(mlflow server --host {parts.hostname} --port {port}) or set tracking.uri to one that runs") from None
+
+
+def _unanswered(uri: str, exc: BaseException) -> RagError | None:
+    """The one-line error for an ``http(s)://`` store whose requests failed after MLflow's retries
+    ("API request to ... failed"), else None."""
+    text = " ".join(str(exc).split())
+    if not uri.startswith(("http://", "https://")) or "API request to" not in text:
+        return None
+    return RagError(f"tracking.uri {uri}: the MLflow server did not answer ({text[:200]}); start it or set tracking.uri "
+                    f"to one that runs")
 
 
 def read_only_reason(exc: BaseException | None) -> str | None:
@@ -120,7 +133,7 @@ def init_store(uri: str, marker: Path | None = None) -> None:
         MlflowClient(uri).search_experiments(max_results=1)  # a store of another MLflow: schema migration
     except Exception as exc:
         if db is None:
-            raise
+            raise _unanswered(uri, exc) or exc
         full = disk_full_reason(exc)
         if full:
             raise DiskFullError(f"{db}: {full} (opening the MLflow store failed): free space and run again") from exc
@@ -246,7 +259,7 @@ def _store_errors(method):
                 read_only = read_only_reason(exc)
                 if read_only and _sqlite_path(uri) is not None:
                     raise _read_only_error(where, read_only) from exc
-                raise
+                raise _unanswered(uri, exc) or exc
             raise DiskFullError(f"{where}: {full} (writing to the MLflow store or its artifacts failed): free space "
                                 f"and run again") from exc
 

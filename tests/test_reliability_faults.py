@@ -273,7 +273,7 @@ def test_an_output_name_over_255_bytes_is_one_line_naming_it(tmp_path, capsys):
     assert "file name too long" in _err(capsys)
 
 
-def test_an_mlflow_server_that_does_not_answer_fails_fast(tmp_path, capsys):
+def test_an_mlflow_server_that_does_not_answer_fails_fast(tmp_path, capsys, monkeypatch):
     import socket
 
     with socket.socket() as s:  # a port nothing listens on
@@ -285,6 +285,17 @@ def test_an_mlflow_server_that_does_not_answer_fails_fast(tmp_path, capsys):
     err = _err(capsys).strip().splitlines()
     assert err == [f"error: tracking.uri http://127.0.0.1:{port}: no MLflow server at 127.0.0.1:{port} (Connection refused); "
                    f"start it (mlflow server --host 127.0.0.1 --port {port}) or set tracking.uri to one that runs"]
+    # behind a proxy (here one that does not answer either) MLflow's own requests fail, after its
+    # bounded retries: seconds, one line
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{port}")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    start = time.monotonic()
+    assert main(["init-store", "--uri", "http://mlflow.example:5000", "--marker", str(tmp_path / "m.json")]) == 2
+    assert time.monotonic() - start < 30
+    err = [line for line in _err(capsys).strip().splitlines() if "WARNING" not in line]
+    assert len(err) == 1 and err[0].startswith("error: tracking.uri http://mlflow.example:5000: the MLflow server did not "
+                                               "answer (API request to http://mlflow.example:5000/api/2.0/mlflow/"), err
 
 
 @pytest.mark.parametrize("data, message", [
