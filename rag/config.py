@@ -87,11 +87,14 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
 MAX_CONFIG_VALUES = 100_000  # a config holds hundreds; YAML aliases repeating lists of lists make billions
 
 
-def _check_expanded_size(data: Any) -> None:
-    """A config whose YAML aliases (``&a`` / ``*a``) expand to more than MAX_CONFIG_VALUES values
-    (an alias bomb) is refused before anything walks it: the loaded mapping shares each aliased
-    value, but validation and every later step would visit every repetition."""
+def alias_bomb(data: Any, limit: int = MAX_CONFIG_VALUES) -> tuple[tuple, int] | None:
+    """(the path of the first mapping or list, total) where YAML aliases (``&a`` / ``*a``) expand
+    ``data`` to more than ``limit`` values (an alias bomb), else None; linear in the loaded size (a
+    loaded mapping shares each aliased value, which every later walk would visit at each repetition)."""
     sizes: dict[int, int] = {}
+
+    class Found(Exception):
+        pass
 
     def size(node: Any, path: tuple) -> int:
         if not isinstance(node, (dict, list)):
@@ -102,12 +105,23 @@ def _check_expanded_size(data: Any) -> None:
         children = node.items() if isinstance(node, dict) else enumerate(node)
         total = 1 + sum(size(value, path + (key,)) for key, value in children)
         sizes[id(node)] = total
-        if total > MAX_CONFIG_VALUES:
-            raise ConfigError(f"config key '{keyspec.dotted(path)}': {total:,} values once its YAML aliases are expanded "
-                              f"(more than {MAX_CONFIG_VALUES:,}: an alias bomb?); write the values out")
+        if total > limit:
+            raise Found(path, total)
         return total
 
-    size(data, ())
+    try:
+        size(data, ())
+    except Found as found:
+        return found.args
+    return None
+
+
+def _check_expanded_size(data: Any) -> None:
+    found = alias_bomb(data)
+    if found is not None:
+        path, total = found
+        raise ConfigError(f"config key '{keyspec.dotted(path)}': {total:,} values once its YAML aliases are expanded "
+                          f"(more than {MAX_CONFIG_VALUES:,}: an alias bomb?); write the values out")
 
 
 _BOOLEAN_WORDS = {"true": True, "false": False}

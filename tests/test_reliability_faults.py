@@ -12,7 +12,7 @@ A band cell whose run is not among those checked | exit 1 "error: N cell(s) of <
 An integer-valued float for an integer key       | ConfigError "config key 'train.k': expected integer, got float
   (train.k: 2.0, --config seed=13.0)             | 2.0 (write 2)" (keyspec's integer is an int)
 A YAML alias bomb under resources: or seeds:     | ConfigError naming the key: "... values once its YAML aliases are
-                                                 | expanded (more than 100,000: an alias bomb?)", in well under a second
+  (or in a band file)                            | expanded (more than 100,000: an alias bomb?)", in well under a second
 A local corpus whose first line is 200 MB        | ``rag plan``: passages unknown ("line 1 ... is over 16 MiB (not
                                                  | read for a plan); give --passages N"), RSS bounded; load_config
                                                  | leaves the K check to the corpus job
@@ -175,6 +175,17 @@ def test_a_yaml_alias_bomb_is_refused_quickly(tmp_path, where):
 # this process' peak memory in KB (VmHWM: the peak of its own address space, unlike ru_maxrss, which a
 # child inherits from a parent that was larger)
 PEAK = "int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"
+
+
+def test_a_yaml_alias_bomb_in_a_band_file_is_refused_quickly(tmp_path):
+    path = tmp_path / "bands.yaml"
+    # str() of the cell's source would write out a billion values
+    path.write_text("bomb:\n  " + _alias_bomb().replace("\n", "\n  ") + "\ncells:\n  - {task: nq, variant: bart, split: "
+                    "test, metric: em, expected: 1, tolerance: 1, source: *b8}\n")
+    start = time.monotonic()
+    with pytest.raises(DataError, match=r"bands.yaml: its YAML aliases expand to more than a band file holds"):
+        load_bands(path)
+    assert time.monotonic() - start < 5
 
 
 def test_plan_does_not_read_a_huge_corpus_line(tmp_path):

@@ -61,6 +61,10 @@ def load_bands(path: str | Path) -> tuple[dict, list[Band]]:
         raise DataError(f"{path}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         raise DataError(f"{path}: expected a mapping with a 'cells' list")
+    from rag.config import alias_bomb
+
+    if alias_bomb(data) is not None:
+        raise DataError(f"{path}: its YAML aliases expand to more than a band file holds (an alias bomb?); write the cells out")
     bands, seen = [], set()
     for i, entry in enumerate(data["cells"]):
         where = f"{path}: cells[{i}]"
