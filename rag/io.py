@@ -3,13 +3,15 @@
 Every output of the pipeline is written to a temporary file in the destination directory and
 renamed into place, so an interrupted job never leaves a half-written file that Snakemake
 would take as finished. Before the rename the temporary file (created 0600 by ``mkstemp``) or
-directory (0700 by ``mkdtemp``) gets the mode a plain ``open`` / ``mkdir`` gives under the
-process umask, so outputs are as readable by the group and others as the user asks for.
+directory (0700 by ``mkdtemp``, and every file and folder in it, where libraries write some files
+0600) gets the mode a plain ``open`` / ``mkdir`` gives under the process umask, so outputs are as
+readable by the group and others as the user asks for.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import json
 import logging
@@ -18,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from rag.errors import DataError, DiskFullError, RagError, disk_full_reason
+from rag.errors import DataError, DiskFullError, RagError, disk_full_reason, name_too_long
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,8 @@ def disk_full_names(path: str | os.PathLike, folder: str | os.PathLike | None = 
         if reason is None and writing and folder is not None and _file_system_full(Path(folder)):
             reason = "No space left on device"
         if reason is None:
+            if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:  # a temporary name beside it: name it
+                raise DataError(name_too_long(path)) from None
             raise
         raise DiskFullError(f"{path}: {reason} (writing it failed; nothing was left in its place): free space "
                             f"and run again") from exc
@@ -99,6 +103,20 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
             os.fsync(fh.fileno())
 
 
+def _plain_modes(folder: Path) -> None:
+    """Give ``folder``, every folder and every file in it the mode a plain ``mkdir`` / ``open`` gives
+    under the process umask: libraries write some files as 0600 (safetensors' model.safetensors, a
+    file made with mkstemp and renamed), which other users of the group could not read."""
+    umask = current_umask()
+    os.chmod(folder, 0o777 & ~umask)
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o777 & ~umask)
+        for name in files:
+            if not os.path.islink(os.path.join(root, name)):
+                os.chmod(os.path.join(root, name), 0o666 & ~umask)
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary directory that replaces directory ``path`` when the block succeeds (a full
@@ -111,13 +129,31 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
         try:
             yield tmp
-            os.chmod(tmp, 0o777 & ~current_umask())
+            _plain_modes(tmp)
             if path.exists():
                 shutil.rmtree(path)
             os.replace(tmp, path)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+
+
+def not_a_file(path: str | os.PathLike) -> str:
+    """Why ``path`` is not a regular file to read, in words: "file not found", "is a directory, not a
+    file", "is a named pipe (FIFO), not a file" (reading one would wait for a writer), ..."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "file not found"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return f"is {what}, not a file"
+    return "file not found"
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -129,7 +165,7 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 def read_json(path: str | os.PathLike) -> Any:
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: file not found")
+        raise DataError(f"{path}: {not_a_file(path)}")
     try:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
@@ -153,6 +189,25 @@ def _open_bytes(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
+def long_line(path: str | os.PathLike, limit: int, lines: int | None = None) -> int | None:
+    """The number of the first line (of the first ``lines``; None: all) of ``path`` (plain or .gz)
+    longer than ``limit`` bytes, else None; never holds more than ``limit`` bytes of a line. Read
+    errors are left to the reader that reads the file for its content."""
+    import itertools
+
+    try:
+        with _open_bytes(Path(path)) as fh:
+            for lineno in itertools.count(1) if lines is None else range(1, lines + 1):
+                part = fh.readline(limit + 1)
+                if not part:
+                    return None
+                if len(part) > limit and not (len(part) == limit + 1 and part.endswith(b"\n")):
+                    return lineno
+    except (OSError, EOFError, ValueError):
+        return None
+    return None
+
+
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     """Yield (line number, line without newline), turning decoding and gzip faults into DataError.
 
@@ -164,7 +219,7 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
 
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: file not found")
+        raise DataError(f"{path}: {not_a_file(path)}")
     lineno = 0
     try:
         with _open_bytes(path) as fh:

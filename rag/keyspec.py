@@ -326,8 +326,12 @@ def validator_class(fill_defaults: bool):
         if validator.is_type(instance, "string") and re.fullmatch(pattern, instance) is None:
             yield ValidationError(f"{instance!r:.80} does not match {pattern}")
 
+    # an integer is an int: jsonschema also takes a float of integral value (2.0), which range(),
+    # torch sizes and the sections' hashes would then meet as a float
+    strict_integer = Draft7Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, instance: isinstance(instance, int) and not isinstance(instance, bool))
     extra = {"pattern": full_pattern, **({"properties": set_defaults} if fill_defaults else {})}
-    return validators.extend(Draft7Validator, extra)
+    return validators.extend(Draft7Validator, extra, type_checker=strict_integer)
 
 
 def dotted(path, prefix: str = "") -> str:
@@ -365,7 +369,8 @@ def type_name(sch: dict, root: dict) -> str:
 
 
 def _got(value: Any) -> str:
-    return f"got {type(value).__name__} {value!r:.80}"
+    whole = isinstance(value, float) and value.is_integer()
+    return f"got {type(value).__name__} {value!r:.80}" + (f" (write {int(value)})" if whole else "")
 
 
 def describe(err, root: dict, prefix: str = "") -> str:

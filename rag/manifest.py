@@ -252,10 +252,33 @@ def read_manifest(where: str | os.PathLike) -> tuple[dict, Path]:
                 data = data["manifest"]
             if not isinstance(data, dict) or data.get("schema") != SCHEMA or "data" not in data:
                 raise DataError(f"{c}: not a run manifest (no schema {SCHEMA} manifest with 'data')")
+            _check_shape(data, c)
             return data, c
     if not p.exists():
         raise DataError(f"{where}: no such file or folder")
+    if not p.is_dir():
+        from rag.io import not_a_file
+
+        raise DataError(f"{where}: {not_a_file(p)}")
     raise DataError(f"{where}: no manifest found (looked for {', '.join(str(c) for c in candidates)})")
+
+
+def _check_shape(m: dict, path: Path) -> None:
+    """A manifest's parts are objects where :func:`diff_manifests` reads them as such: a malformed
+    one (hand-edited, another tool's) is a DataError naming the file and the key."""
+    def obj(value: Any, key: str) -> dict:
+        if value is not None and not isinstance(value, dict):
+            raise DataError(f"{path}: malformed run manifest: '{key}' is {type(value).__name__}, expected an object")
+        return value or {}
+
+    data = obj(m["data"], "data")
+    for key in ("passages", "index", "init"):
+        obj(data.get(key), f"data.{key}")
+    for split, entry in obj(data.get("splits"), "data.splits").items():
+        obj(entry, f"data.splits.{split}")
+    for key in ("run", "config", "code", "packages", "hardware"):
+        obj(m.get(key), key)
+    obj((m.get("config") or {}).get("section"), "config.section")
 
 
 # ------------------------------------------------------------------------------------ diffing
@@ -322,7 +345,8 @@ def diff_manifests(a: dict, b: dict) -> list[Difference]:
         if ca.get(key) != cb.get(key):
             diffs.append(Difference("config", key, ca.get(key), cb.get(key)))
     if not any(d.category == "config" for d in diffs) and (a.get("config") or {}).get("sha256") != (b.get("config") or {}).get("sha256"):
-        diffs.append(Difference("config", "sha256", a["config"].get("sha256"), b["config"].get("sha256")))
+        diffs.append(Difference("config", "sha256", (a.get("config") or {}).get("sha256"),
+                                (b.get("config") or {}).get("sha256")))
     code_a, code_b = a.get("code") or {}, b.get("code") or {}
     for key in ("git_commit", "git_dirty", "git_diff_sha256"):
         if code_a.get(key) != code_b.get(key):

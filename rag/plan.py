@@ -85,6 +85,8 @@ RESOURCE_KEYS = ("mem_mb", "runtime", "gpu")
 
 
 # ------------------------------------------------------------------------------------ sizes
+PLAN_LINE_BYTES = 16 << 20  # a local corpus line longer than this is not read to count passages
+PLAN_WORLD_ENTITIES = 3_000  # a larger miniworld is not generated to count its passages (seconds to minutes)
 def _count_lines(path: Path) -> tuple[int, int]:
     """(lines, bytes) of a text file, read in blocks."""
     n = 0
@@ -108,6 +110,11 @@ def passages_of(cfg: dict, results: Path, override: int | None = None) -> dict:
     if corpus["source"] == "miniworld":
         from rag.data import miniworld
 
+        entities = sum(cfg["miniworld"][k] for k in ("countries", "people", "cities"))
+        if entities > PLAN_WORLD_ENTITIES:
+            return {"n": None, "line_bytes": None, "words": words,
+                    "source": f"unknown: a miniworld of {entities:,} entities is not generated for a plan (minutes); "
+                              "give --passages N"}
         world = miniworld.build_world(cfg["miniworld"], cfg["seed"])["a"]
         rows = list(miniworld.passages(world, words))
         size = sum(len(f"{a}\t{b}\t{c}\n".encode()) for a, b, c in rows)
@@ -119,8 +126,14 @@ def passages_of(cfg: dict, results: Path, override: int | None = None) -> dict:
     if corpus["source"] == "local" and Path(corpus["path"]).is_file():
         from rag.data.corpus import chunk_documents
         from rag.data.formats import parse_corpus_jsonl, parse_corpus_tsv, parse_dpr_passages
+        from rag.io import long_line
 
         src = Path(corpus["path"])
+        too_long = long_line(src, PLAN_LINE_BYTES)
+        if too_long is not None:
+            return {"n": None, "line_bytes": None, "words": words,
+                    "source": f"unknown: line {too_long} of {src} is over {PLAN_LINE_BYTES >> 20} MiB (not read for a plan); "
+                              "give --passages N"}
         fmt = corpus.get("format")
         it = {"dpr_tsv": parse_dpr_passages, "tsv": parse_corpus_tsv, "jsonl": parse_corpus_jsonl,
               "documents": parse_corpus_jsonl}[fmt](src)
@@ -138,14 +151,17 @@ def passages_of(cfg: dict, results: Path, override: int | None = None) -> dict:
 def embedding_dim(name: str) -> tuple[int | None, str]:
     """The context encoder's output size, from its config.json (a package's model folder, a local
     folder, the Hugging Face cache) or a published one; (None, why) when neither is here."""
-    import importlib.util
     import os
 
     folder: Path | None = None
     if name.startswith("package:"):
-        spec = importlib.util.find_spec(name.split(":", 1)[1])
-        if spec is not None and spec.origin:
-            folder = Path(spec.origin).parent / "model"
+        from rag.config import package_model_folder
+        from rag.errors import ConfigError
+
+        try:
+            folder = package_model_folder(name)
+        except ConfigError:
+            folder = None
     elif Path(name).is_dir():
         folder = Path(name)
     else:

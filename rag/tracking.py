@@ -26,13 +26,24 @@ from rag.errors import DiskFullError, RagError, disk_full_reason
 log = logging.getLogger(__name__)
 
 
+# an MLflow server that does not answer fails a job in seconds, not after MLflow's default 7
+# retries with doubling waits (minutes); the environment's own values win
+HTTP_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                "MLFLOW_HTTP_REQUEST_TIMEOUT": "60"}
+CONNECT_TIMEOUT = 10.0  # seconds to wait for a server's TCP connection before the first request
+
+
 def _quiet():
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+    for name, value in HTTP_RETRIES.items():
+        os.environ.setdefault(name, value)
     import mlflow  # noqa: F401  its import sets the level of its logger: set ours after it
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    # it logs every database error with its traceback, then raises it: the raised error is reported
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def _sqlite_path(uri: str) -> Path | None:
@@ -51,6 +62,60 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:200] if lines else ''}"
 
 
+def check_server(uri: str) -> None:
+    """An ``http(s)://`` store: RagError, in at most CONNECT_TIMEOUT seconds, when nothing accepts a
+    connection at its host and port (MLflow would retry each request for minutes)."""
+    import socket
+    from urllib.parse import urlsplit
+    from urllib.request import getproxies, proxy_bypass
+
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https"):
+        return
+    if getproxies().get(parts.scheme) and not proxy_bypass(parts.hostname):
+        return  # reached through a proxy: MLflow's bounded retries say it
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise RagError(f"tracking.uri {uri}: no MLflow server at {parts.hostname}:{port} ({why}); start it "
+                       f"(mlflow server --host {parts.hostname} --port {port}) or set tracking.uri to one that runs") from None
+
+
+def _unanswered(uri: str, exc: BaseException) -> RagError | None:
+    """The one-line error for an ``http(s)://`` store whose requests failed after MLflow's retries
+    ("API request to ... failed"), else None."""
+    text = " ".join(str(exc).split())
+    if not uri.startswith(("http://", "https://")) or "API request to" not in text:
+        return None
+    return RagError(f"tracking.uri {uri}: the MLflow server did not answer ({text[:200]}); start it or set tracking.uri "
+                    f"to one that runs")
+
+
+def read_only_reason(exc: BaseException | None) -> str | None:
+    """Why a write to the store was refused, when ``exc`` (or what it was raised from) says it is
+    read-only (a read-only file or file system, no write permission); else None."""
+    import errno
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return os.strerror(exc.errno)
+        text = str(exc)
+        for marker in ("attempt to write a readonly database", "Read-only file system", "unable to open database file"):
+            if marker in text:
+                return marker
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _read_only_error(where: Any, reason: str) -> RagError:
+    return RagError(f"{where}: the MLflow store cannot be written ({reason}); make the file and its folder writable, "
+                    f"or set tracking.uri to a store this user can write")
+
+
 def init_store(uri: str, marker: Path | None = None) -> None:
     """Create the tracking store (tables, migrations) once; safe to call again.
 
@@ -61,16 +126,20 @@ def init_store(uri: str, marker: Path | None = None) -> None:
     from mlflow.tracking import MlflowClient
 
     db = _sqlite_path(uri)
+    check_server(uri)
     if db is not None and not db.exists():
         _create_sqlite_store(db)
     try:
         MlflowClient(uri).search_experiments(max_results=1)  # a store of another MLflow: schema migration
     except Exception as exc:
         if db is None:
-            raise
+            raise _unanswered(uri, exc) or exc
         full = disk_full_reason(exc)
         if full:
             raise DiskFullError(f"{db}: {full} (opening the MLflow store failed): free space and run again") from exc
+        read_only = read_only_reason(exc)
+        if read_only:
+            raise _read_only_error(db, read_only) from exc
         raise RagError(f"{db}: the MLflow store is unusable ({_reason(exc)}); move it aside (mv {db} {db}.broken) "
                        f"and run again: a new store is created (the runs in the old one are not carried over)") from exc
     if marker is not None:
@@ -88,8 +157,14 @@ def _create_sqlite_store(db: Path) -> None:
 
     from rag.io import current_umask
 
-    db.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".tmp", dir=db.parent)
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".tmp", dir=db.parent)
+    except OSError as exc:
+        read_only = read_only_reason(exc)
+        if read_only is None:
+            raise
+        raise _read_only_error(db, read_only) from exc
     os.close(fd)
     tmp = Path(name)
     tmp_uri = f"sqlite:///{tmp}"
@@ -113,6 +188,9 @@ def _create_sqlite_store(db: Path) -> None:
         if full:
             raise DiskFullError(f"{db}: {full} (creating the MLflow store failed; nothing was left in its place): "
                                 f"free space and run again") from exc
+        read_only = read_only_reason(exc)
+        if read_only:
+            raise _read_only_error(db, read_only) from exc
         raise RagError(f"{db}: creating the MLflow store failed ({_reason(exc)}); nothing was left in its place") from exc
     finally:
         for leftover in (tmp, Path(f"{tmp}-journal"), Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
@@ -174,11 +252,14 @@ def _store_errors(method):
         except RagError:
             raise
         except Exception as exc:
-            full = disk_full_reason(exc)
-            if full is None:
-                raise
             uri = getattr(self, "uri", "")
             where = _sqlite_path(uri) or uri
+            full = disk_full_reason(exc)
+            if full is None:
+                read_only = read_only_reason(exc)
+                if read_only and _sqlite_path(uri) is not None:
+                    raise _read_only_error(where, read_only) from exc
+                raise _unanswered(uri, exc) or exc
             raise DiskFullError(f"{where}: {full} (writing to the MLflow store or its artifacts failed): free space "
                                 f"and run again") from exc
 
@@ -195,6 +276,7 @@ class Run:
         from mlflow.tracking import MlflowClient
 
         self.uri = uri
+        check_server(uri)
         db = _sqlite_path(uri)
         if db is not None and not db.exists():  # no init_store before (a run by hand): created the same way
             _create_sqlite_store(db)

@@ -20,7 +20,7 @@ import sys
 import threading
 from typing import NoReturn
 
-from rag.errors import RagError, disk_full_reason
+from rag.errors import RagError, failure_line
 
 MODULES = (
     "rag.cli.data_commands",  # corpus, tasks, hotswap-data, prepare-task, prepare-corpus, download
@@ -127,11 +127,10 @@ def _run(args) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # a full disk outside the atomic writers (rag.io) still ends in one line
-        reason = disk_full_reason(exc)
-        if reason is None:
+    except Exception as exc:  # a full disk, no memory left, ...: one line (rag.errors.failure_line)
+        line = failure_line(exc, args.command)
+        if line is None:
             raise
-        where = getattr(exc, "filename", None) or "an output of this step"
-        print(f"error: {where}: {reason} ({type(exc).__name__}); free space and run again", file=sys.stderr)
+        print(f"error: {line}", file=sys.stderr)
         return 2
     return int(result or 0)

@@ -52,7 +52,8 @@ def cmd_check(args) -> int:
         raise ConfigError("--predictions pairs with --metrics; --experiment reads the predictions beside each metrics.json")
     header, bands = load_bands(args.bands)
     metrics, predictions = experiment_files(args.experiment) if args.experiment else (args.metrics, args.predictions)
-    results = check(bands, run_values(metrics, predictions))
+    values = run_values(metrics, predictions)
+    results = check(bands, values)
     text = format_results(header, results)
     print(text)
     other_seeds = [r for r in results if r.band.seeds and r.seeds and r.seeds != r.band.seeds]
@@ -73,6 +74,16 @@ def cmd_check(args) -> int:
         return 1
     if not any(r.status == "OK" for r in results):
         print(f"error: none of the {len(results)} bands of {args.bands} matched a run given", file=sys.stderr)
+        return 1
+    missing = [r for r in results if r.status == "not run"]
+    if missing and not args.allow_missing:
+        ran = {(task, variant) for task, variant, _, _ in values}
+        named = ["/".join(r.band.cell) + ("" if (r.band.task, r.band.variant) in ran else f" (no {r.band.task} {r.band.variant} run)")
+                 for r in missing]
+        print(f"error: {len(missing)} cell(s) of {args.bands} have no run among those checked: "
+              + ", ".join(named[:8]) + (f" and {len(named) - 8} more" if len(named) > 8 else "")
+              + "; a task, variant, split or metric this experiment does not run is a band file made for another config, "
+                "else the run did not finish (--allow-missing checks the other cells)", file=sys.stderr)
         return 1
     if args.out:
         with atomic_open(Path(args.out)) as fh:
@@ -173,6 +184,8 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, help="also write the table here (written only when every cell is in band)")
     p.add_argument("--seed", type=int, default=None,
                    help="the experiment's top-level seed: a note when the band file holds for another (its seed:)")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="cells with no run among those checked are shown as not run instead of failing the check")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("bands", help="write a band file from finished experiments of one config under several top-level seeds")

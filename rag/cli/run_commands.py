@@ -19,8 +19,12 @@ def cmd_init_store(args) -> None:
 
 def cmd_plan(args) -> int:
     from rag.config import load_config
+    from rag.errors import ConfigError
     from rag.plan import make_plan, render
 
+    for flag in ("passages", "dim", "cores"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise ConfigError(f"--{flag}: at least 1, got {getattr(args, flag)}")
     cfg = load_config(args.configfile, check_files=False)
     if args.no_profile:
         profile = None

@@ -127,7 +127,9 @@ def _load_json(path: Path) -> Any:
 
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: file not found")
+        from rag.io import not_a_file
+
+        raise DataError(f"{path}: {not_a_file(path)}")
     try:
         if path.suffix == ".gz":
             with gzip.open(path, "rb") as fh:

@@ -18,6 +18,7 @@ finished experiments of one configuration under several top-level seeds (:func:`
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,13 +51,19 @@ def load_bands(path: str | Path) -> tuple[dict, list[Band]]:
 
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: band file not found")
+        from rag.io import not_a_file
+
+        raise DataError(f"{path}: band file {not_a_file(path).replace('file not found', 'not found')}")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise DataError(f"{path}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         raise DataError(f"{path}: expected a mapping with a 'cells' list")
+    from rag.config import alias_bomb
+
+    if alias_bomb(data) is not None:
+        raise DataError(f"{path}: its YAML aliases expand to more than a band file holds (an alias bomb?); write the cells out")
     bands, seen = [], set()
     for i, entry in enumerate(data["cells"]):
         where = f"{path}: cells[{i}]"
@@ -71,11 +78,45 @@ def load_bands(path: str | Path) -> tuple[dict, list[Band]]:
                 raise DataError(f"{where}: '{k}' must be a finite number{' >= 0' if k == 'tolerance' else ''}, got {v!r}")
         band = Band(str(entry["task"]), str(entry["variant"]), str(entry["split"]), str(entry["metric"]),
                     float(entry["expected"]), float(entry["tolerance"]), entry.get("seeds"), str(entry.get("source", "")))
+        wrong = cell_error(band)
+        if wrong:
+            raise DataError(f"{where} ({'/'.join(band.cell)}): {wrong}; fix the cell or remove it")
         if band.cell in seen:
             raise DataError(f"{where}: a second band for {'/'.join(band.cell)}")
         seen.add(band.cell)
         bands.append(band)
     return {k: v for k, v in data.items() if k != "cells"}, bands
+
+
+_RECALL = re.compile(r"(answer|passage)_recall@[1-9][0-9]*")
+
+
+def cell_metrics(task: str, variant: str) -> list[str]:
+    """The metrics a run of ``task`` x ``variant`` records (``@K``: any K it retrieves)."""
+    from rag.tasks import TASKS, VARIANTS
+
+    spec, out = TASKS[task], list(TASKS[task].metrics)
+    if VARIANTS[variant].retriever is not None:
+        out += (["answer_recall@K"] if spec.kind in ("qa", "regex") else []) + ["passage_recall@K"]
+    return out
+
+
+def cell_error(band: Band) -> str | None:
+    """What makes ``band`` name a cell no run can have (a task, variant, split or metric the registry
+    does not know, or a metric its task and variant do not record), or None."""
+    from rag.tasks import TASKS, VARIANTS
+
+    if band.task not in TASKS:
+        return f"unknown task {band.task!r} (known: {', '.join(TASKS)})"
+    if band.variant not in VARIANTS:
+        return f"unknown variant {band.variant!r} (known: {', '.join(VARIANTS)})"
+    if band.split not in SPLITS:
+        return f"unknown split {band.split!r} (known: {', '.join(SPLITS)})"
+    known = cell_metrics(band.task, band.variant)
+    recall = _RECALL.fullmatch(band.metric)
+    if band.metric not in known and not (recall and f"{recall.group(1)}_recall@K" in known):
+        return f"{band.task} {band.variant} runs record no metric {band.metric!r} (they record: {', '.join(known)})"
+    return None
 
 
 def run_values(metrics_files: list[str | Path], predictions_files: list[str | Path] = ()) -> dict[Cell, list[float]]:

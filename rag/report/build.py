@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -660,7 +661,9 @@ def render_html(context: dict) -> str:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    return env.get_template("report.html.j2").render(**context)
+    # a control character of the data (a NUL in a prediction) is a parse error in HTML, which
+    # browsers drop or replace: the page shows U+FFFD in its place, as they would
+    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", "\ufffd", env.get_template("report.html.j2").render(**context))
 
 
 def build_report(

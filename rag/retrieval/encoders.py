@@ -9,7 +9,6 @@ with ``pooling: pooler`` (DPR's pooler output, inner product, no normalization).
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -27,14 +26,9 @@ log = logging.getLogger(__name__)
 def resolve_model_path(name: str) -> str:
     """Map ``package:<module>`` to the model folder a package ships; other names pass through."""
     if name.startswith("package:"):
-        mod = name.split(":", 1)[1]
-        try:
-            module = importlib.import_module(mod)
-        except ImportError:
-            raise ConfigError(f"retriever encoder {name!r}: Python package {mod!r} is not installed") from None
-        path = Path(module.__file__).parent / "model"
-        if not path.is_dir():
-            raise ConfigError(f"retriever encoder {name!r}: no model/ folder in {path.parent}")
+        from rag.config import package_model_folder
+
+        path = package_model_folder(name)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         return str(path)
     return name
