@@ -90,19 +90,30 @@ def probe(argv: list[str]) -> None:
     from rag.retrieval import RetrievalFiles
     from rag.retrieval.dense import DenseRetriever
 
+    from rag.retrieval import encoders
+
     torch.set_num_threads(int(os.environ.get("RAG_THREADS", "1")))
     options = _options()
+    load, encoder_s = encoders.Encoder.load, []
+
+    def timed_load(*args, **kw):  # the question encoder's load, the same in every mode, timed apart
+        t = time.perf_counter()
+        try:
+            return load(*args, **kw)
+        finally:
+            encoder_s.append(time.perf_counter() - t)
+
+    encoders.Encoder.load = timed_load
     imported = time.perf_counter()
     files = RetrievalFiles(passages=a.passages, embeddings=a.embeddings, index=a.index)
     if a.mode == "everything loaded":
         from rag.data.corpus import read_passages
-        from rag.retrieval.encoders import Encoder
         from rag.retrieval.index import EmbeddingShards, load_index
 
         passages = read_passages(a.passages)
         emb = EmbeddingShards(a.embeddings).load()
         index = load_index(a.index)
-        qenc = Encoder.load(options.question_encoder, options.pooling, options.normalize, options.max_length)
+        qenc = encoders.Encoder.load(options.question_encoder, options.pooling, options.normalize, options.max_length)
         retriever = DenseRetriever(passages, qenc, emb, index, options.score_scale)
     else:
         if a.mode == "in place, index mapped":
@@ -122,6 +133,7 @@ def probe(argv: list[str]) -> None:
         if b == 0:
             first = time.perf_counter()
     print(json.dumps({"mode": a.mode, "imports_s": imported - start, "retriever_s": built - imported,
+                      "question_encoder_load_s": sum(encoder_s), "files_s": built - imported - sum(encoder_s),
                       "first_step_inputs_s": first - start, "retrieval_files_s": first - imported,
                       "first_search_s": searches[0], "later_search_s": float(np.median(searches[1:])) if len(searches) > 1 else None}))
 
@@ -158,8 +170,8 @@ def run(args) -> dict:
     table, summary = [], []
     for r in rows:
         table.append([r["index"], r["mode"], r["index_bytes"] / 1e9, r["peak_rss_time_v"] / 1e9,
-                      (r["peak_rss_time_v"] - r["index_bytes"]) / 1e9, r["first_step_inputs_s"], r["retriever_s"],
-                      r["first_search_s"], r["later_search_s"]])
+                      (r["peak_rss_time_v"] - r["index_bytes"]) / 1e9, r["first_step_inputs_s"], r["files_s"],
+                      r["question_encoder_load_s"], r["first_search_s"], r["later_search_s"]])
         if r["mode"] == "everything loaded":
             continue
         ref = next(x for x in rows if x["index"] == r["index"] and x["mode"] == "everything loaded")
@@ -169,14 +181,16 @@ def run(args) -> dict:
                         "baseline": ref["peak_rss_time_v"] / 1e9, "ratio": r["peak_rss_time_v"] / ref["peak_rss_time_v"],
                         "target": f"<= index + 1.5 GB = {(r['index_bytes'] + HEADROOM) / 1e9:.2f}",
                         "met": r["peak_rss_time_v"] <= r["index_bytes"] + HEADROOM})
-        summary.append({"section": "retrieval_job", "metric": f"process start to the first step's inputs ({what}), s",
-                        "value": r["first_step_inputs_s"], "baseline": ref["first_step_inputs_s"],
-                        "ratio": r["first_step_inputs_s"] / ref["first_step_inputs_s"], "target": "ratio <= 0.2",
-                        "met": r["first_step_inputs_s"] <= 0.2 * ref["first_step_inputs_s"]})
+        for key, name in (("first_step_inputs_s", "process start to the first step's inputs"),
+                          ("files_s", "of which reading the passages, embeddings and index")):
+            summary.append({"section": "retrieval_job", "metric": f"{name} ({what}), s", "value": r[key],
+                            "baseline": ref[key], "ratio": r[key] / ref[key], "target": "ratio <= 0.2",
+                            "met": r[key] <= 0.2 * ref[key]})
     return {"rows": rows, "written_s": written, "summary": summary,
             "tables": [{"title": f"A retrieving job's start on {n:,} passages x {D}, each in a process of its own",
                         "headers": ["index", "mode", "index GB (in memory)", "peak RSS GB", "peak RSS - index GB",
-                                    "to first step s", "of which the retriever's files s", "first search s",
+                                    "to first step s", "of which passages, embeddings, index s",
+                                    "of which the question encoder's load s", "first search s",
                                     "later search s (median)"],
                         "rows": table}],
             "notes": [f"Passages of 100 words ({rows[0]['passages_file_bytes'] / 1e9:.2f} GB of passages.tsv), "
@@ -184,8 +198,8 @@ def run(args) -> dict:
                       "A step's inputs: the retriever built, a batch of 8 questions encoded and searched at K=10, the "
                       "80 passages' titles and texts read and the doc scores' backward run. 'To first step' counts "
                       "from the process' start (imports of torch, transformers and faiss included: the same in every "
-                      "mode); 'the retriever's files': building the retriever (passages, embeddings, index, the MiniLM "
-                      "question encoder)."]}
+                      "mode); of it, reading the passages, embeddings and index (building the retriever less the MiniLM "
+                      "question encoder's load, timed apart)."]}
 
 
 if __name__ == "__main__":
