@@ -175,37 +175,6 @@ def init_from(wildcards):
     return {"init": f"{R}/runs/{src}/{wildcards.variant}/seed{wildcards.seed}/model"} if src else {}
 
 
-# a fine-tuning step's relative cost by what it trains: the question encoder's backward pass,
-# its forward pass only (frozen), no dense encoder (BM25), no retrieval (closed-book BART)
-STEP_COST = {"trained": 8, "frozen": 5, "bm25": 4, "none": 1}
-
-
-def task_steps(task):
-    """A task's fine-tuning steps, as its train_<task> section resolves them (tasks.<task>.steps, else train.steps)."""
-    return SECTIONS[f"train_{task}"]["train"]["steps"]
-
-
-LONGEST_FINE_TUNE = max(task_steps(t) for t in TASK_NAMES) * STEP_COST["trained"]
-
-
-def train_priority(wildcards):
-    """Fine-tunes other jobs wait for go first (init_from sources; the NQ models of Figure 3, the
-    hot-swap and the oracle), then the others longest first (steps x STEP_COST, 0-9), so the DAG
-    does not end with one core idle behind a long job."""
-    task, variant = wildcards.task, wildcards.variant
-    feeds = (any(CFG["tasks"][t].get("init_from") == task and variant in TASK_VARIANTS[t] for t in TASK_NAMES)
-             or (task in (TOPK_TASK, HOTSWAP_TASK) and variant in rag_variants(task)))
-    spec = variant_spec(variant)
-    kind = ("none" if spec.retriever is None else "bm25" if spec.retriever == "bm25" else
-            "trained" if spec.train_question_encoder else "frozen")
-    return (20 if feeds else 0) + min(9, round(9 * task_steps(task) * STEP_COST[kind] / LONGEST_FINE_TUNE))
-
-
-# Figure 3's K sweep, the oracle and the hot-swap: long decodes at the end of the DAG, started as
-# soon as their model is there (above every fine-tune nothing waits for)
-EXPERIMENT_PRIORITY = 10
-
-
 def run_files(kind):
     """Every run's dev and test <kind> file (metrics.json | predictions.jsonl), task by task, seed by seed."""
     return [f"{R}/runs/{task}/{variant}/seed{seed}/{split}/{kind}"

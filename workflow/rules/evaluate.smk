@@ -45,7 +45,6 @@ rule topk_sweep:
     params:
         retrieval=lambda w, input: retrieval_args(w, input),
         record=record("topk_sweep"),
-    priority: EXPERIMENT_PRIORITY
     threads: CFG["threads"]
     log:
         f"{R}/logs/topk/{{task}}-{{variant}}-seed{{seed}}.log",
@@ -65,7 +64,6 @@ rule oracle:
         test=f"{R}/data/{{task}}/test.jsonl",
     output:
         f"{R}/experiments/oracle/{{task}}/{{variant}}/seed{{seed}}.json",
-    priority: EXPERIMENT_PRIORITY
     threads: CFG["threads"]
     log:
         f"{R}/logs/oracle/{{task}}-{{variant}}-seed{{seed}}.log",
@@ -91,7 +89,6 @@ rule hotswap:
         index_b=index_file(f"{NAME}_b"),
     output:
         f"{R}/experiments/hotswap/{{variant}}/seed{{seed}}.json",
-    priority: EXPERIMENT_PRIORITY
     threads: CFG["threads"]
     log:
         f"{R}/logs/hotswap/{{variant}}-seed{{seed}}.log",

@@ -51,7 +51,6 @@ rule train:
         # train.ddp_processes > 1: data-parallel training, one process per device, through torchrun
         launcher=(["torchrun", "--standalone", "--nproc-per-node", str(CFG["train"]["ddp_processes"]), "-m"]
                   if CFG["train"]["ddp_processes"] > 1 else []),
-    priority: train_priority
     threads: CFG["threads"]
     resources:
         runtime=res("train", "runtime", 60),
