@@ -11,7 +11,6 @@ from rag.config import (check_section_files, config_hash, encoder_slug, forced_o
 from rag.errors import ConfigError
 from rag.retrieval import FILE_ROLES
 from rag.tasks import RETRIEVERS, ROLES, TASKS, VARIANTS, variant_spec
-from rag.warm import WarmStart
 
 # load_config validates against workflow/schemas/config.schema.yaml (the same file) and stops
 # with one line naming the key; snakemake.utils.validate would print a whole jsonschema dump.
@@ -55,24 +54,6 @@ CONDA = "../../envs/rag.yaml"
 RES = CFG.get("resources", {})
 # evaluate_in_train_job: the train rule also writes the dev/test predictions and metrics (no evaluate rule)
 FUSED_EVAL = CFG["evaluate_in_train_job"]
-# warm start (rag.warm, opt-in): the rag commands of a local run fork from one process that imported
-# torch, transformers and MLflow once; cluster jobs and conda/apptainer jobs run their own interpreter
-WARM = WarmStart(CFG["warm_start"], f"{R}/logs/warm_start.log", local=workflow.local_exec,
-                 deployment=[m.name.lower() for m in workflow.deployment_settings.deployment_method])
-
-
-onstart:
-    WARM.start()
-
-
-onsuccess:
-    WARM.stop()
-
-
-onerror:
-    WARM.stop()
-
-
 EVAL_OUTPUTS = {
     f"{split}_{kind}": f"{RUN}/{split}/{name}"
     for split in ("dev", "test")
@@ -95,14 +76,10 @@ def res(rule_name, key, default):
     return RES.get(rule_name, {}).get(key, RES.get("default", {}).get(key, default))
 
 
-def record(rule_name):
-    """The job's resource record (`rag --record`, rag.resources: wall and CPU time, peak memory measured
-    in the process that does the work): results/<name>/resources/<rule>/<its wildcard values>.json."""
-
-    def path(wildcards):
-        return f"{R}/resources/{rule_name}/{'-'.join(map(str, wildcards)) or rule_name}.json"
-
-    return path
+def benchmark_file(rule_name, *wildcards):
+    """The job's resource record, Snakemake's benchmark file (wall and CPU time, peak memory; read by
+    rag.resources): results/<name>/resources/<rule>/<its wildcard values, joined by ->.tsv."""
+    return f"{R}/resources/{rule_name}/{'-'.join(f'{{{w}}}' for w in wildcards) or rule_name}.tsv"
 
 
 def section(name):
