@@ -350,7 +350,7 @@ def test_train_jobs_tag_their_config_hash(tmp_path):
     """Each train job gets --config-hash (the hash of its train_<task> section): the MLflow tag is set."""
     res = smk(tmp_path, "-n", "-p", configfile=ROOT / "tests" / "data" / "e2e.yaml")
     assert res.returncode == 0, res.stderr[-3000:]
-    hashes = re.findall(r"rag (?:--record \S+ )?train .*?--config-hash ([0-9a-f]+) ", res.stdout + res.stderr)
+    hashes = re.findall(r"rag train .*?--config-hash ([0-9a-f]+) ", res.stdout + res.stderr)
     assert len(hashes) == 3 * 4 + 2 and all(len(h) == 12 for h in hashes)  # NQ's RAG models: two seeds
     assert len(set(hashes)) == 3  # one per task section
 
