@@ -1,5 +1,5 @@
-"""5. The default DAG: aggregate the jobs' resource records (results/miniworld/resources/<rule>/<job>.json,
-written by `rag --record` in the process that did each job's work: rag.resources)."""
+"""5. The default DAG: aggregate the jobs' resource records (results/miniworld/resources/<rule>/<job>.tsv,
+Snakemake's benchmark files: rag.resources)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def run(args) -> dict:
     per_rule = read_records(root)
     if not per_rule:
         raise RuntimeError(f"dag: no resource records under {root} (run the DAG first: every job writes "
-                         "results/<name>/resources/<rule>/<job>.json; --dag-dir names another folder)")
+                         "results/<name>/resources/<rule>/<job>.tsv; --dag-dir names another folder)")
     rows = []
     sums = {rule: summarize(rs) for rule, rs in per_rule.items()}
     for rule, s in sorted(sums.items(), key=lambda kv: -kv[1]["wall_s_sum"]):
@@ -75,10 +75,8 @@ def run(args) -> dict:
             "tables": [{"title": f"Job resource records under {shown}",
                         "headers": ["rule", "jobs", "sum wall s", "mean wall s", "max wall s", "sum CPU s", "max CPU s",
                                     "max peak RSS MB"], "rows": rows}],
-            "notes": ["Read from the records `rag --record` writes when each job's command ends (rag.resources): wall time "
-                      "since the process started, CPU time (user + system, with the children it waited for) and peak RSS "
-                      "(VmHWM) measured in the process that did the work, also when it is a child forked from the warm start "
-                      "server (whose shared imports are then part of its resident set). Failed jobs are left out. Jobs run "
-                      "side by side, so the sum of job times exceeds the DAG's wall time; a job re-run later overwrites its "
-                      "record. The wall time is the \"Elapsed time\" of the newest Snakemake log under .snakemake/log that "
-                      "finished all its jobs."]}
+            "notes": ["Read from the benchmark files Snakemake writes when a job succeeds (rag.resources): wall time, "
+                      "and peak RSS and CPU time of the job's process tree as sampled (CPU after the last sample is not "
+                      "counted). Jobs run side by side, so the sum of job times exceeds the DAG's wall time; a job re-run "
+                      "later overwrites its record. The wall time is the \"Elapsed time\" of the newest Snakemake log under "
+                      ".snakemake/log that finished all its jobs."]}

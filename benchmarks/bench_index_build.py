@@ -1,10 +1,10 @@
 """8. `rag index` peak memory: the index built from embedding shards in a process of its own.
 
 Writes ``--index-build-n`` clustered 384-d float32 vectors as ``--index-build-shards`` ``.npy``
-shards (what ``rag encode`` jobs write), runs ``rag --record ... index`` on them for each index
-type in a subprocess under ``/usr/bin/time -v`` (its "Maximum resident set size"; the record's
-VmHWM beside it), and reports the peak RSS over the embeddings' bytes. The flat index file is
-compared byte for byte with a one-shot build (``IndexFlatIP.add`` of all rows at once, what
+shards (what ``rag encode`` jobs write), runs ``rag index`` on them for each index type in a
+subprocess under ``/usr/bin/time -v`` (its "Maximum resident set size"; the peak the kernel reports
+for the process tree when it is waited for, ``wait4``'s ``ru_maxrss``, beside it), and reports the
+peak RSS over the embeddings' bytes. The flat index file is compared byte for byte with a one-shot build (``IndexFlatIP.add`` of all rows at once, what
 `rag index` did before it streamed shards); ``--index-build-baseline REV`` also runs the `rag index`
 of git revision REV on the same shards (its peak RSS, and its flat file against this one).
 """
@@ -54,24 +54,29 @@ def write_shards(folder: Path, n: int, shards: int, clusters: int) -> list[Path]
     return paths
 
 
-def measure(cmd: list[str], env: dict, record: Path | None, cwd: Path = ROOT, stdout: bool = False) -> dict:
-    """Run ``cmd`` under /usr/bin/time -v (when present): wall seconds, peak RSS bytes (and with
-    ``stdout``, the last line the command printed)."""
+def measure(cmd: list[str], env: dict, cwd: Path = ROOT, stdout: bool = False) -> dict:
+    """Run ``cmd`` under /usr/bin/time -v (when present): wall seconds, peak RSS bytes (time -v's and
+    ``wait4``'s), CPU seconds (and with ``stdout``, the last line the command printed)."""
     timer = shutil.which("time") or ("/usr/bin/time" if Path("/usr/bin/time").exists() else None)
     full = ([timer, "-v"] if timer else []) + cmd
     t = time.perf_counter()
-    res = subprocess.run(full, env=env, capture_output=True, text=True, cwd=cwd)
-    wall = time.perf_counter() - t
-    if res.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:6])} ... failed ({res.returncode}): {res.stderr[-2000:]}")
-    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", res.stderr)
-    out = {"wall_s": wall, "peak_rss_time_v": int(m.group(1)) * 1024 if m else None}
+    with tempfile.TemporaryFile("w+") as err, tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(full, env=env, stdout=out if stdout else subprocess.DEVNULL, stderr=err, text=True, cwd=cwd)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t
+        err.seek(0)
+        stderr = err.read()
+        out.seek(0)
+        printed = out.read()
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise RuntimeError(f"{' '.join(cmd[:6])} ... failed ({code}): {stderr[-2000:]}")
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", stderr)
+    res = {"wall_s": wall, "peak_rss_time_v": int(m.group(1)) * 1024 if m else None,
+           "peak_rss_rusage": usage.ru_maxrss * 1024, "cpu_s": usage.ru_utime + usage.ru_stime}
     if stdout:
-        out["stdout_last_line"] = (res.stdout.strip().splitlines() or [""])[-1]
-    if record is not None and record.is_file():
-        rec = json.loads(record.read_text())
-        out.update(peak_rss_record=rec["peak_rss_mb"] * 2**20, cpu_s=rec["cpu_s"])
-    return out
+        res["stdout_last_line"] = (printed.strip().splitlines() or [""])[-1]
+    return res
 
 
 def baseline_tree(rev: str, folder: Path) -> Path:
@@ -105,11 +110,11 @@ def run(args) -> dict:
         for kind in kinds:
             cfg = work / f"index-{kind}.json"
             cfg.write_text(json.dumps({"device": "cpu", "retriever": {"index": kind, **params[kind]}}))
-            out, stats, rec = work / f"{kind}.faiss", work / f"{kind}.stats.json", work / f"{kind}.record.json"
-            m = measure([sys.executable, "-m", "rag", "--record", str(rec), "index", "--config", str(cfg), "--embeddings",
-                         *map(str, paths), "--out", str(out), "--stats", str(stats)], env, rec)
+            out, stats = work / f"{kind}.faiss", work / f"{kind}.stats.json"
+            m = measure([sys.executable, "-m", "rag", "index", "--config", str(cfg), "--embeddings",
+                         *map(str, paths), "--out", str(out), "--stats", str(stats)], env)
             st = json.loads(stats.read_text())
-            peak = m["peak_rss_time_v"] or m["peak_rss_record"]
+            peak = m["peak_rss_time_v"] or m["peak_rss_rusage"]
             row = {"code": "this tree", "index": kind, "n": n, "d": D, "shards": shards_n, "embedding_bytes": emb_bytes,
                    **m, "ratio": peak / emb_bytes, "index_file_bytes": out.stat().st_size,
                    "recall@10_vs_flat": st.get("recall@10_vs_flat"), "file_sha256": _sha256(out)}
@@ -137,7 +142,7 @@ def run(args) -> dict:
                 benv = {**env, "PYTHONPATH": str(tree)}
                 m = measure([sys.executable, "-c", "import sys; from rag.cli import main; sys.exit(main())", "index",
                              "--config", str(cfg), "--embeddings", *map(str, paths), "--out", str(out), "--stats",
-                             str(work / f"base-{kind}.stats.json")], benv, None, cwd=tree)
+                             str(work / f"base-{kind}.stats.json")], benv, cwd=tree)
                 same = _sha256(out) == flat["file_sha256"]
                 rows.append({"code": f"git {args.index_build_baseline}", "index": kind, "n": n, "d": D, "shards": shards_n,
                              "embedding_bytes": emb_bytes, **m, "ratio": m["peak_rss_time_v"] / emb_bytes,
@@ -147,7 +152,7 @@ def run(args) -> dict:
         shutil.rmtree(work, ignore_errors=True)
     for r in rows:
         table.append([r["code"], r["index"], f"{r['n']:,} x {r['d']} in {r['shards']}", r["embedding_bytes"] / 1e9,
-                      (r["peak_rss_time_v"] or 0) / 1e9, (r.get("peak_rss_record") or 0) / 1e9 or None, r["ratio"],
+                      (r["peak_rss_time_v"] or 0) / 1e9, r["peak_rss_rusage"] / 1e9, r["ratio"],
                       r["wall_s"], r["index_file_bytes"] / 1e9, r.get("recall@10_vs_flat"),
                       r.get("identical_to_one_shot_build", r.get("identical_to_this_tree"))])
     summary = [{"section": "index_build", "metric": f"rag index peak RSS / embedding bytes, {r['index']}, {r['n']:,} x {r['d']} "
@@ -160,9 +165,9 @@ def run(args) -> dict:
     return {"rows": rows, "summary": summary,
             "tables": [{"title": "`rag index` in its own process, peak RSS (GB) against the embeddings' bytes",
                         "headers": ["code", "index", "vectors", "embeddings GB", "peak RSS GB (time -v)",
-                                    "peak RSS GB (record)", "ratio", "wall s", "index file GB", "recall@10 vs exact",
+                                    "peak RSS GB (wait4)", "ratio", "wall s", "index file GB", "recall@10 vs exact",
                                     "flat file identical"], "rows": table}],
             "notes": ["Peak RSS is /usr/bin/time -v's maximum resident set size of the `python -m rag index` process "
-                      "(the record's VmHWM beside it); the ratio divides it by n x d x 4 bytes. IVF-PQ: 256 lists, d/8 = "
+                      "(wait4's ru_maxrss beside it); the ratio divides it by n x d x 4 bytes. IVF-PQ: 256 lists, d/8 = "
                       "48-byte codes, trained on a 65,536-row sample. The flat file is compared byte for byte with "
                       "IndexFlatIP.add of all rows at once."]}

@@ -162,7 +162,7 @@ def run(args) -> dict:
             for mode in MODES:
                 cmd = [sys.executable, "-m", "benchmarks.bench_retrieval_job", "--mode", mode, "--passages", str(passages),
                        "--embeddings", *map(str, paths), "--index", str(index)]
-                m = measure(cmd, env, None, stdout=True)
+                m = measure(cmd, env, stdout=True)
                 timings = json.loads(m.pop("stdout_last_line"))
                 rows.append({"mode": mode, "n": n, **sizes, **m, **timings})
     finally:

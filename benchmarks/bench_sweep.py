@@ -1,47 +1,52 @@
 """10. Figure 3's K sweep on the default run's own models: `rag topk-sweep` as the DAG ran it.
 
-Reruns the NQ RAG-Sequence sweep jobs of a finished default run (their command lines from the resource
-records, ``results/miniworld/resources/topk_sweep/nq-rag_sequence-<seed>.json``) in processes of their
-own, one at a time, one torch thread each as in the DAG; ``--sweep-baseline REV`` runs git revision
-REV's `rag topk-sweep` on the same jobs, alternating with this tree's, ``--sweep-rounds`` times. Reports
-each job's CPU seconds (its resource record, start-up included), this tree's over the baseline's, and
+Reruns the NQ RAG-Sequence sweep jobs of a finished default run (their command lines as Snakemake recorded
+them, ``snakemake --detailed-summary``) in processes of their own, one at a time, one torch thread each as
+in the DAG; ``--sweep-baseline REV`` runs git revision REV's `rag topk-sweep` on the same jobs, alternating
+with this tree's, ``--sweep-rounds`` times. Reports each job's CPU seconds (the process', start-up
+included), this tree's over the baseline's, and
 whether each output has the bytes of the run's own experiment file. The sweeps log to a copy of the
 MLflow store, so the run's store is left as it was.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import re
+import resource
+import shlex
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from benchmarks.common import DEFAULT_RESULTS, ROOT
+from benchmarks.common import ROOT
 
 
-def sweep_jobs(records: Path, n: int) -> list[dict]:
-    """The first ``n`` RAG-Sequence sweep jobs of the records folder, by seed: their argv (``rag`` after
-    ``--record``) and the experiment file each wrote."""
+def sweep_jobs(summary: str, n: int) -> list[dict]:
+    """The first ``n`` NQ RAG-Sequence sweep jobs, by seed, of ``summary`` (the TSV of ``snakemake
+    --detailed-summary``: each output's rule and the shell command that wrote it): their argv (the
+    words after ``rag``, up to the log's redirection) and the experiment file each wrote."""
     jobs = []
-    for path in records.glob("nq-rag_sequence-*.json"):
-        rec = json.loads(path.read_text())
-        argv = rec["argv"]
-        if rec.get("exit_code") != 0 or "topk-sweep" not in argv:
+    for row in csv.DictReader(io.StringIO(summary), delimiter="\t"):
+        words = shlex.split(row.get("shellcmd") or "")
+        if row["rule"] != "topk_sweep" or "/nq/rag_sequence/" not in row["output_file"] or "rag" not in words:
             continue
+        argv = words[words.index("rag") + 1:words.index("2>") if "2>" in words else None]
         jobs.append({"seed": int(argv[argv.index("--seed") + 1]), "argv": argv, "out": argv[argv.index("--out") + 1]})
     return sorted(jobs, key=lambda j: j["seed"])[:n]
 
 
-def rewrite(argv: list[str], record: Path, out: Path, train_config: Path) -> list[str]:
-    """``argv`` with its record, its output and its train section (the first ``--config`` file, which
-    names the MLflow store) replaced."""
+def rewrite(argv: list[str], out: Path, train_config: Path) -> list[str]:
+    """``argv`` with its output and its train section (the first ``--config`` file, which names the
+    MLflow store) replaced."""
     argv = list(argv)
-    argv[argv.index("--record") + 1] = str(record)
     argv[argv.index("--out") + 1] = str(out)
     argv[argv.index("--config") + 1] = str(train_config)
     return argv
@@ -77,14 +82,21 @@ def _check_package(code: str, tree: str) -> None:
         raise RuntimeError(f"sweep: {code} should run the rag package under {tree}, imports {got}")
 
 
+def _cpu_of_children() -> float:
+    """User + system CPU seconds of the child processes waited for so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def run(args) -> dict:
     from benchmarks.bench_index_build import baseline_tree
 
-    root = Path(args.dag_dir) if args.dag_dir else DEFAULT_RESULTS / "resources"
-    jobs = sweep_jobs(root / "topk_sweep", 1 if args.quick else args.sweep_models)
+    summary = subprocess.run([sys.executable, "-m", "snakemake", "--detailed-summary"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+    jobs = sweep_jobs(summary, 1 if args.quick else args.sweep_models)
     if not jobs:
-        raise RuntimeError(f"sweep: no NQ RAG-Sequence topk_sweep records under {root / 'topk_sweep'} (run the default "
-                           "DAG first; --dag-dir names another resources folder)")
+        raise RuntimeError(f"sweep: no NQ RAG-Sequence topk_sweep job in Snakemake's records of {ROOT} (run the "
+                           "default DAG first)")
     work = Path(tempfile.mkdtemp(prefix="rag-sweep-"))
     codes = {"this tree": str(ROOT)}
     try:
@@ -99,17 +111,18 @@ def run(args) -> dict:
             for job in jobs:
                 for code, tree in codes.items():
                     tag = f"{len(rows)}"
-                    rec, out = work / f"rec-{tag}.json", work / f"out-{tag}.json"
+                    out = work / f"out-{tag}.json"
                     env = _env(tree)
                     cmd = [sys.executable, "-P", "-c", "import sys; from rag.cli import main; sys.exit(main())",
-                           *rewrite(job["argv"], rec, out, config)]
+                           *rewrite(job["argv"], out, config)]
+                    cpu, wall = _cpu_of_children(), time.perf_counter()
                     res = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+                    cpu, wall = _cpu_of_children() - cpu, time.perf_counter() - wall
                     if res.returncode != 0:
                         raise RuntimeError(f"sweep: {code}, seed {job['seed']} failed ({res.returncode}): {res.stderr[-2000:]}")
-                    ran = json.loads(rec.read_text())
                     expected = ROOT / job["out"]
-                    rows.append({"code": code, "round": rnd + 1, "seed": job["seed"], "cpu_s": ran["cpu_s"],
-                                 "wall_s": ran["wall_s"], "same_bytes_as_run": out.read_bytes() == expected.read_bytes()})
+                    rows.append({"code": code, "round": rnd + 1, "seed": job["seed"], "cpu_s": cpu, "wall_s": wall,
+                                 "same_bytes_as_run": out.read_bytes() == expected.read_bytes()})
     finally:
         shutil.rmtree(work, ignore_errors=True)
     mean = {c: statistics.mean(r["cpu_s"] for r in rows if r["code"] == c) for c in codes}

@@ -87,7 +87,7 @@ def parse(argv=None):
     p.add_argument("--beams", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--dag-dir", default=None, help="the jobs' resource records (default results/miniworld/resources: "
-                   "the embedded default's experiment; rag --record writes them)")
+                   "the default's experiment: the rules' benchmark files)")
     p.add_argument("--sweep-models", type=int, default=2, help="sweep: NQ RAG-Sequence models of the default run, by seed")
     p.add_argument("--sweep-rounds", type=int, default=2, help="sweep: rounds (each runs every model with every code)")
     p.add_argument("--sweep-baseline", default=None, metavar="REV",

@@ -70,6 +70,8 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     data = read_config_file(source) if isinstance(source, (str, Path)) else source
     if not isinstance(data, dict):
         raise ConfigError(f"config must be a mapping of keys, got {type(data).__name__}")
+    for key in sorted(config_keys.REMOVED.keys() & data.keys()):
+        raise ConfigError(f"config key {key!r} is removed ({config_keys.REMOVED[key]}): delete it from the config")
     _check_expanded_size(data)
     cfg = copy.deepcopy(data)
     _command_line_booleans(cfg, schema())
@@ -129,7 +131,7 @@ _BOOLEAN_WORDS = {"true": True, "false": False}
 
 def _command_line_booleans(cfg: Any, node: dict) -> None:
     """Boolean keys given as the words true / false (any case) become booleans, in place:
-    ``snakemake --config warm_start=false`` passes the string 'false' (it parses True/False only)."""
+    ``snakemake --config evaluate_in_train_job=false`` passes the string 'false' (it parses True/False only)."""
     if not isinstance(cfg, dict):
         return
     for key, value in cfg.items():
@@ -477,7 +479,7 @@ def sections(cfg: dict) -> dict[str, dict]:
     ``report``        the report's scale summary, samples, tasks and variants
 
     The keys a consumer reads are the fields of its typed section (:mod:`rag.sections`), which a
-    command parses its file(s) into. Runtime knobs (``threads``, ``resources``, ``warm_start``) are in none: they
+    command parses its file(s) into. Runtime knobs (``threads``, ``resources``) are in none: they
     never invalidate an output (rules pass ``threads`` as ``RAG_THREADS``). ``tracking.ui_url`` is
     the report rule's param.
     Pieces are canonical (sorted keys), so the order of keys in a YAML file changes nothing.

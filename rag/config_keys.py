@@ -30,6 +30,8 @@ RUN_KEYS = ("variants", "seeds")
 
 # generator.prompt_template's default (rag/models/causal_lm.py)
 PROMPT_TEMPLATE = "Title: {title} Passage: {text} Question: {question} Answer:"
+# top-level keys a config may still set that no longer exist: key -> what a run does instead
+REMOVED = {"warm_start": "every job runs in a process of its own"}
 
 D = Definitions()
 NAME = D.define("name", Str(pattern="^[a-z0-9][a-z0-9_]{0,63}$"))
@@ -70,7 +72,6 @@ CONFIG = Group({
     "precision": Enum(("fp32", "fp16", "bf16"), default="fp32", description="compute dtype of training, pretraining, scoring and decoding (torch.autocast; weights, loss and the RAG marginalisation stay fp32) and, on cuda, of passage encoding (weights cast to fp16/bf16); fp16 trains with a gradient scaler and needs device: cuda"),
     "threads": Int(minimum=1, maximum=256, default=1, description="torch threads per job"),
     "evaluate_in_train_job": Bool(default=True, description="decode dev/test at the end of each train job (one process start per run) instead of in a separate evaluate job"),
-    "warm_start": Bool(default=False, description="opt-in: a local run's rag commands fork from one single-threaded server that imported torch, transformers and MLflow once (rag/warm.py, docs/warm_start.md); off by itself for cluster executors and conda/apptainer jobs"),
     "bands": Str(nullable=True, default="config/bands/miniworld.yaml", description="the score bands `rag check` and `snakemake check` hold this experiment to (config/bands/*.yaml; null: none)"),
     "tracking": Group({
         "uri": Str(default="sqlite:///results/mlflow.db"),

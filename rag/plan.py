@@ -10,8 +10,8 @@ training time from throughputs measured on a named device (none is assumed for a
 measured: "not measured"), and flags a request below that need.
 
 When ``results/<name>/resources/`` holds the resource records of an earlier run of the same
-experiment (rag.resources), a rule's need is what its jobs measured there, and the plan adds up
-the DAG's CPU time from them: over the cores, the wall time no schedule can beat.
+experiment (Snakemake's ``benchmark:`` files, rag.resources), a rule's need is what its jobs measured there, and the
+plan adds up the DAG's CPU time from them: over the cores, the wall time no schedule can beat.
 """
 
 from __future__ import annotations
@@ -360,8 +360,6 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
             need.memory_how = f"measured: largest peak RSS of {s['jobs']} job(s) in {results / 'resources' / rule}"
             need.seconds = s["wall_s_max"]
             need.seconds_how = f"measured: longest of {s['jobs']} job(s) in {results / 'resources' / rule}"
-            if s["gpu_peak_allocated_mb_max"] is not None:
-                notes.append(f"peak GPU memory measured: {s['gpu_peak_allocated_mb_max']:,.0f} MB")
         if jobs["unread"]:
             notes.append(f"config resources.{rule} ({', '.join(jobs['unread'])}) is not read: the rule declares no such "
                          f"resource (its jobs get {'the profile' if profile_path else 'no'} default)")
@@ -453,26 +451,23 @@ def cpu_per_job(records: list[dict], kinds: Counter, folder: Path) -> tuple[floa
     for a rule run once a seed (``kinds``: planned jobs by their record's name without the seed,
     e.g. ``nq-rag_token``), each kind's jobs at the mean of its own records, a kind none recorded at
     the rule's mean (on the default an NQ RAG-Token fine-tune costs five times its closed-book BART)."""
-    from rag.resources import succeeded
-
-    ok = succeeded(records)
-    mean = sum(r["cpu_s"] for r in ok) / len(ok)
+    mean = sum(r["cpu_s"] for r in records) / len(records)
     if not kinds:
-        return mean, f"mean of {len(ok)} job(s) in {folder}"
+        return mean, f"mean of {len(records)} job(s) in {folder}"
     by_kind: dict[str, list[float]] = {}
-    for r in ok:
+    for r in records:
         by_kind.setdefault(r["job"].rsplit("-", 1)[0], []).append(r["cpu_s"])
     jobs, known = kinds.total(), sum(n for kind, n in kinds.items() if kind in by_kind)
     total = sum(n * (sum(by_kind[kind]) / len(by_kind[kind]) if kind in by_kind else mean) for kind, n in kinds.items())
     unknown = f"; {jobs - known} job(s) of a kind not recorded at the mean of all" if known < jobs else ""
-    return total / jobs, f"per task and variant: the mean of its recorded jobs, {len(ok)} in {folder}{unknown}"
+    return total / jobs, f"per task and variant: the mean of its recorded jobs, {len(records)} in {folder}{unknown}"
 
 
 def compute(plans: list[dict], device: str, cores: int | None) -> dict:
     """The CPU time of the whole DAG from the resource records: each rule's jobs times its recorded
     jobs' mean CPU time. On ``cores`` CPU cores (default: this machine's) the DAG's wall time is
     at least that total over the cores, whatever the order of its jobs: a bound from the jobs' own
-    CPU time, to which their starts before the record and Snakemake's own time add. Given only for
+    CPU time, to which the CPU after each job's last benchmark sample and Snakemake's own time add. Given only for
     device cpu (a GPU run's wall time is the GPUs')."""
     import os
 
@@ -605,7 +600,7 @@ def render_compute(plan: dict) -> list[str]:
     out.append(f"  in all {c['cpu_s']:,.0f} CPU s ({_dur(c['cpu_s'])})")
     if c["wall_s_at_least"] is not None:
         out.append(f"  on {c['cores']} core(s): at least {_dur(c['wall_s_at_least'])} of wall time, in any order of the jobs, "
-                   "if they cost what their records measured (their starts before the record and Snakemake's own time add to it)")
+                   "if they cost what their records measured (the CPU after each job's last benchmark sample and Snakemake's own time add to it)")
     else:
         out.append(f"  device {plan['device']}: the wall time is the GPUs', not bounded here")
     return out

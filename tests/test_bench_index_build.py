@@ -14,7 +14,7 @@ def test_index_build_section_runs_quick(tmp_path):
     (row,) = res["rows"]
     assert row["index"] == "flat" and row["n"] == 20_000 and row["embedding_bytes"] == 20_000 * 384 * 4
     assert row["identical_to_one_shot_build"] is True
-    assert row["peak_rss_record"] > row["embedding_bytes"]  # the process held the index at least
-    assert row["ratio"] == (row["peak_rss_time_v"] or row["peak_rss_record"]) / row["embedding_bytes"]
+    assert row["peak_rss_rusage"] > row["embedding_bytes"]  # the process held the index at least
+    assert row["ratio"] == (row["peak_rss_time_v"] or row["peak_rss_rusage"]) / row["embedding_bytes"]
     assert not any((tmp_path / "work").iterdir())  # the shards are removed
     assert "index_build" in (tmp_path / "out" / "summary.md").read_text()

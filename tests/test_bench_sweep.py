@@ -8,31 +8,35 @@ import pytest
 from benchmarks import bench_sweep
 
 
-def _record(folder, name, seed, exit_code=0, command="topk-sweep"):
-    argv = ["--record", f"results/x/resources/topk_sweep/{name}.json", command, "--seed", str(seed), "--config",
-            "results/x/config/train_nq.json", "results/x/config/eval_nq.json", "--variant", "rag_sequence",
-            "--out", f"results/x/experiments/topk/nq/rag_sequence/seed{seed}.json"]
-    (folder / f"{name}.json").write_text(json.dumps({"argv": argv, "exit_code": exit_code, "cpu_s": 1.0}))
+HEADER = "output_file\tdate\trule\tlog-file(s)\tinput-file(s)\tshellcmd\tstatus\tplan\n"
 
 
-def test_jobs_are_the_finished_rag_sequence_sweeps_by_seed(tmp_path):
-    for seed in (3, 1, 2):
-        _record(tmp_path, f"nq-rag_sequence-{seed}", seed)
-    _record(tmp_path, "nq-rag_sequence-4", 4, exit_code=1)  # failed: not rerun
-    _record(tmp_path, "nq-rag_token-1", 1)  # RAG-Token: its sweep decodes each K, nothing to compare
-    jobs = bench_sweep.sweep_jobs(tmp_path, 2)
+def _row(variant, seed, rule="topk_sweep", task="nq"):
+    """A line of ``snakemake --detailed-summary``: an output, its rule and the command that wrote it."""
+    out = f"results/x/experiments/topk/{task}/{variant}/seed{seed}.json"
+    cmd = (f"RAG_THREADS=1 rag topk-sweep --seed {seed} --config results/x/config/train_nq.json results/x/config/eval_nq.json "
+           f"--variant {variant} --model-dir 'results/x/runs/a b/model' --out {out} 2> results/x/logs/topk/{seed}.log")
+    return f"{out}\tFri Nov 27 21:44:41 2026\t{rule}\tlog\tinput\t{cmd}\tok\tno update\n"
+
+
+def test_jobs_are_the_finished_rag_sequence_sweeps_by_seed():
+    summary = HEADER + "".join(_row("rag_sequence", seed) for seed in (3, 1, 2))
+    summary += _row("rag_token", 1)  # RAG-Token: its sweep decodes each K, nothing to compare
+    summary += _row("rag_sequence", 4, task="tqa")  # another task
+    summary += "results/x/config/eval_nq.json\tdate\tconfig_section\t\t\t\tok\tno update\n"  # a run: block, no command
+    jobs = bench_sweep.sweep_jobs(summary, 2)
     assert [j["seed"] for j in jobs] == [1, 2]
     assert jobs[0]["out"] == "results/x/experiments/topk/nq/rag_sequence/seed1.json"
-    assert [j["seed"] for j in bench_sweep.sweep_jobs(tmp_path, 10)] == [1, 2, 3]
+    assert jobs[0]["argv"][0] == "topk-sweep" and jobs[0]["argv"][-1] == jobs[0]["out"]  # no log redirection
+    assert "results/x/runs/a b/model" in jobs[0]["argv"]  # a quoted word stays one
+    assert [j["seed"] for j in bench_sweep.sweep_jobs(summary, 10)] == [1, 2, 3]
 
 
-def test_rewrite_replaces_the_record_the_output_and_the_train_section_only(tmp_path):
-    _record(tmp_path, "nq-rag_sequence-1", 1)
-    argv = bench_sweep.sweep_jobs(tmp_path, 1)[0]["argv"]
-    got = bench_sweep.rewrite(argv, tmp_path / "r.json", tmp_path / "o.json", tmp_path / "train.json")
+def test_rewrite_replaces_the_output_and_the_train_section_only(tmp_path):
+    argv = bench_sweep.sweep_jobs(HEADER + _row("rag_sequence", 1), 1)[0]["argv"]
+    got = bench_sweep.rewrite(argv, tmp_path / "o.json", tmp_path / "train.json")
     changed = [(a, b) for a, b in zip(argv, got) if a != b]
-    assert changed == [("results/x/resources/topk_sweep/nq-rag_sequence-1.json", str(tmp_path / "r.json")),
-                       ("results/x/config/train_nq.json", str(tmp_path / "train.json")),
+    assert changed == [("results/x/config/train_nq.json", str(tmp_path / "train.json")),
                        ("results/x/experiments/topk/nq/rag_sequence/seed1.json", str(tmp_path / "o.json"))]
     assert len(got) == len(argv) and "results/x/config/eval_nq.json" in got
 
@@ -52,11 +56,3 @@ def test_the_sweeps_log_to_a_copy_of_the_store(tmp_path):
     section.write_text(json.dumps({"tracking": {"uri": "http://127.0.0.1:5000"}}))
     with pytest.raises(RuntimeError, match="not a sqlite file"):
         bench_sweep.private_store(section, work)
-
-
-def test_no_records_names_the_folder(tmp_path):
-    from types import SimpleNamespace
-
-    with pytest.raises(RuntimeError, match="no NQ RAG-Sequence topk_sweep records under"):
-        bench_sweep.run(SimpleNamespace(dag_dir=str(tmp_path), quick=True, sweep_models=2, sweep_rounds=1,
-                                        sweep_baseline=None))

@@ -43,6 +43,8 @@ def test_paper_config_is_valid(root, tmp_path, monkeypatch):
     "mutate, message",
     [
         (lambda c: c.update(bogus=1), "unknown config key 'bogus'"),
+        (lambda c: c.update(warm_start=False), "config key 'warm_start' is removed (every job runs in a process of its own): "
+         "delete it from the config"),
         (lambda c: c["train"].update(stepz=3), "unknown config key 'train.stepz'"),
         (lambda c: c["train"].update(steps="many"), "config key 'train.steps': expected integer"),
         (lambda c: c["tasks"].update(squad={"train": 1, "dev": 1, "test": 1}), "config key 'tasks': 'squad' is not one of"),

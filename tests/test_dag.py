@@ -207,20 +207,16 @@ def test_e2e_one_mlflow_run_per_task_and_variant(e2e):
 
 
 @pytest.mark.slow
-def test_e2e_jobs_record_their_own_resources(e2e):
-    """Each job's record is measured in the process that did the work: with warm start (on in
-    this DAG) Snakemake's benchmark: files saw the client, 0.03 CPU-seconds for pretraining."""
+def test_e2e_jobs_record_their_resources(e2e):
+    """Every job's resource record is its benchmark file (rag.resources), one per job, named by its wildcards."""
     from rag.resources import read_records, summary
 
     work, _ = e2e
     recs = read_records(work / "results/e2e/resources")
     assert {"pretrain_generator", "train", "encode_shard", "build_index", "report", "corpus_miniworld"} <= set(recs)
     (pre,) = recs["pretrain_generator"]
-    assert pre["command"] == "pretrain" and pre["exit_code"] == 0 and pre["forked_from_warm_server"] is True
-    # tokenizer training, model build and 4 steps: several times the client's 0.03 CPU-seconds even at this size
-    assert pre["cpu_s"] > 0.2 and pre["cpu_s"] == pytest.approx(pre["cpu_user_s"] + pre["cpu_sys_s"] + pre["children_cpu_s"], abs=0.01)
-    # torch and transformers (shared with the server) are resident, and the job's own memory on top of them
-    assert pre["peak_rss_mb"] > pre["rss_at_start_mb"] > 200 and pre["wall_s"] >= pre["cpu_s"] / 2
+    # tokenizer training, model build and 4 steps, in a process that imports torch and transformers
+    assert pre["cpu_s"] > 0.2 and pre["peak_rss_mb"] > 200 and pre["wall_s"] >= pre["cpu_s"] / 2
     assert summary(recs["train"])["jobs"] == 14 and len(recs["encode_shard"]) == 4  # NQ's RAG models: two seeds
     assert {r["job"] for r in recs["train"]} >= {"nq-rag_token-1", "nq-rag_token-2", "webquestions-bart-1"}
 
@@ -407,7 +403,7 @@ def test_train_jobs_tag_their_config_hash(tmp_path):
     """Each train job gets --config-hash (the hash of its train_<task> section): the MLflow tag is set."""
     res = smk(tmp_path, "-n", "-p", configfile=ROOT / "tests" / "data" / "e2e.yaml")
     assert res.returncode == 0, res.stderr[-3000:]
-    hashes = re.findall(r"rag (?:--record \S+ )?train .*?--config-hash ([0-9a-f]+) ", res.stdout + res.stderr)
+    hashes = re.findall(r"rag train .*?--config-hash ([0-9a-f]+) ", res.stdout + res.stderr)
     assert len(hashes) == 3 * 4 + 2 and all(len(h) == 12 for h in hashes)  # NQ's RAG models: two seeds
     assert len(set(hashes)) == 3  # one per task section
 

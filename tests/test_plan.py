@@ -143,16 +143,15 @@ def test_plan_json_and_request_resolution(tmp_path):
 
 
 def test_records_of_a_run_refine_the_needs(tmp_path):
-    """A results folder's resource records (rag --record) replace the estimates of the rules they measured."""
+    """A results folder's resource records (Snakemake's benchmark files) replace the estimates of the rules they measured."""
     import shutil
 
-    from rag import resources
+    from tests.test_resources import bench
 
     cfg = tmp_path / "e2e.yaml"
     shutil.copy(ROOT / "tests/data/e2e.yaml", cfg)
-    rec = resources.JobMeter().record(["pretrain"], "pretrain", 0)
-    rec.update(peak_rss_mb=9_000.0, wall_s=7_300.0)  # as if the job had taken 9,000 MiB for two hours
-    resources.write_record(tmp_path / "results/e2e/resources/pretrain_generator/pretrain_generator.json", rec)
+    # as if the job had taken 9,000 MiB for two hours
+    bench(tmp_path / "results/e2e/resources/pretrain_generator/pretrain_generator.tsv", ("7300.0", "9000.0", "7000.0"))
     res = _plan("--configfile", str(cfg), "--no-profile", "--json", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     plan = json.loads(res.stdout)
@@ -171,16 +170,14 @@ def test_cpu_time_of_the_dag_from_the_records(tmp_path):
     lower bound of the wall time."""
     import shutil
 
-    from rag import resources
+    from tests.test_resources import bench
 
     cfg = tmp_path / "e2e.yaml"
     shutil.copy(ROOT / "tests/data/e2e.yaml", cfg)
     folder = tmp_path / "results/e2e/resources"
     for rule, job, cpu in (("pretrain_generator", "pretrain_generator", 100.0), ("train", "a-b-1", 10.0), ("train", "c-d-1", 30.0),
                            ("train", "nq-rag_token-2", 80.0), ("task_data", "nq", 4.0)):
-        rec = resources.JobMeter().record([rule], rule, 0)
-        rec.update(cpu_s=cpu)
-        resources.write_record(folder / rule / f"{job}.json", rec)
+        bench(folder / rule / f"{job}.tsv", (str(cpu + 1), "500.0", str(cpu)))
     res = _plan("--configfile", str(cfg), "--no-profile", "--cores", "2", "--json", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     plan = json.loads(res.stdout)

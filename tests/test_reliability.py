@@ -60,7 +60,7 @@ A trailing newline (``name: "nl\n"``, paths,     | ConfigError naming the key: p
 Quotes, ``$(...)``, backquotes, spaces, ``;&|``  | every rule's command (``snakemake -n -p`` of two configs that plan
   in tracking.uri, tracking.ui_url, URLs         | every shell rule) has the same words as with a benign value, the
                                                  | value one word; ``{...}`` in a URL is not taken for a wildcard
-``--config warm_start=false`` (a string)         | read as the boolean false (true/false in any case, every boolean
+``--config evaluate_in_train_job=false`` (str)   | read as the boolean false (true/false in any case, every boolean
                                                  | key); another word: "expected boolean, got str 'maybe'"
 Shell strings in workflow/rules/*.smk            | every placeholder quoted ({x:q}; several arguments: a list param);
                                                  | every shell wildcard constrained by a strict pattern in common.smk
@@ -613,7 +613,7 @@ def hostile_dry_runs(tmp_path_factory) -> dict:
         rel = yaml.safe_load(fh)
     runs[("name", "newline")] = ({**rel, "name": "nl\n"}, [])
     for word in ("false", "true"):  # snakemake passes the string: load_config reads it as the boolean
-        runs[("warm_start", word)] = (rel, ["--config", f"warm_start={word}"])
+        runs[("evaluate_in_train_job", word)] = (rel, ["--config", f"evaluate_in_train_job={word}"])
     procs = {}
     for key, (cfg, extra) in runs.items():
         d = tmp_path_factory.mktemp("-".join(key))
@@ -687,24 +687,24 @@ def test_trailing_newline_refused_naming_the_key(rel_cfg, key):
 
 
 @pytest.mark.parametrize("word", ["false", "true"])
-def test_warm_start_word_from_the_command_line(hostile_dry_runs, word):
-    """``--config warm_start=false`` (a string: snakemake parses only True/False) plans the DAG."""
-    proc = hostile_dry_runs[("warm_start", word)]
+def test_boolean_word_from_the_command_line(hostile_dry_runs, word):
+    """``--config evaluate_in_train_job=false`` (a string: snakemake parses only True/False) plans the DAG."""
+    proc = hostile_dry_runs[("evaluate_in_train_job", word)]
     assert proc.returncode == 0 and "error:" not in proc.stdout, proc.stdout[-3000:]
     assert "rule train:" in proc.stdout
 
 
 @pytest.mark.parametrize("value, expected", [("false", False), ("False", False), ("TRUE", True), (True, True)])
 def test_boolean_words_are_booleans(rel_cfg, value, expected):
-    rel_cfg["warm_start"] = value
+    rel_cfg["evaluate_in_train_job"] = value
     rel_cfg["corpus"]["allow_http"] = value
     cfg = load_config(rel_cfg)
-    assert cfg["warm_start"] is expected and cfg["corpus"]["allow_http"] is expected
+    assert cfg["evaluate_in_train_job"] is expected and cfg["corpus"]["allow_http"] is expected
 
 
 def test_other_words_for_a_boolean_refused(rel_cfg):
-    rel_cfg["warm_start"] = "maybe"
-    with pytest.raises(ConfigError, match=re.escape("config key 'warm_start': expected boolean, got str 'maybe'")):
+    rel_cfg["evaluate_in_train_job"] = "maybe"
+    with pytest.raises(ConfigError, match=re.escape("config key 'evaluate_in_train_job': expected boolean, got str 'maybe'")):
         load_config(rel_cfg)
 
 

@@ -1,95 +1,53 @@
-"""Per-job resource records (`rag --record`, rag.resources): measured in the process that does the
-work, also when that process is a child forked from the warm start server (then its CPU time is
-the job's, not the thin client's)."""
+"""Per-job resource records (rag.resources): Snakemake's benchmark files, read back by rule and job."""
 
 from __future__ import annotations
 
-import json
-import os
-import random
 import subprocess
 import sys
 
 import pytest
 
-from rag import resources, warm
-from tests.test_warm import _client, _start
+from rag import resources
+from rag.errors import DataError
+
+HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
 
-def _score_inputs(tmp_path, n: int) -> list[str]:
-    """A ROUGE-L scoring job of ``n`` long predictions (about a CPU-second per 2,000 here)."""
-    rng = random.Random(0)
-    words = [f"w{i}" for i in range(300)]
-    with open(tmp_path / "p.jsonl", "w") as p, open(tmp_path / "r.jsonl", "w") as r:
-        for i in range(n):
-            p.write(json.dumps({"id": str(i), "prediction": " ".join(rng.choices(words, k=60))}) + "\n")
-            r.write(json.dumps({"id": str(i), "targets": [" ".join(rng.choices(words, k=60))]}) + "\n")
-    return ["score", "--metric", "rougeL", "--predictions", "p.jsonl", "--references", "r.jsonl"]
+def bench(path, *rows: tuple[str, str, str]) -> None:
+    """A benchmark file as Snakemake writes it, one row per (s, max_rss, cpu_time)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(HEADER + "".join(f"{s}\t0:00:01\t{rss}\t20.0\t7.0\t8.0\t0.00\t0.00\t50.0\t{cpu}\n" for s, rss, cpu in rows))
 
 
-def test_record_of_a_process_of_its_own(tmp_path):
-    args = _score_inputs(tmp_path, 200)
-    res = subprocess.run([sys.executable, "-m", "rag", "--record", "rec/score.json", *args], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr
-    rec = json.loads((tmp_path / "rec" / "score.json").read_text())
-    assert rec["command"] == "score" and rec["exit_code"] == 0 and rec["argv"][:2] == ["--record", "rec/score.json"]
-    assert rec["forked_from_warm_server"] is False
-    assert rec["wall_s"] > 0 and rec["cpu_s"] > 0 and rec["cpu_s"] == pytest.approx(rec["cpu_user_s"] + rec["cpu_sys_s"]
-                                                                                       + rec["children_cpu_s"], abs=0.01)
-    assert rec["peak_rss_mb"] >= rec["rss_at_start_mb"] > 5
-    assert rec["gpu_peak_allocated_mb"] is None  # no CUDA in this job
-
-
-def test_record_of_a_failed_command(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "rag", "--record", "r.json", "score", "--metric", "em",
-                          "--predictions", "missing.jsonl", "--references", "missing.jsonl"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 2
-    assert json.loads((tmp_path / "r.json").read_text())["exit_code"] == 2
-
-
-def test_record_of_a_job_forked_from_the_warm_server_is_the_jobs_not_the_clients(tmp_path):
-    """With warm start Snakemake's benchmark: files measured the client (0.03 CPU-seconds for a
-    170-second pretraining job); the record is written by the child that ran the command."""
-    args = _score_inputs(tmp_path, 3_000)
-    proc, path, _ = _start("--preload", "rag.metrics")
-    try:
-        client = _client(path, ["--record", "rec.json", *args], tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(client.pid, 0)
-        client.returncode = os.waitstatus_to_exitcode(status)
-        err = client.stderr.read()
-        assert client.returncode == 0, err
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-    rec = json.loads((tmp_path / "rec.json").read_text())
-    client_cpu = usage.ru_utime + usage.ru_stime
-    assert rec["forked_from_warm_server"] is True and rec["pid"] != client.pid
-    assert rec["cpu_s"] > 0.5 and rec["cpu_s"] > 3 * client_cpu, (rec["cpu_s"], client_cpu)
-    assert rec["wall_s"] >= rec["cpu_user_s"] * 0.5
-    # the child shares the server's imported modules: they are in its resident set from the start
-    assert rec["peak_rss_mb"] >= rec["rss_at_start_mb"] > 5
-
-
-def test_rank_records_and_reading_them_back(tmp_path, monkeypatch):
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("RANK", "1")
-    assert resources.record_path(tmp_path / "train" / "nq-bart.json").name == "nq-bart.rank1.json"
-    monkeypatch.setenv("RANK", "0")
-    assert resources.record_path(tmp_path / "train" / "nq-bart.json").name == "nq-bart.json"
-    monkeypatch.delenv("WORLD_SIZE")
-    meter = resources.JobMeter()
-    sum(i * i for i in range(200_000))
-    for job, code in (("nq-bart", 0), ("tqa-bart", 0), ("nq-rag_token", 1)):
-        resources.write_record(tmp_path / "train" / f"{job}.json", meter.record(["train"], "train", code))
+def test_records_by_rule_and_job_and_their_summary(tmp_path):
+    bench(tmp_path / "train" / "nq-bart-1.tsv", ("12.5", "300.0", "11.0"))
+    bench(tmp_path / "train" / "nq-rag_token-1.tsv", ("40.0", "900.5", "38.0"), ("42.0", "880.0", "39.5"))  # repeat: 2 rows
+    bench(tmp_path / "report" / "report.tsv", ("0.4", "NA", "NA"))  # over before the first sample
     recs = resources.read_records(tmp_path)
-    assert sorted(r["job"] for r in recs["train"]) == ["nq-bart", "nq-rag_token", "tqa-bart"]
-    s = resources.summary(recs["train"])
-    assert s["jobs"] == 2 and s["peak_rss_mb_max"] > 0 and s["cpu_s_sum"] > 0  # the failed job is left out
-    (tmp_path / "train" / "bad.json").write_text('{"x": 1}')
-    from rag.errors import DataError
+    assert sorted(recs) == ["report", "train"]
+    assert [r["job"] for r in recs["train"]] == ["nq-bart-1", "nq-rag_token-1"]
+    assert recs["train"][1] == {"wall_s": 42.0, "cpu_s": 39.5, "peak_rss_mb": 900.5, "rule": "train",
+                                "job": "nq-rag_token-1", "file": str(tmp_path / "train" / "nq-rag_token-1.tsv")}
+    assert recs["report"][0]["peak_rss_mb"] == 0.0 and recs["report"][0]["cpu_s"] == 0.0
+    assert resources.summary(recs["train"]) == {"jobs": 2, "wall_s_sum": 54.5, "wall_s_max": 42.0, "cpu_s_sum": 50.5,
+                                                "cpu_s_max": 39.5, "peak_rss_mb_max": 900.5}
 
-    with pytest.raises(DataError, match="bad.json: not a resource record"):
+
+@pytest.mark.parametrize("text", ["", "wall\tcpu\n1\t2\n", HEADER + "x\t0\t1\t1\t1\t1\t0\t0\t1\t1\n"])
+def test_a_file_that_is_not_a_benchmark_is_an_error_naming_it(tmp_path, text):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "bad.tsv").write_text(text)
+    with pytest.raises(DataError, match="bad.tsv: not a Snakemake benchmark file"):
         resources.read_records(tmp_path)
-    assert warm.FORKED is False
+
+
+def test_snakemake_benchmark_files_read_back(tmp_path):
+    """A rule with ``benchmark:`` run by Snakemake itself: its file reads as a record."""
+    (tmp_path / "Snakefile").write_text(
+        'rule a:\n    output: "a.txt"\n    benchmark: "res/a/{x}.tsv".format(x="job")\n'
+        '    shell: "python -c \'sum(i * i for i in range(3_000_000))\' && touch {output}"\n')
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "-q"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (rec,) = resources.read_records(tmp_path / "res")["a"]
+    assert rec["job"] == "job" and rec["wall_s"] > 0 and rec["peak_rss_mb"] > 0 and rec["cpu_s"] >= 0

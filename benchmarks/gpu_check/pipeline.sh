@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Train NQ RAG-Token over BM25 (80 steps) and decode its dev/test sets with `rag train`, once per
-# "PRECISION:SEED", on DEVICE, from a folder made by stage.sh. Writes per run: the job record, the
-# dev/test metrics and the test predictions, into OUT.
+# "PRECISION:SEED", on DEVICE, from a folder made by stage.sh. Writes per run: the dev/test metrics
+# and the test predictions, into OUT.
 # usage: benchmarks/gpu_check/pipeline.sh STAGED DEVICE OUT "bf16:1 fp32:1 ..."
 set -u
 w=${1:?staged folder}; dev=${2:?cpu or cuda}; out=${3:?output folder}; runs=${4:?PRECISION:SEED ...}
@@ -16,7 +16,7 @@ c["tracking"]["uri"] = f"sqlite:///{sys.argv[5]}/mlflow.db"
 json.dump(c, open(sys.argv[2], "w"), indent=1)
 PY
   echo "== $dev $prec seed $seed"
-  RAG_THREADS=1 python3 -m rag --record "$out/record-$dev-$prec-$seed.json" train --seed "$seed" \
+  RAG_THREADS=1 python3 -m rag train --seed "$seed" \
     --config "$d/train.json" "$w/config/eval_nq.json" --variant rag_token_bm25 --train-data "$w/data/train.jsonl" \
     --generator "$w/generator" --passages "$w/corpus/passages.tsv" --bm25 "$w/bm25" --checkpoint-dir "$d/ckpt" \
     --config-hash gpu-check --out "$d/model" --dev "$w/data/dev.jsonl" --test "$w/data/test.jsonl" \

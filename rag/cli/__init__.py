@@ -35,8 +35,6 @@ MODULES = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rag", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    parser.add_argument("--record", metavar="JSON", help="write the command's resource record here when it ends: "
-                        "wall and CPU time, peak RSS (and peak GPU memory), measured in this process (rag.resources)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in MODULES:
         module = importlib.import_module(name)
@@ -47,18 +45,17 @@ def build_parser() -> argparse.ArgumentParser:
 # The collector's thresholds of a ``rag`` process (CPython's default: 700, 10, 10). A model command's
 # imports (torch, transformers, MLflow) leave about half a million long-lived objects, and at the
 # default each quarter of growth starts a full collection over all of them: about 1 s of a job's
-# start-up. Collections still run, after every 50,000 objects a command allocates net (docs/warm_start.md).
+# start-up. Collections still run, after every 50,000 objects a command allocates net.
 PROGRAM_GC_THRESHOLDS = (50_000, 20, 20)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The ``rag`` command. Run as a program (``argv`` None): inside a Snakemake run with warm start
-    (``RAG_WARM_SOCKET``, rag.warm), the command runs in a child of the warm server instead; a
-    command that returns ends the process at once (:func:`leave`)."""
+    """The ``rag`` command. Run as a program (``argv`` None), a command that returns ends the
+    process at once (:func:`leave`)."""
     if argv is not None:
-        return _main(argv)
+        return _run(build_parser().parse_args(argv))
     gc.set_threshold(*PROGRAM_GC_THRESHOLDS)
-    leave(_main(None))
+    leave(_run(build_parser().parse_args(None)))
 
 
 def leave(code: int) -> NoReturn:
@@ -80,34 +77,6 @@ def leave(code: int) -> NoReturn:
         except (OSError, ValueError):  # a closed or broken pipe: nothing left to write to
             pass
     os._exit(code)
-
-
-def _main(argv: list[str] | None) -> int:
-    if argv is None:
-        from rag import warm  # the standard library only: nothing to slow a start-up
-
-        if os.environ.get(warm.ENV):
-            code = warm.run_remote(sys.argv[1:], os.environ[warm.ENV])
-            if code is not None:
-                return code
-    from rag.resources import JobMeter
-
-    meter = JobMeter()
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not args.record:
-        return _run(args)
-    code = 1
-    try:
-        code = _run(args)
-        return code
-    except SystemExit as exc:  # SIGTERM (143), an argparse error in a subcommand
-        code = exc.code if isinstance(exc.code, int) else 1
-        raise
-    finally:
-        from rag.resources import write_record
-
-        write_record(args.record, meter.record(sys.argv[1:] if argv is None else list(argv), args.command, code))
 
 
 def _run(args) -> int:

@@ -13,7 +13,6 @@ from rag.io import lock_holder
 from rag.manifest import sha256_files
 from rag.retrieval import FILE_ROLES
 from rag.tasks import RETRIEVERS, ROLES, TASKS, VARIANTS, variant_spec
-from rag.warm import WarmStart
 
 # load_config validates against workflow/schemas/config.schema.yaml (the same file) and stops
 # with one line naming the key; snakemake.utils.validate would print a whole jsonschema dump.
@@ -67,12 +66,6 @@ CONDA = "../../envs/rag.yaml"
 RES = CFG.get("resources", {})
 # evaluate_in_train_job: the train rule also writes the dev/test predictions and metrics (no evaluate rule)
 FUSED_EVAL = CFG["evaluate_in_train_job"]
-# warm start (rag.warm, opt-in): the rag commands of a local run fork from one process that imported
-# torch, transformers and MLflow once; cluster jobs and conda/apptainer jobs run their own interpreter
-WARM = WarmStart(CFG["warm_start"], f"{R}/logs/warm_start.log", local=workflow.local_exec,
-                 deployment=[m.name.lower() for m in workflow.deployment_settings.deployment_method])
-
-
 def check_run_locks():
     """Stop before any job starts where a job this run would start writes a checkpoint folder
     (params.ckpt: train, pretrain_generator) whose run lock (rag.io.run_lock) a live process holds:
@@ -89,15 +82,6 @@ def check_run_locks():
 
 onstart:
     check_run_locks()
-    WARM.start()
-
-
-onsuccess:
-    WARM.stop()
-
-
-onerror:
-    WARM.stop()
 
 
 EVAL_OUTPUTS = {
@@ -122,14 +106,10 @@ def res(rule_name, key, default):
     return RES.get(rule_name, {}).get(key, RES.get("default", {}).get(key, default))
 
 
-def record(rule_name):
-    """The job's resource record (`rag --record`, rag.resources: wall and CPU time, peak memory measured
-    in the process that does the work): results/<name>/resources/<rule>/<its wildcard values>.json."""
-
-    def path(wildcards):
-        return f"{R}/resources/{rule_name}/{'-'.join(map(str, wildcards)) or rule_name}.json"
-
-    return path
+def benchmark_file(rule_name, *wildcards):
+    """The job's resource record, Snakemake's benchmark file (wall and CPU time, peak memory; read by
+    rag.resources): results/<name>/resources/<rule>/<its wildcard values, joined by ->.tsv."""
+    return f"{R}/resources/{rule_name}/{'-'.join(f'{{{w}}}' for w in wildcards) or rule_name}.tsv"
 
 
 def local_sha256(key):
@@ -212,37 +192,6 @@ def init_from(wildcards):
     """The source task's model of the same variant and seed (config key tasks.<task>.init_from)."""
     src = CFG["tasks"][wildcards.task].get("init_from")
     return {"init": f"{R}/runs/{src}/{wildcards.variant}/seed{wildcards.seed}/model"} if src else {}
-
-
-# a fine-tuning step's relative cost by what it trains: the question encoder's backward pass,
-# its forward pass only (frozen), no dense encoder (BM25), no retrieval (closed-book BART)
-STEP_COST = {"trained": 8, "frozen": 5, "bm25": 4, "none": 1}
-
-
-def task_steps(task):
-    """A task's fine-tuning steps, as its train_<task> section resolves them (tasks.<task>.steps, else train.steps)."""
-    return SECTIONS[f"train_{task}"]["train"]["steps"]
-
-
-LONGEST_FINE_TUNE = max(task_steps(t) for t in TASK_NAMES) * STEP_COST["trained"]
-
-
-def train_priority(wildcards):
-    """Fine-tunes other jobs wait for go first (init_from sources; the NQ models of Figure 3, the
-    hot-swap and the oracle), then the others longest first (steps x STEP_COST, 0-9), so the DAG
-    does not end with one core idle behind a long job."""
-    task, variant = wildcards.task, wildcards.variant
-    feeds = (any(CFG["tasks"][t].get("init_from") == task and variant in TASK_VARIANTS[t] for t in TASK_NAMES)
-             or (task in (TOPK_TASK, HOTSWAP_TASK) and variant in rag_variants(task)))
-    spec = variant_spec(variant)
-    kind = ("none" if spec.retriever is None else "bm25" if spec.retriever == "bm25" else
-            "trained" if spec.train_question_encoder else "frozen")
-    return (20 if feeds else 0) + min(9, round(9 * task_steps(task) * STEP_COST[kind] / LONGEST_FINE_TUNE))
-
-
-# Figure 3's K sweep, the oracle and the hot-swap: long decodes at the end of the DAG, started as
-# soon as their model is there (above every fine-tune nothing waits for)
-EXPERIMENT_PRIORITY = 10
 
 
 def run_files(kind):

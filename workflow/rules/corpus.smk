@@ -13,13 +13,14 @@ if CFG["corpus"]["source"] == "miniworld":
             restatements=f"{R}/corpus/{{corpus}}/restatements.jsonl",
         params:
             snapshot=lambda w: "b" if w.corpus == f"{NAME}_b" else "a",
-            record=record("corpus_miniworld"),
+        benchmark:
+            benchmark_file("corpus_miniworld", "corpus"),
         log:
             f"{R}/logs/corpus/{{corpus}}.log",
         conda:
             CONDA
         shell:
-            "rag --record {params.record:q} corpus --config {input.cfg:q} --snapshot {params.snapshot:q} --out {output.passages:q} "
+            "rag corpus --config {input.cfg:q} --snapshot {params.snapshot:q} --out {output.passages:q} "
             "--restatements {output.restatements:q} 2> {log:q}"
 
 else:
@@ -34,13 +35,14 @@ else:
         resources:
             runtime=res("corpus_convert", "runtime", 180),
             mem_mb=res("corpus_convert", "mem_mb", 8000),
+        benchmark:
+            benchmark_file("corpus_convert"),
         log:
             f"{R}/logs/corpus/{NAME}.log",
         params:
-            record=record("corpus_convert"),
             # a local corpus: its sha256 (common.smk LOCAL_SHA256), so other content re-runs the job
             **({"source_sha256": local_sha256("corpus.path")} if local_sha256("corpus.path") else {}),
         conda:
             CONDA
         shell:
-            "rag --record {params.record:q} corpus --config {input.cfg:q} --input {input.source:q} --out {output.passages:q} 2> {log:q}"
+            "rag corpus --config {input.cfg:q} --input {input.source:q} --out {output.passages:q} 2> {log:q}"

@@ -46,17 +46,18 @@ if CORPUS["source"] == "download":
             url=lambda w: CORPUS["url"],  # a function: its value is not formatted with wildcards ({...} in a URL)
             sha=SHA_ARG(CORPUS.get("sha256")),
             http=HTTP_ARG,
-            record=record("download_corpus"),
         retries: 3
         resources:
             runtime=res("download", "runtime", 240),
             mem_mb=res("download", "mem_mb", 2000),
+        benchmark:
+            benchmark_file("download_corpus"),
         log:
             f"{R}/logs/download/corpus-{NAME}.log",
         conda:
             CONDA
         shell:
-            "rag --record {params.record:q} download --url {params.url:q} --out {output:q} {params.sha:q} {params.http:q} 2> {log:q}"
+            "rag download --url {params.url:q} --out {output:q} {params.sha:q} {params.http:q} 2> {log:q}"
 
 
 if TASK_DOWNLOADS:
@@ -71,14 +72,15 @@ if TASK_DOWNLOADS:
             url=lambda w: TASK_DOWNLOADS[(w.task, w.filename)][0],
             sha=lambda w: SHA_ARG(TASK_DOWNLOADS[(w.task, w.filename)][1]),
             http=HTTP_ARG,
-            record=record("download_task_file"),
         retries: 3
         resources:
             runtime=res("download", "runtime", 240),
             mem_mb=res("download", "mem_mb", 2000),
+        benchmark:
+            benchmark_file("download_task_file", "task", "filename"),
         log:
             f"{R}/logs/download/{{task}}-{{filename}}.log",
         conda:
             CONDA
         shell:
-            "rag --record {params.record:q} download --url {params.url:q} --out {output:q} {params.sha:q} {params.http:q} 2> {log:q}"
+            "rag download --url {params.url:q} --out {output:q} {params.sha:q} {params.http:q} 2> {log:q}"

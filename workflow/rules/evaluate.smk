@@ -15,18 +15,19 @@ if not FUSED_EVAL:  # otherwise the train rule decodes dev/test itself (config k
             **EVAL_OUTPUTS,
         params:
             retrieval=lambda w, input: retrieval_args(w, input),
-            record=record("evaluate"),
         threads: CFG["threads"]
         resources:
             runtime=res("evaluate", "runtime", 60),
             mem_mb=res("evaluate", "mem_mb", 4000),
             gpu=res("evaluate", "gpu", 0),
+        benchmark:
+            benchmark_file("evaluate", "task", "variant", "seed"),
         log:
             f"{R}/logs/evaluate/{{task}}-{{variant}}-seed{{seed}}.log",
         conda:
             CONDA
         shell:
-            "RAG_THREADS={threads:q} rag --record {params.record:q} evaluate --seed {wildcards.seed:q} --config {input.cfg:q} --variant {wildcards.variant:q} "
+            "RAG_THREADS={threads:q} rag evaluate --seed {wildcards.seed:q} --config {input.cfg:q} --variant {wildcards.variant:q} "
             "--model-dir {input.model:q} {params.retrieval:q} --dev {input.dev:q} --test {input.test:q} "
             "--dev-predictions {output.dev_predictions:q} --dev-metrics {output.dev_metrics:q} "
             "--test-predictions {output.test_predictions:q} --test-metrics {output.test_metrics:q} 2> {log:q}"
@@ -44,15 +45,15 @@ rule topk_sweep:
         f"{R}/experiments/topk/{{task}}/{{variant}}/seed{{seed}}.json",
     params:
         retrieval=lambda w, input: retrieval_args(w, input),
-        record=record("topk_sweep"),
-    priority: EXPERIMENT_PRIORITY
     threads: CFG["threads"]
+    benchmark:
+        benchmark_file("topk_sweep", "task", "variant", "seed"),
     log:
         f"{R}/logs/topk/{{task}}-{{variant}}-seed{{seed}}.log",
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads:q} rag --record {params.record:q} topk-sweep --seed {wildcards.seed:q} --config {input.cfg:q} --experiments-config {input.exp:q} "
+        "RAG_THREADS={threads:q} rag topk-sweep --seed {wildcards.seed:q} --config {input.cfg:q} --experiments-config {input.exp:q} "
         "--variant {wildcards.variant:q} --test {input.test:q} --test-predictions {input.test_predictions:q} --model-dir {input.model:q} "
         "{params.retrieval:q} --out {output:q} 2> {log:q}"
 
@@ -66,16 +67,15 @@ rule oracle:
         test=f"{R}/data/{{task}}/test.jsonl",
     output:
         f"{R}/experiments/oracle/{{task}}/{{variant}}/seed{{seed}}.json",
-    priority: EXPERIMENT_PRIORITY
     threads: CFG["threads"]
+    benchmark:
+        benchmark_file("oracle", "task", "variant", "seed"),
     log:
         f"{R}/logs/oracle/{{task}}-{{variant}}-seed{{seed}}.log",
-    params:
-        record=record("oracle"),
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads:q} rag --record {params.record:q} oracle --seed {wildcards.seed:q} --config {input.cfg:q} --variant {wildcards.variant:q} --model-dir {input.model:q} "
+        "RAG_THREADS={threads:q} rag oracle --seed {wildcards.seed:q} --config {input.cfg:q} --variant {wildcards.variant:q} --model-dir {input.model:q} "
         "--passages {input.passages:q} --test {input.test:q} --out {output:q} 2> {log:q}"
 
 
@@ -94,16 +94,15 @@ rule hotswap:
         index_b=index_file(f"{NAME}_b"),
     output:
         f"{R}/experiments/hotswap/{{variant}}/seed{{seed}}.json",
-    priority: EXPERIMENT_PRIORITY
     threads: CFG["threads"]
+    benchmark:
+        benchmark_file("hotswap", "variant", "seed"),
     log:
         f"{R}/logs/hotswap/{{variant}}-seed{{seed}}.log",
-    params:
-        record=record("hotswap"),
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads:q} rag --record {params.record:q} hotswap --seed {wildcards.seed:q} --config {input.cfg:q} --variant {wildcards.variant:q} "
+        "RAG_THREADS={threads:q} rag hotswap --seed {wildcards.seed:q} --config {input.cfg:q} --variant {wildcards.variant:q} "
         "--model-dir {input.model:q} --questions {input.questions:q} "
         "--passages-a {input.passages_a:q} --embeddings-a {input.emb_a:q} --index-a {input.index_a:q} "
         "--passages-b {input.passages_b:q} --embeddings-b {input.emb_b:q} --index-b {input.index_b:q} --out {output:q} 2> {log:q}"

@@ -10,18 +10,19 @@ rule encode_shard:
         f"{R}/index/{{corpus}}/{ENCODER}/emb-{{shard}}.npy",
     params:
         shards=CFG["retriever"]["shards"],
-        record=record("encode_shard"),
     threads: 1
     resources:
         runtime=res("encode_shard", "runtime", 60),
         mem_mb=res("encode_shard", "mem_mb", 4000),
         gpu=res("encode_shard", "gpu", 0),
+    benchmark:
+        benchmark_file("encode_shard", "corpus", "shard"),
     log:
         f"{R}/logs/encode/{{corpus}}-{ENCODER}-{{shard}}.log",
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads:q} rag --record {params.record:q} encode --config {input.cfg:q} --passages {input.passages:q} "
+        "RAG_THREADS={threads:q} rag encode --config {input.cfg:q} --passages {input.passages:q} "
         "--shard {wildcards.shard:q} --num-shards {params.shards:q} --out {output:q} 2> {log:q}"
 
 
@@ -35,14 +36,14 @@ rule build_index:
     resources:
         runtime=res("build_index", "runtime", 60),
         mem_mb=res("build_index", "mem_mb", 4000),
+    benchmark:
+        benchmark_file("build_index", "corpus"),
     log:
         f"{R}/logs/index/{{corpus}}-{ENCODER}.log",
-    params:
-        record=record("build_index"),
     conda:
         CONDA
     shell:
-        "rag --record {params.record:q} index --config {input.cfg:q} --embeddings {input.shards:q} --out {output.index:q} --stats {output.stats:q} 2> {log:q}"
+        "rag index --config {input.cfg:q} --embeddings {input.shards:q} --out {output.index:q} --stats {output.stats:q} 2> {log:q}"
 
 
 rule build_bm25:
@@ -50,11 +51,11 @@ rule build_bm25:
         passages=f"{R}/corpus/{{corpus}}/passages.tsv",
     output:
         directory(f"{R}/index/{{corpus}}/bm25"),
+    benchmark:
+        benchmark_file("build_bm25", "corpus"),
     log:
         f"{R}/logs/index/{{corpus}}-bm25.log",
-    params:
-        record=record("build_bm25"),
     conda:
         CONDA
     shell:
-        "rag --record {params.record:q} bm25 --passages {input.passages:q} --out {output:q} 2> {log:q}"
+        "rag bm25 --passages {input.passages:q} --out {output:q} 2> {log:q}"

@@ -17,13 +17,14 @@ rule report:
         url=lambda w: CFG["tracking"]["ui_url"],  # a function: not formatted with wildcards
         samples=CFG["report"]["samples_per_task"],
         train_data=train_data_args,
-        record=record("report"),
+    benchmark:
+        benchmark_file("report"),
     log:
         f"{R}/logs/report.log",
     conda:
         CONDA
     shell:
-        "rag --record {params.record:q} report --metrics {input.metrics:q} --predictions {input.predictions:q} --topk {input.topk:q} "
+        "rag report --metrics {input.metrics:q} --predictions {input.predictions:q} --topk {input.topk:q} "
         "--hotswap {input.hotswap:q} --oracle {input.oracle:q} --train-data {params.train_data:q} --passages {input.passages:q} --scale-json {input.cfg:q} "
         "--out {output.html:q} --table1 {output.table1:q} --table2 {output.table2:q} --table5 {output.table5:q} "
         "--table6 {output.table6:q} --tracking-url {params.url:q} --samples-per-task {params.samples:q} 2> {log:q}"

@@ -23,12 +23,13 @@ rule init_store:
     output:
         f"{R}/mlflow.ready",
     params:
-        record=record("init_store"),
         uri=lambda w: CFG["tracking"]["uri"],  # a function: not formatted with wildcards
+    benchmark:
+        benchmark_file("init_store"),
     log:
         f"{R}/logs/init_store.log",
     localrule: True
     conda:
         CONDA
     shell:
-        "rag --record {params.record:q} init-store --uri {params.uri:q} --marker {output:q} 2> {log:q}"
+        "rag init-store --uri {params.uri:q} --marker {output:q} 2> {log:q}"

@@ -15,14 +15,14 @@ if MINIWORLD_TASKS:
             test=f"{R}/data/{{task}}/test.jsonl",
         wildcard_constraints:
             task="|".join(MINIWORLD_TASKS),
+        benchmark:
+            benchmark_file("task_data", "task"),
         log:
             f"{R}/logs/tasks/{{task}}.log",
-        params:
-            record=record("task_data"),
         conda:
             CONDA
         shell:
-            "rag --record {params.record:q} tasks --config {input.cfg:q} --out-train {output.train:q} --out-dev {output.dev:q} --out-test {output.test:q} 2> {log:q}"
+            "rag tasks --config {input.cfg:q} --out-train {output.train:q} --out-dev {output.dev:q} --out-test {output.test:q} 2> {log:q}"
 
 
 if FILE_TASKS:
@@ -40,16 +40,17 @@ if FILE_TASKS:
         resources:
             runtime=res("task_data", "runtime", 60),
             mem_mb=res("task_data", "mem_mb", 4000),
+        benchmark:
+            benchmark_file("task_files", "task"),
         log:
             f"{R}/logs/tasks/{{task}}.log",
         params:
-            record=record("task_files"),
             # local task files: their sha256 (common.smk LOCAL_SHA256), so other content re-runs the job
             **({"source_sha256": lambda w: local_sha256(f"tasks.{w.task}.files")} if local_sha256("tasks") else {}),
         conda:
             CONDA
         shell:
-            "rag --record {params.record:q} tasks --config {input.cfg:q} --in-train {input.src_train:q} --in-dev {input.src_dev:q} --in-test {input.src_test:q} "
+            "rag tasks --config {input.cfg:q} --in-train {input.src_train:q} --in-dev {input.src_dev:q} --in-test {input.src_test:q} "
             "--out-train {output.train:q} --out-dev {output.dev:q} --out-test {output.test:q} 2> {log:q}"
 
 
@@ -58,11 +59,11 @@ rule hotswap_data:
         cfg=section("corpus"),
     output:
         f"{R}/data/hotswap/questions.jsonl",
+    benchmark:
+        benchmark_file("hotswap_data"),
     log:
         f"{R}/logs/tasks/hotswap.log",
     conda:
         CONDA
-    params:
-        record=record("hotswap_data"),
     shell:
-        "rag --record {params.record:q} hotswap-data --config {input.cfg:q} --out {output:q} 2> {log:q}"
+        "rag hotswap-data --config {input.cfg:q} --out {output:q} 2> {log:q}"

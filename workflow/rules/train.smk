@@ -12,19 +12,20 @@ rule pretrain_generator:
     params:
         restatements=lambda w, input: ["--restatements", input.restatements] if "restatements" in input.keys() else [],
         ckpt=f"{R}/generator/checkpoint",
-        record=record("pretrain_generator"),
     priority: 50  # the critical path: every fine-tune waits for it
     threads: 8  # snakemake lowers it to --cores on a small machine
     resources:
         runtime=res("pretrain_generator", "runtime", 120),
         mem_mb=res("pretrain_generator", "mem_mb", 8000),
         gpu=res("pretrain_generator", "gpu", 0),
+    benchmark:
+        benchmark_file("pretrain_generator"),
     log:
         f"{R}/logs/pretrain_generator.log",
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads:q} rag --record {params.record:q} pretrain --config {input.cfg:q} --passages {input.passages:q} {params.restatements:q} "
+        "RAG_THREADS={threads:q} rag pretrain --config {input.cfg:q} --passages {input.passages:q} {params.restatements:q} "
         "--checkpoint-dir {params.ckpt:q} --out {output:q} 2> {log:q}"
 
 
@@ -43,7 +44,6 @@ rule train:
         **(EVAL_OUTPUTS if FUSED_EVAL else {}),
     params:
         retrieval=lambda w, input: retrieval_args(w, input),
-        record=record("train"),
         init=lambda w, input: ["--init-from", input.init] if "init" in input.keys() else [],
         ckpt=f"{RUN}/checkpoint",
         config_hash=train_config_hash,
@@ -51,17 +51,18 @@ rule train:
         # train.ddp_processes > 1: data-parallel training, one process per device, through torchrun
         launcher=(["torchrun", "--standalone", "--nproc-per-node", str(CFG["train"]["ddp_processes"]), "-m"]
                   if CFG["train"]["ddp_processes"] > 1 else []),
-    priority: train_priority
     threads: CFG["threads"]
     resources:
         runtime=res("train", "runtime", 60),
         mem_mb=res("train", "mem_mb", 4000),
         gpu=res("train", "gpu", 0),
+    benchmark:
+        benchmark_file("train", "task", "variant", "seed"),
     log:
         f"{R}/logs/train/{{task}}-{{variant}}-seed{{seed}}.log",
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads:q} {params.launcher:q} rag --record {params.record:q} train --seed {wildcards.seed:q} --config {input.cfg:q} --variant {wildcards.variant:q} "
+        "RAG_THREADS={threads:q} {params.launcher:q} rag train --seed {wildcards.seed:q} --config {input.cfg:q} --variant {wildcards.variant:q} "
         "--train-data {input.data:q} --generator {input.generator:q} {params.retrieval:q} {params.init:q} "
         "--checkpoint-dir {params.ckpt:q} --config-hash {params.config_hash:q} --out {output.model:q} {params.evaluate:q} 2> {log:q}"
