@@ -48,9 +48,10 @@ KNOWN_DIMS = {
 # character in Python, so real corpora can take more.
 PASSAGE_OVERHEAD = 192
 LINE_BYTES_PER_WORD = 7.2
-# A retrieving job's resident memory beyond its index: Python, torch, transformers, faiss, the MiniLM
-# question encoder, the touched pages of the passages and the embeddings (benchmarks/bench_retrieval_job.py:
-# peak RSS less the index's bytes, 2,000,000 passages x 384, rounded up; benchmarks/README.md)
+# A retrieving job's resident memory beyond its index: Python, torch, transformers, faiss, the question
+# encoder, the touched pages of the passages and the embeddings. Measured 0.68 GB with MiniLM
+# (benchmarks/bench_retrieval_job.py: peak RSS less the index's bytes, 2,000,000 passages x 384;
+# benchmarks/README.md); 1.5 GB leaves room for a bert-base question encoder (0.44 GB of fp32 weights).
 RETRIEVING_PROCESS = 1_500_000_000
 CHUNK_BYTES_ROWS = 65_536  # rag.retrieval.index.CHUNK_ROWS: the build holds one chunk (and IVF-PQ its sample)
 
