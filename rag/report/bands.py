@@ -104,14 +104,14 @@ def cell_metrics(task: str, variant: str) -> list[str]:
 def cell_error(band: Band) -> str | None:
     """What makes ``band`` name a cell no run can have (a task, variant, split or metric the registry
     does not know, or a metric its task and variant do not record), or None."""
-    from rag.tasks import TASKS, VARIANTS
+    from rag.tasks import EVAL_SPLITS, TASKS, VARIANTS
 
     if band.task not in TASKS:
         return f"unknown task {band.task!r} (known: {', '.join(TASKS)})"
     if band.variant not in VARIANTS:
         return f"unknown variant {band.variant!r} (known: {', '.join(VARIANTS)})"
-    if band.split not in SPLITS:
-        return f"unknown split {band.split!r} (known: {', '.join(SPLITS)})"
+    if band.split not in EVAL_SPLITS:
+        return f"unknown split {band.split!r} (known: {', '.join(EVAL_SPLITS)})"
     known = cell_metrics(band.task, band.variant)
     recall = _RECALL.fullmatch(band.metric)
     if band.metric not in known and not (recall and f"{recall.group(1)}_recall@K" in known):
