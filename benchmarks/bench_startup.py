@@ -27,13 +27,13 @@ def _commands(folder: Path) -> dict[str, list[str]]:
     import yaml
 
     from rag.config import load_config, sections
+    from rag.data.corpus import write_passages
     from rag.io import write_json
 
     cfg = load_config(yaml.safe_load((ROOT / "config.yaml").read_text()))
     write_json(folder / "encode.json", sections(cfg)["encode"])
-    rows = ["id\ttitle\ttext"] + [f"p{i}\tTitle {i}\tpassage number {i} about the river that flows past the town"
-                                  for i in range(4)]
-    (folder / "passages.tsv").write_text("\n".join(rows) + "\n")
+    write_passages(folder / "passages.tsv", [(f"p{i}", f"Title {i}", f"passage number {i} about the river that flows past the town")
+                                             for i in range(4)])
     return {
         "rag init-store": ["rag", "init-store", "--uri", f"sqlite:///{folder}/m.db", "--marker", str(folder / "m.json")],
         "rag encode (4 passages)": ["rag", "encode", "--config", str(folder / "encode.json"), "--passages",

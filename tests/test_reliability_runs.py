@@ -420,11 +420,11 @@ def _mismatched_indexes(upstream, folder: Path) -> dict[str, tuple[Path, str]]:
     out = {}
     short = faiss.IndexFlatIP(emb.shape[1])
     short.add(emb[:2])
-    out["two of four"] = (folder / "short.faiss", "holds 2 vectors of dimension 384, not the 4 of dimension 384")
+    out["two of four"] = (folder / "short.faiss", "holds 2 vectors of dimension 384, the 4 passages of")
     faiss.write_index(short, str(out["two of four"][0]))
     narrow = faiss.IndexFlatIP(8)
     narrow.add(np.ascontiguousarray(emb[:, :8]))
-    out["wrong dimension"] = (folder / "narrow.faiss", "holds 4 vectors of dimension 8, not the 4 of dimension 384")
+    out["wrong dimension"] = (folder / "narrow.faiss", "holds 4 vectors of dimension 8, the 4 passages of")
     faiss.write_index(narrow, str(out["wrong dimension"][0]))
     whole = upstream.index.read_bytes()
     out["truncated"] = (folder / "truncated.faiss", "unreadable FAISS index")
@@ -449,6 +449,8 @@ def test_an_index_that_does_not_index_the_passages_stops_the_job_naming_it(upstr
     assert main(argv) == 2
     err = _error(capsys)
     assert err.startswith(f"error: {index}: ") and says in err and "run again to rebuild it" in err, err
+    if "passages of" in says:
+        assert f"passages of {upstream.passages} need 4 of dimension 384: it was built over other embeddings" in err
     written = [p.relative_to(run) for p in run.rglob("*") if p.is_file() and p.name != "run.lock"]
     assert written == [], f"the refused job wrote {written}"
     assert len(_runs(upstream.uri)) == before

@@ -272,9 +272,10 @@ def load_index(path: str | Path, rows: int | None = None, dim: int | None = None
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise DataError(f"{path}: unreadable FAISS index ({reason[:200]}); delete it and run again to rebuild it") from None
     if (rows is not None and index.ntotal != rows) or (dim is not None and index.d != dim):
-        raise DataError(f"{path}: the index holds {index.ntotal:,} vectors of dimension {index.d}, not the "
-                        f"{rows if rows is not None else index.ntotal:,} of dimension {dim if dim is not None else index.d} "
-                        f"{of or 'expected'}; it was built over other embeddings: delete it and run again to rebuild it")
+        want = f"{rows if rows is not None else index.ntotal:,} of dimension {dim if dim is not None else index.d}"
+        raise DataError(f"{path}: the index holds {index.ntotal:,} vectors of dimension {index.d}, "
+                        f"{of + ' need' if of else 'expected'} {want}: it was built over other embeddings; delete it and "
+                        f"run again to rebuild it")
     return index
 
 
