@@ -29,14 +29,18 @@ from pathlib import Path
 from benchmarks.common import ROOT
 
 
-def sweep_jobs(summary: str, n: int) -> list[dict]:
-    """The first ``n`` NQ RAG-Sequence sweep jobs, by seed, of ``summary`` (the TSV of ``snakemake
-    --detailed-summary``: each output's rule and the shell command that wrote it): their argv (the
-    words after ``rag``, up to the log's redirection) and the experiment file each wrote."""
+def sweep_jobs(summary: str, n: int, task: str | None = None) -> list[dict]:
+    """The first ``n`` RAG-Sequence sweep jobs of ``task`` (default: config.yaml's experiments.topk_task),
+    by seed, of ``summary`` (the TSV of ``snakemake --detailed-summary``: each output's rule and the
+    shell command that wrote it): their argv (the words after ``rag``, up to the log's redirection)
+    and the experiment file each wrote."""
+    import yaml
+
+    task = task or yaml.safe_load((ROOT / "config.yaml").read_text())["experiments"]["topk_task"]
     jobs = []
     for row in csv.DictReader(io.StringIO(summary), delimiter="\t"):
         words = shlex.split(row.get("shellcmd") or "")
-        if row["rule"] != "topk_sweep" or "/nq/rag_sequence/" not in row["output_file"] or "rag" not in words:
+        if row["rule"] != "topk_sweep" or f"/{task}/rag_sequence/" not in row["output_file"] or "rag" not in words:
             continue
         argv = words[words.index("rag") + 1:words.index("2>") if "2>" in words else None]
         jobs.append({"seed": int(argv[argv.index("--seed") + 1]), "argv": argv, "out": argv[argv.index("--out") + 1]})

@@ -117,15 +117,19 @@ def write_passages(path: str | Path, passages: Iterable[dict | tuple[str, str, s
             n += 1
         if n == 0:
             raise DataError(f"{path}: no passages to write")
-        offsets.append(pos)
-        keys = np.frombuffer(hashes, dtype=np.int64)
-        order = np.argsort(keys, kind="stable")
-        table = np.empty((3, n + 1), dtype=np.int64)
-        table[0] = np.frombuffer(offsets, dtype=np.int64)
-        table[1, :n], table[1, n] = keys[order], np.iinfo(np.int64).max
-        table[2, :n], table[2, n] = order, -1
+    offsets.append(pos)
+    keys = np.frombuffer(hashes, dtype=np.int64)
+    order = np.argsort(keys, kind="stable")
+    table = np.empty((3, n + 1), dtype=np.int64)
+    table[0] = np.frombuffer(offsets, dtype=np.int64)
+    table[1, :n], table[1, n] = keys[order], np.iinfo(np.int64).max
+    table[2, :n], table[2, n] = order, -1
+    try:
         with atomic_path(rows_path(path)) as tmp, open(tmp, "wb") as tfh:
             np.save(tfh, table)
+    except BaseException:
+        Path(path).unlink(missing_ok=True)  # no passages without their row table
+        raise
     return n
 
 
