@@ -54,6 +54,17 @@ def write_shards(folder: Path, n: int, shards: int, clusters: int) -> list[Path]
     return paths
 
 
+def scratch(prefix: str, base_dir: str | None, threads: int) -> tuple[Path, dict]:
+    """A fresh folder for a section's files (under ``base_dir``, else the system's temporary one) and
+    the environment its `rag` processes run in (this tree first on PYTHONPATH, ``threads`` threads)."""
+    if base_dir:
+        Path(base_dir).mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir=base_dir or None))
+    env = {**os.environ, "RAG_THREADS": str(threads), "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    return work, env
+
+
 def measure(cmd: list[str], env: dict, cwd: Path = ROOT, stdout: bool = False) -> dict:
     """Run ``cmd`` under /usr/bin/time -v (when present): wall seconds, peak RSS bytes (time -v's and
     ``wait4``'s), CPU seconds (and with ``stdout``, the last line the command printed)."""
@@ -96,12 +107,7 @@ def run(args) -> dict:
     n = 20_000 if args.quick else args.index_build_n
     shards_n = args.index_build_shards
     kinds = [k for k in args.index_build_kinds.split(",") if k]
-    base_dir = args.index_build_dir or None
-    if base_dir:
-        Path(base_dir).mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="rag-index-build-", dir=base_dir))
-    env = {**os.environ, "RAG_THREADS": str(args.threads), "PYTHONPATH": os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    work, env = scratch("rag-index-build-", args.index_build_dir, args.threads)
     rows, table = [], []
     try:
         paths = write_shards(work, n, shards_n, clusters=50 if args.quick else 1000)

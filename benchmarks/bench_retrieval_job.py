@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -139,18 +138,13 @@ def probe(argv: list[str]) -> None:
 
 
 def run(args) -> dict:
-    from benchmarks.bench_index_build import measure
+    from benchmarks.bench_index_build import measure, scratch
     from rag.retrieval.index import index_bytes
 
     n = 20_000 if args.quick else args.retrieval_job_n
     shards = args.retrieval_job_shards
     kinds = [k for k in args.retrieval_job_kinds.split(",") if k]
-    base_dir = args.retrieval_job_dir or None
-    if base_dir:
-        Path(base_dir).mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="rag-retrieval-job-", dir=base_dir))
-    env = {**os.environ, "RAG_THREADS": str(args.threads), "PYTHONPATH": os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    work, env = scratch("rag-retrieval-job-", args.retrieval_job_dir, args.threads)
     rows = []
     try:
         t = time.perf_counter()
