@@ -133,7 +133,7 @@ def probe(argv: list[str]) -> None:
             first = time.perf_counter()
     print(json.dumps({"mode": a.mode, "imports_s": imported - start, "retriever_s": built - imported,
                       "question_encoder_load_s": sum(encoder_s), "files_s": built - imported - sum(encoder_s),
-                      "first_step_inputs_s": first - start, "retrieval_files_s": first - imported,
+                      "first_step_inputs_s": first - start,
                       "first_search_s": searches[0], "later_search_s": float(np.median(searches[1:])) if len(searches) > 1 else None}))
 
 
