@@ -2,10 +2,11 @@
 
 The jobs are Snakemake's: the DAG it plans for the config (:func:`snakemake_dag`, through its API),
 each rule's jobs with the ``mem_mb`` / ``runtime`` / ``gpu`` they request under a profile, as
-``snakemake --dry-run --profile <it>`` resolves them. The plan adds what Snakemake cannot know, by
-arithmetic only (no torch, no FAISS): the passages and their embeddings' bytes, the index's memory
-and disk for the flat, HNSW (its M) and IVF-PQ (its code size) types
-(:func:`rag.retrieval.index.index_bytes`, checked against built indexes in the tests), encoding and
+``snakemake --dry-run --profile <it>`` resolves them. The plan adds what Snakemake cannot know: by
+arithmetic, the passages and their embeddings' bytes, the index's memory and disk for the flat, HNSW
+(its M) and IVF-PQ (its code size) types (:func:`rag.retrieval.index.index_bytes`, checked against
+built indexes in the tests); a fine-tune's models (weights, gradients, optimizer state, activations at
+its K and batch: :func:`rag.models.sizing.fine_tune_memory`, on the GPU or beside the index); encoding and
 training time from throughputs measured on a named device (none is assumed for a device nobody
 measured: "not measured"), and flags a request below that need.
 
@@ -195,7 +196,7 @@ def passages_memory(p: dict) -> tuple[int | None, str]:
 
 
 # ------------------------------------------------------------------------------------ the DAG
-def snakemake_dag(configfile: Path, profile: Path | None, snakefile: Path, cfg: dict) -> tuple[dict[str, dict], list[str]]:
+def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path, cfg: dict) -> tuple[dict[str, dict], list[str]]:
     """Each rule of the DAG Snakemake plans for a run of the config from empty (through its API, in
     an empty folder holding the config's relative local inputs: one not here yet is an empty file
     there, its key returned second), with ``profile`` read as ``snakemake --profile`` reads it: its
@@ -217,7 +218,7 @@ def snakemake_dag(configfile: Path, profile: Path | None, snakefile: Path, cfg: 
     said = io.StringIO()  # the command line's "Using profile ..." and its errors
     try:
         with contextlib.redirect_stderr(said):
-            _, args = parse_args(["--snakefile", str(snakefile.resolve()), "--configfile", str(configfile.resolve()),
+            _, args = parse_args(["--snakefile", str(snakefile.resolve()), "--configfile", *(str(c.resolve()) for c in configfiles),
                                   "--dry-run", "--profile", str(profile or "none")])
     except SystemExit:
         raise ConfigError(f"{profile}: profile not found or not valid (--profile: a profile folder or its config file): "
@@ -283,6 +284,8 @@ class Need:
     memory: float | None = None  # bytes
     memory_lower_bound: bool = False  # parts of it not estimated: the need is at least this
     memory_how: str = ""
+    gpu_memory: float | None = None  # bytes on one GPU (a process' models), where the job runs on one
+    gpu_memory_how: str = ""
     seconds: float | None = None
     seconds_how: str = "not measured"
     gpu: int = 0
@@ -313,9 +316,9 @@ def snakefile_here() -> Path:
     return next((f for f in (Path("Snakefile"), ROOT / "Snakefile") if f.is_file()), ROOT / "Snakefile")
 
 
-def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results: Path, passages: int | None = None,
+def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None, results: Path, passages: int | None = None,
               dim: int | None = None, snakefile: Path | None = None, cores: int | None = None) -> dict:
-    """The plan of ``cfg`` (read from ``config_path``): its sizes, and per rule of the DAG Snakemake
+    """The plan of ``cfg`` (read from ``config_paths``, merged): its sizes, and per rule of the DAG Snakemake
     plans for it (``snakefile``; default :func:`snakefile_here`) the need of its jobs against what
     they request under ``profile_path``, refined by the resource records in ``results``."""
     from rag.retrieval.index import index_bytes, ivf_lists_for, pq_bytes
@@ -345,7 +348,10 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
             if kind == "ivfpq" and pq is None:
                 continue
             indexes[kind] = {**index_bytes(kind, n, d, **kw), "label": label, "configured": kind == r["index"]}
-    dag, missing = snakemake_dag(Path(config_path), profile_path, snakefile or snakefile_here(), cfg)
+    from rag.models.sizing import fine_tune_memory
+
+    sizes["fine_tune"] = fine_tune_memory(cfg)
+    dag, missing = snakemake_dag(config_paths, profile_path, snakefile or snakefile_here(), cfg)
     records = _records(results)
     plans = []  # per rule: its jobs, their need and requests, its CPU time a job from the records (None: none)
     for rule, jobs in dag.items():
@@ -366,11 +372,12 @@ def make_plan(cfg: dict, *, config_path: str, profile_path: Path | None, results
                          f"resource (its jobs get {'the profile' if profile_path else 'no'} default)")
         plans.append({"rule": rule, "jobs": jobs["jobs"],
                       "need": {"memory_bytes": need.memory, "memory_at_least": need.memory_lower_bound,
-                               "memory_how": need.memory_how, "seconds": need.seconds, "seconds_how": need.seconds_how,
+                               "memory_how": need.memory_how, "gpu_memory_bytes": need.gpu_memory,
+                               "gpu_memory_how": need.gpu_memory_how, "seconds": need.seconds, "seconds_how": need.seconds_how,
                                "gpu": need.gpu},
                       "cpu_s_per_job": cpu[0], "cpu_how": cpu[1], "requests": jobs["requests"],
                       "below_need": _below_need(need, jobs["requests"], notes), "notes": notes})
-    return {"config": config_path, "experiment": cfg["name"], "device": device, "precision": cfg["precision"],
+    return {"config": " ".join(map(str, config_paths)), "experiment": cfg["name"], "device": device, "precision": cfg["precision"],
             "threads": cfg["threads"], "profile": str(profile_path) if profile_path else None, "sizes": sizes,
             "inputs_not_here": missing, "indexes": indexes, "throughputs": list(THROUGHPUTS),
             "records": str(results / "resources") if records else None, "rules": plans, "compute": compute(plans, device, cores)}
@@ -380,12 +387,11 @@ def retrieval_memory(rule: str, sizes: dict, index: dict) -> tuple[float, str]:
     """What a job that retrieves densely holds (bytes, and how): the index, the passages' row table
     (memory-mapped: at most all of it) and a retrieving process (:data:`RETRIEVING_PROCESS`); the
     passages and the embeddings are read in place, a row at a time. A hot-swap job holds two
-    snapshots. A lower bound: the generator is not estimated."""
+    snapshots. Without the generator (a fine-tune's models: :func:`rag.models.sizing.fine_tune_memory`)."""
     mult = 2 if rule == "hotswap" else 1
     memory = (index["memory"] + sizes["row_table_bytes"]) * mult + RETRIEVING_PROCESS
     return memory, (("two snapshots of " if mult == 2 else "") + f"the {index['label']} index + the passages' row table + "
-                    f"{RETRIEVING_PROCESS / 1e9:.1f} GB of process (measured); passages and embeddings read in place; "
-                    "the generator not estimated")
+                    f"{RETRIEVING_PROCESS / 1e9:.1f} GB of process (measured); passages and embeddings read in place")
 
 
 def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need:
@@ -419,6 +425,18 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
     elif rule in ("train", "evaluate", "topk_sweep", "hotswap") and index is not None and n:
         need.memory, need.memory_how = retrieval_memory(rule, sizes, index)
         need.memory_lower_bound = True
+        models = sizes["fine_tune"] if rule == "train" else {"why": "decoding's not estimated"}
+        if "why" in models:
+            need.memory_how += f"; the generator not estimated ({models['why']})"
+        else:
+            what = (f"{_gb(models['bytes'])}: " + ", ".join(f"{k} {_gb(v)}" for k, v in models["parts"].items())
+                    + f" ({models['how']})")
+            if device == "cuda":  # the models on the GPU; the host holds what retrieves
+                need.gpu_memory, need.gpu_memory_how = models["bytes"], what
+                need.memory_how += "; the models on the GPU (below)"
+            else:
+                need.memory += models["bytes"]
+                need.memory_how += f"; the fine-tune's models {what}"
         if rule == "train":
             want = {"generator": g, "batch_size": cfg["train"]["batch_size"], "k": cfg["train"]["k"],
                     "question_encoder": r["question_encoder"], "device": device}
@@ -576,6 +594,8 @@ def render(plan: dict) -> str:
                    f"{req[2] if req[2] is not None else '-':>4}  {status}")
         if n["memory_how"]:
             out.append(f"      memory: {n['memory_how']}")
+        if n["gpu_memory_bytes"] is not None:
+            out.append(f"      GPU memory a process: {n['gpu_memory_how']}")
         out.append(f"      time: {n['seconds_how']}")
         out.append("      requests from: " + ", ".join(f"{k} {q[k]['from']}" for k in RESOURCE_KEYS))
         for f in r["below_need"]:

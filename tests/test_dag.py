@@ -69,7 +69,7 @@ def _plan_rules(configfile: Path, tmp_path: Path, profile: Path | None = None) -
     from rag.config import load_config
     from rag.plan import make_plan
 
-    plan = make_plan(load_config(configfile, check_files=False), config_path=str(configfile), profile_path=profile,
+    plan = make_plan(load_config(configfile, check_files=False), config_paths=[Path(configfile)], profile_path=profile,
                      results=tmp_path / "results")
     return plan["rules"]
 

@@ -25,7 +25,14 @@ def cmd_plan(args) -> int:
     for flag in ("passages", "dim", "cores"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise ConfigError(f"--{flag}: at least 1, got {getattr(args, flag)}")
-    cfg = load_config(args.configfile, check_files=False)
+    from snakemake.utils import update_config
+
+    from rag.config import read_config_file
+
+    merged: dict = {}
+    for path in args.configfile:  # as snakemake --configfile merges several: a later file's keys win
+        update_config(merged, read_config_file(path))
+    cfg = load_config(merged, check_files=False)
     if args.no_profile:
         profile = None
     else:
@@ -33,7 +40,7 @@ def cmd_plan(args) -> int:
         if not profile.exists() and (ROOT / args.profile).exists():
             profile = ROOT / args.profile
     results = Path(args.results) if args.results else Path("results") / cfg["name"]
-    plan = make_plan(cfg, config_path=str(args.configfile), profile_path=profile, results=results,
+    plan = make_plan(cfg, config_paths=[Path(p) for p in args.configfile], profile_path=profile, results=results,
                      passages=args.passages, dim=args.dim, cores=args.cores)
     print(json.dumps(plan, indent=2) if args.json else render(plan))
     return 0
@@ -70,7 +77,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("plan", help="what each rule of a config will need (memory, disk, time) against what its jobs request "
                        "(the jobs and requests: Snakemake's DAG, run from ./Snakefile or the checkout's)")
-    p.add_argument("--configfile", default="config.yaml", help="the config (default config.yaml)")
+    p.add_argument("--configfile", nargs="+", default=["config.yaml"],
+                   help="the config (default config.yaml); several are merged as snakemake --configfile merges them")
     p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"Snakemake profile whose requests to check (default {DEFAULT_PROFILE})")
     p.add_argument("--no-profile", action="store_true", help="no profile: the rules' own requests (from the config's resources:)")
     p.add_argument("--results", help="an earlier run's results folder, whose resource records refine the needs "
