@@ -116,8 +116,9 @@ def probe(argv: list[str]) -> None:
         retriever = DenseRetriever(passages, qenc, emb, index, options.score_scale)
     else:
         if a.mode == "in place, index mapped":
-            read = faiss.read_index
-            faiss.read_index = lambda path, flags=0: read(path, flags | faiss.IO_FLAG_MMAP)
+            read = faiss.read_index  # IVF lists mapped by IO_FLAG_MMAP; flat and HNSW codes by IO_FLAG_MMAP_IFC
+            mapping = faiss.IO_FLAG_MMAP if Path(a.index).stem.startswith("ivf") else faiss.IO_FLAG_MMAP_IFC
+            faiss.read_index = lambda path, flags=0: read(path, flags | mapping)
         retriever = DenseRetriever.from_files(files, options, "cpu")
     built = time.perf_counter()
     searches = []
