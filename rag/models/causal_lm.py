@@ -21,6 +21,7 @@ optionally with LoRA adapters (:func:`add_lora`, through ``peft``) and gradient 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -28,6 +29,9 @@ from rag.config_keys import PROMPT_TEMPLATE as DEFAULT_TEMPLATE
 from rag.errors import ConfigError
 from rag.models.interface import Generator, SourceStates
 from rag.models.seq2seq import DEFAULT_CHUNK_OVERHEAD, scored_logprobs
+
+if TYPE_CHECKING:
+    from rag.sections import GeneratorOptions
 
 PAD_TOKEN = "<pad>"  # added when a tokenizer has no pad token of its own, or pads with its EOS
 
@@ -71,19 +75,22 @@ class CausalLMGenerator(Generator):
         prepare_tokenizer(tokenizer, model)
 
     @classmethod
-    def from_options(cls, model, tokenizer, g: dict) -> "CausalLMGenerator":
+    def from_options(cls, model, tokenizer, g: GeneratorOptions) -> "CausalLMGenerator":
         """With the settings of the ``generator`` config group ``g``."""
-        lora = {"rank": g.get("lora_rank", 0), "alpha": g.get("lora_alpha", 16.0),
-                "target_modules": g.get("lora_target_modules")}
-        return cls(model, tokenizer, g["max_source_len"], g["max_target_len"], g.get("prompt_template", DEFAULT_TEMPLATE),
-                   lora, g.get("gradient_checkpointing", False))
+        lora = {"rank": g.lora_rank, "alpha": g.lora_alpha,
+                "target_modules": list(g.lora_target_modules) if g.lora_target_modules else None}
+        return cls(model, tokenizer, g.max_source_len, g.max_target_len, g.prompt_template, lora, g.gradient_checkpointing)
 
     @classmethod
     def load(cls, path, device, max_source_len, max_target_len) -> "CausalLMGenerator":
         model, tok = load_causal_lm(path, device)
-        settings = dict(getattr(model.config, cls.SETTINGS_KEY, None) or {})
-        return cls(model, tok, max_source_len, max_target_len, settings.get("template", DEFAULT_TEMPLATE),
-                   settings.get("lora"), settings.get("gradient_checkpointing", False))
+        settings = getattr(model.config, cls.SETTINGS_KEY, None) or {}
+        missing = [k for k in ("template", "lora", "gradient_checkpointing") if k not in settings]
+        if missing:
+            raise ConfigError(f"generator {str(path)!r}: config.json lacks {cls.SETTINGS_KEY}.{', '.join(missing)} (the settings "
+                              "of a causal LM the pretrain_generator rule saves); run that rule on it (generator.init: pretrained)")
+        return cls(model, tok, max_source_len, max_target_len, settings["template"], settings["lora"],
+                   settings["gradient_checkpointing"])
 
     def save(self, folder) -> None:
         """The model (LoRA adapters merged into a copy of the weights) and its settings."""

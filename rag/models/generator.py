@@ -14,6 +14,7 @@ encoder's inputs (:class:`LocalContextEncoder`).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import BartForConditionalGeneration
@@ -23,6 +24,9 @@ from transformers.models.bart.modeling_bart import BartEncoder
 from rag.errors import ConfigError
 from rag.models import seq2seq
 from rag.models.interface import Generator, SourceStates
+
+if TYPE_CHECKING:
+    from rag.sections import GeneratorOptions
 
 
 class LocalContextEncoder(BartEncoder):
@@ -51,7 +55,7 @@ class LocalContextEncoder(BartEncoder):
         super().__init__(config)
         d, r = config.d_model, config.local_context
         self.local_context = torch.nn.Conv1d(d, d, 2 * r + 1, padding=r)
-        self.query_separator = tuple(getattr(config, "query_separator", None) or ())
+        self.query_separator = tuple(config.query_separator or ())
         self.match_embed = torch.nn.Embedding(2, d) if self.query_separator else None
 
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, **kwargs):
@@ -111,11 +115,11 @@ class CopyBart(BartForConditionalGeneration):
     def __init__(self, config):
         super().__init__(config)
         d = config.d_model
-        if getattr(config, "local_context", 0):
+        if config.local_context:
             self.model.encoder = LocalContextEncoder(config)
         self.copy_query = torch.nn.Linear(d, d)
         self.copy_gate = torch.nn.Linear(d, 1)
-        self.copy_next = bool(getattr(config, "copy_next", False))
+        self.copy_next = config.copy_next
         if self.copy_next:
             self.next_read = torch.nn.Linear(d, d)
             self.next_bias = torch.nn.Parameter(torch.zeros(()))
@@ -123,7 +127,7 @@ class CopyBart(BartForConditionalGeneration):
             self.next_specials = tuple(i for i in (config.pad_token_id, config.bos_token_id, config.eos_token_id,
                                                    config.decoder_start_token_id) if i is not None)
         self.post_init()
-        if getattr(config, "local_context", 0):  # BART's initialisation leaves convolutions alone
+        if config.local_context:  # BART's initialisation leaves convolutions alone
             conv = self.model.encoder.local_context
             torch.nn.init.normal_(conv.weight, std=0.5 * (d * (2 * config.local_context + 1)) ** -0.5)
             torch.nn.init.zeros_(conv.bias)
@@ -213,24 +217,26 @@ def query_separator(tokenizer) -> list[int]:
     return full[len(head) : len(full) - len(tail)]
 
 
-def build_bart(tokenizer, g: dict):
+# what a saved CopyBart's config.json holds besides copy_mechanism (build_bart writes them)
+COPY_SETTINGS = ("copy_next", "local_context", "query_separator")
+
+
+def build_bart(tokenizer, g: GeneratorOptions):
+    """A BART of the configured size (``generator.*``), a :class:`CopyBart` with ``generator.copy``."""
     from transformers import BartConfig
 
     cfg = BartConfig(
-        vocab_size=len(tokenizer), d_model=g["d_model"], encoder_layers=g["layers"], decoder_layers=g["layers"],
-        encoder_attention_heads=g["heads"], decoder_attention_heads=g["heads"], encoder_ffn_dim=g["ffn"],
-        decoder_ffn_dim=g["ffn"], max_position_embeddings=max(g["max_source_len"], g["max_target_len"]) + 8,
+        vocab_size=len(tokenizer), d_model=g.d_model, encoder_layers=g.layers, decoder_layers=g.layers,
+        encoder_attention_heads=g.heads, decoder_attention_heads=g.heads, encoder_ffn_dim=g.ffn,
+        decoder_ffn_dim=g.ffn, max_position_embeddings=max(g.max_source_len, g.max_target_len) + 8,
         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id, forced_bos_token_id=None, dropout=g.get("dropout", 0.1),
+        decoder_start_token_id=tokenizer.bos_token_id, forced_bos_token_id=None, dropout=g.dropout,
         attention_dropout=0.0, scale_embedding=False,
-        # BART's default init_std 0.02 suits d_model 1024; at small widths the embeddings carry too
-        # little signal and training stalls at the unigram distribution (measured: no copying after
-        # 1,000 steps at 0.02, copying learned in 150 steps at 0.1). Scale it with the width.
-        init_std=g.get("init_std", g["d_model"] ** -0.5),
-        copy_mechanism=bool(g.get("copy", False)),
-        copy_next=bool(g.get("copy_next", False)),
-        local_context=int(g.get("local_context", 0)),
-        query_separator=query_separator(tokenizer) if g.get("exact_match") else None,
+        # BART's init_std 0.02 suits d_model 1024; at small widths the embeddings carry too little
+        # signal and training stalls at the unigram distribution: scaled with the width
+        init_std=g.d_model ** -0.5,
+        copy_mechanism=g.copy, copy_next=g.copy_next, local_context=g.local_context,
+        query_separator=query_separator(tokenizer) if g.exact_match else None,
     )
     if cfg.local_context and not cfg.copy_mechanism:
         raise ConfigError("config key 'generator.local_context' needs generator.copy: true (the copy generator's encoder has it)")
@@ -248,7 +254,13 @@ def load_generator(path: str | Path, device: str = "cpu"):
 
     try:
         tok = AutoTokenizer.from_pretrained(str(path))
-        copy = getattr(AutoConfig.from_pretrained(str(path)), "copy_mechanism", False)
+        cfg = AutoConfig.from_pretrained(str(path))
+        # a folder made by transformers has no copy_mechanism: a plain seq2seq model
+        copy = getattr(cfg, "copy_mechanism", False)
+        missing = [k for k in COPY_SETTINGS if copy and not hasattr(cfg, k)]
+        if missing:
+            raise ConfigError(f"generator {str(path)!r}: config.json has copy_mechanism but not {', '.join(missing)}; "
+                              "build it again (snakemake --forcerun pretrain_generator)")
         model = (CopyBart if copy else AutoModelForSeq2SeqLM).from_pretrained(str(path))
     except OSError as exc:
         raise ConfigError(f"cannot load generator {str(path)!r}: {exc}") from None
@@ -321,7 +333,7 @@ class Seq2SeqGenerator(Generator):
         (the copy generator) scores only the hypothesis tokens instead of the vocabulary mixture."""
         from transformers.modeling_outputs import BaseModelOutput
 
-        from rag.models.marginal import _token_logprobs
+        from rag.models.marginal import token_logprobs
 
         gen, width = self.model, tgt.shape[1]
         rows = docs[expand]
@@ -341,6 +353,6 @@ class Seq2SeqGenerator(Generator):
                 if hasattr(gen, "target_logprobs"):
                     rest = gen.target_logprobs(tgt[:, 1:], states.ids[rows], **kwargs).float()
                 else:
-                    rest, _ = _token_logprobs(gen(input_ids=states.ids[rows], **kwargs).logits.float(), tgt[:, 1:], False)
+                    rest, _ = token_logprobs(gen(input_ids=states.ids[rows], **kwargs).logits.float(), tgt[:, 1:], False)
             ll[:, 1:] = rest.cpu()
         return ll
