@@ -31,24 +31,14 @@ if TYPE_CHECKING:
 
 class LocalContextEncoder(BartEncoder):
     """BART's encoder, each token's embedding plus a convolution over the embeddings of the
-    ``config.local_context`` tokens on either side of it.
-
-    A token then enters the first layer knowing the words around it: a value knows the phrase
-    that states it ("is governed by Vroux", "the Gledeix flows through"). Learnt positions give
-    attention no such bias, and a small generator from scratch had to discover it: measured on
-    miniworld with re-rendered restated-fact cloze, held-out restatements read after 1,000
-    pretraining steps: 99 % with 3 tokens on either side (the default), 90 % with a causal
-    convolution over the last 4 (a value stated before its phrase, "the Gledeix flows through",
-    was then read half the time), 28 % after 1,500 steps without.
+    ``config.local_context`` tokens on either side of it, so a token enters the first layer knowing
+    the words around it (a value knows the phrase that states it: "is governed by Vroux").
     Padding embeddings are zeroed before the convolution, so a row's states do not depend on
     how much padding its batch adds.
 
     With ``config.query_separator`` (the token ids of ``DOC_SEP``; ``generator.exact_match``),
     each embedding also gets a learnt embedding of :func:`exact_match`: whether its token occurs
-    on the other side of the passage | query separator. A claim's value is then seen in the
-    passage or not: measured on miniworld, FEVER-3 RAG-Sequence test accuracy 80 % with it,
-    48 % without (given the gold passage, SUPPORTS vs REFUTES was at chance without it, even
-    with each claim's SUPPORTS and REFUTES versions in one batch).
+    on the other side of the passage | query separator (whether a claim's value is in the passage).
     """
 
     def __init__(self, config):
@@ -99,9 +89,7 @@ class CopyBart(BartForConditionalGeneration):
     ``logits`` are the log of that mixture (normalised log-probabilities, so log_softmax leaves
     them unchanged and every RAG marginalisation and decoder of the project applies as is).
     The source tokens are needed at every decoder call: pass ``input_ids`` with
-    ``encoder_outputs``. A small from-scratch generator learns to copy an answer out of a
-    passage far faster with it (measured on miniworld: cloze loss 3.0 after 200 pretraining
-    steps with it, 8.3 without); ``generator.copy`` turns it on.
+    ``encoder_outputs``. ``generator.copy`` turns it on.
 
     With ``config.copy_next`` (``generator.copy_next``) the decoder also reads on from the token it
     generated last, CopyNet's selective read (Gu et al. 2016) in a post-decoder form: the encoder
