@@ -13,8 +13,7 @@ tokens follow without a gap; position ids count the real tokens only, as the mod
 pretraining. Decoding runs each prompt once (:meth:`CausalLMGenerator.encode`) and extends its
 key/value cache (``transformers.DynamicCache``), reordered for beam search.
 
-Built from a config dict (``generator.causal_lm``, any ``model_type`` of
-``transformers.AutoConfig``) or loaded from a local path or hub name (``generator.name_or_path``);
+Loaded from a local path or hub name (``generator.name_or_path``, ``generator.init: pretrained``);
 optionally with LoRA adapters (:func:`add_lora`, through ``peft``) and gradient checkpointing.
 """
 
@@ -227,23 +226,6 @@ def prepare_tokenizer(tokenizer, model) -> None:
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         model.resize_token_embeddings(len(tokenizer))
     model.config.pad_token_id = tokenizer.pad_token_id
-
-
-def build_causal_lm(tokenizer, model_config: dict):
-    """A causal LM from scratch: ``model_config`` (``generator.causal_lm``) holds ``model_type``
-    (llama, gpt2, qwen2, ...) and that architecture's sizes; the vocabulary and special tokens are
-    the tokenizer's."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    spec = dict(model_config)
-    if "model_type" not in spec:
-        raise ConfigError("config key 'generator.causal_lm': needs model_type (llama, gpt2, qwen2, ... of transformers)")
-    try:
-        cfg = AutoConfig.for_model(spec.pop("model_type"), vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                                   bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **spec)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"config key 'generator.causal_lm': {exc}") from None
-    return AutoModelForCausalLM.from_config(cfg)
 
 
 def load_causal_lm(path: str | Path, device: str = "cpu"):
