@@ -81,7 +81,7 @@ def make_batch(tok, b: int, k: int, seed: int = 0, split: str = "train", max_sou
     (fixed, so both implementations see the same retrieved documents); doc scores are fixed random
     logits (x 20 like the project's score_scale on cosines). ``source(title, text, question)``: the
     generator input (default: the seq2seq family's, ``format_input``)."""
-    from rag.models.rag import format_input
+    from rag.models.seq2seq import format_input
 
     source = source or format_input
 

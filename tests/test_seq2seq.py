@@ -197,7 +197,7 @@ def test_exact_match_marks_tokens_found_across_the_last_separator():
 def test_query_separator_finds_doc_sep_in_a_trained_tokenizer(tmp_path):
     from rag.models.generator import exact_match, query_separator
     from rag.models.tokenizer import train_tokenizer
-    from rag.models.rag import DOC_SEP, format_input
+    from rag.models.seq2seq import DOC_SEP, format_input
 
     texts = ["zorbat is the capital of kelvia . its leader is mira tolen", "the river gled flows through vroux"] * 20
     tok = train_tokenizer(texts, 400, [], tmp_path)

@@ -58,7 +58,7 @@ def cloze_example(title: str, text: str, rng: random.Random, mask_token: str = "
     """(generator input, target span): one sentence of the passage with a salient span masked is
     the query; the context is the passage, or a window of at most ``max_context`` of its
     sentences around the masked one (the pretraining curriculum)."""
-    from rag.models.rag import format_input
+    from rag.models.seq2seq import format_input
 
     sentences = [s for s in _SENT.split(text) if s.strip()]
     order = list(range(len(sentences)))
@@ -200,7 +200,7 @@ class Restatements:
                max_context: int | None):
         """The generator input: ``query`` after a window of ``sentences`` around the one holding
         ``swapped`` (a random sentence when None)."""
-        from rag.models.rag import format_input
+        from rag.models.seq2seq import format_input
 
         at = rng.randrange(len(sentences)) if swapped is None else next(j for j, x in enumerate(sentences) if swapped in x)
         return format_input(title, _window(" ".join(sentences), sentences, at, rng, max_context), query)
