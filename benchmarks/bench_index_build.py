@@ -132,10 +132,10 @@ def run(args) -> dict:
         if flat is not None and not args.index_build_no_identity:
             import faiss
 
-            from rag.retrieval.index import load_embeddings
+            from rag.retrieval.index import EmbeddingShards
 
             one = faiss.IndexFlatIP(D)
-            one.add(load_embeddings(paths))  # all rows at once, as before
+            one.add(EmbeddingShards(paths).load())  # all rows at once
             faiss.write_index(one, str(work / "one_shot.faiss"))
             del one
             identity = _sha256(work / "one_shot.faiss") == flat["file_sha256"]

@@ -18,14 +18,19 @@ def causal_generator():
     import tempfile
     from pathlib import Path
 
+    from transformers import AutoConfig, AutoModelForCausalLM
+
     from benchmarks.common import load_corpus
-    from rag.models.causal_lm import CausalLMGenerator, build_causal_lm
+    from rag.models.causal_lm import CausalLMGenerator
     from rag.models.tokenizer import train_tokenizer
 
     _, titles, texts = load_corpus()
     torch.manual_seed(0)
     tok = train_tokenizer([t + " " + x for t, x in zip(titles, texts)], 4000, [], Path(tempfile.mkdtemp()))
-    return CausalLMGenerator(build_causal_lm(tok, LM_CFG), tok, 128, 32)
+    spec = dict(LM_CFG)
+    cfg = AutoConfig.for_model(spec.pop("model_type"), vocab_size=len(tok), pad_token_id=tok.pad_token_id,
+                               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, **spec)
+    return CausalLMGenerator(AutoModelForCausalLM.from_config(cfg), tok, 128, 32)
 
 
 def plain_nll(model, ids, mask, target, scores, kind: str, pad_id: int) -> torch.Tensor:

@@ -10,7 +10,9 @@ import torch
 from benchmarks.common import DEFAULT_RESULTS, ROOT, load_corpus, load_questions
 from rag.tasks import ROLES
 
-GEN_CFG = {"d_model": 128, "layers": 2, "heads": 4, "ffn": 512, "max_source_len": 128, "max_target_len": 32, "dropout": 0.1}
+# a plain BART (transformers' Rag classes run BART, not the copy generator)
+GEN_CFG = {"d_model": 128, "layers": 2, "heads": 4, "ffn": 512, "max_source_len": 128, "max_target_len": 32, "dropout": 0.1,
+           "copy": False, "copy_next": False, "local_context": 0, "exact_match": False}
 
 
 def load_generator(prefer_pretrained: bool = True):
@@ -29,13 +31,18 @@ def load_generator(prefer_pretrained: bool = True):
     import tempfile
     from pathlib import Path
 
+    from rag.config import load_config, sections
     from rag.models.generator import build_bart
     from rag.models.tokenizer import train_tokenizer
+    from rag.sections import GeneratorSection
 
     _, titles, texts = load_corpus()
     torch.manual_seed(0)
     tok = train_tokenizer([t + " " + x for t, x in zip(titles, texts)], 4000, [], Path(tempfile.mkdtemp()))
-    return build_bart(tok, GEN_CFG), tok, "fresh (random init)"
+    cfg = load_config(ROOT / "config.yaml", check_files=False)
+    cfg["generator"].update(GEN_CFG)
+    g = GeneratorSection.from_dict(sections(cfg)["generator"], "generator.json").generator
+    return build_bart(tok, g), tok, "fresh (random init)"
 
 
 def tiny_dpr_question_encoder():
@@ -74,7 +81,7 @@ def make_batch(tok, b: int, k: int, seed: int = 0, split: str = "train", max_sou
     (fixed, so both implementations see the same retrieved documents); doc scores are fixed random
     logits (x 20 like the project's score_scale on cosines). ``source(title, text, question)``: the
     generator input (default: the seq2seq family's, ``format_input``)."""
-    from rag.models.rag import format_input
+    from rag.models.seq2seq import format_input
 
     source = source or format_input
 

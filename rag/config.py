@@ -16,7 +16,7 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Collection, Sequence
+from typing import Any, Callable, Sequence
 
 import yaml
 
@@ -487,26 +487,22 @@ def sections(cfg: dict) -> dict[str, dict]:
     return _canonical(_sections(cfg))
 
 
-def check_section_files(folder: str | Path, pieces: dict[str, dict], records: bool, forced: Collection[str] = ()) -> None:
+def check_section_files(folder: str | Path, pieces: dict[str, dict], rerun: Callable[[Path], bool]) -> None:
     """Stop where an edit would be ignored without a word.
 
     Snakemake re-runs a section whose value changed, and what reads it, by its record of the
-    ``config_section`` rule's params. Where it keeps no records (``records`` false: a ``results/``
-    copied without ``.snakemake/``), it takes an existing section file as up to date whatever it
-    holds, and so every output made from it (removing the file does not help: Snakemake does not
-    re-run for a missing intermediate file). Raises :class:`ConfigError` naming each section file in
-    ``folder`` that holds another value than ``pieces`` (an unreadable one counts) and the
-    ``--forcerun`` that writes it again and re-runs what reads it; ``forced`` (the command line's,
-    :func:`forced_on_command_line`) lists what that run forces: a file named there, the rule
-    ``config_section`` or ``*`` (``--forceall``) lets it through. A missing file is the rule's to write.
+    ``config_section`` rule's params. Where it holds no record of a section file (a ``results/``
+    copied without ``.snakemake/``), it takes the file as up to date whatever it holds, and so every
+    output made from it (removing the file does not help: Snakemake does not re-run for a missing
+    intermediate file). Raises :class:`ConfigError` naming each section file in ``folder`` that
+    holds another value than ``pieces`` (an unreadable one counts) and that Snakemake does not
+    re-run by itself (``rerun(path)`` false: no record of it, and not forced), with the
+    ``--forcerun`` that writes it again and re-runs what reads it. A missing file is the rule's to write.
     """
-    if records or "*" in forced or "config_section" in forced:
-        return
-    named = {Path(word).resolve() for word in forced}
     stale = []
     for name, value in sorted(pieces.items()):
         path = Path(folder) / f"{name}.json"
-        if not path.is_file() or path.resolve() in named:
+        if not path.is_file() or rerun(path):
             continue
         try:
             held = read_json(path)
@@ -520,38 +516,6 @@ def check_section_files(folder: str | Path, pieces: dict[str, dict], records: bo
                           f"of the runs here (no .snakemake/metadata/: results/ copied without it?), so it would keep "
                           f"every output made from the old value; run once with --forcerun {' '.join(stale)} "
                           f"(it writes them again and re-runs what reads them)")
-
-
-def forced_on_command_line(argv: Sequence[str]) -> set[str]:
-    """What a Snakemake command line forces to run: the words after ``-R`` / ``--forcerun`` (up to
-    the next option), and ``*`` for ``-F`` / ``--forceall``. Snakemake hands a Snakefile none of its
-    DAG settings while it is read, so :func:`check_section_files` reads them here."""
-    forced: set[str] = set()
-    taking = False
-    for word in argv:
-        if word in ("-F", "--forceall"):
-            forced.add("*")
-        if word.startswith("--forcerun="):
-            forced.add(word.split("=", 1)[1])
-            taking = False
-        elif word in ("-R", "--forcerun"):
-            taking = True
-        elif word.startswith("-"):
-            taking = False
-        elif taking:
-            forced.add(word)
-    return forced
-
-
-def snakemake_keeps_records(workdir: str | Path = ".", db_url: str | None = None) -> bool:
-    """Whether Snakemake holds records of earlier runs in ``workdir`` (its file backend's
-    ``.snakemake/metadata/`` with a record in it, its default database ``.snakemake/metadata.db``,
-    or a database elsewhere, ``db_url``, which is taken as holding them). A record of any run counts:
-    where a folder's own key for one file lies is Snakemake's business, so a ``results/`` copied
-    beside another experiment's records is not caught (a miss, never a false stop)."""
-    meta = Path(workdir) / ".snakemake"
-    folder = meta / "metadata"
-    return bool(db_url) or (meta / "metadata.db").is_file() or (folder.is_dir() and any(folder.iterdir()))
 
 
 def task_variants(cfg: dict, task: str) -> list[str]:

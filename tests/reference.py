@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from rag.models.marginal import _shift_left, _token_logprobs, rag_sequence_nll_from_logprobs, rag_token_nll
+from rag.models.marginal import shift_left, token_logprobs, rag_sequence_nll_from_logprobs, rag_token_nll
 
 
 def rag_sequence_nll(seq_logits: torch.Tensor, doc_scores: torch.Tensor, target: torch.Tensor, pad_id: int,
@@ -17,9 +17,9 @@ def rag_sequence_nll(seq_logits: torch.Tensor, doc_scores: torch.Tensor, target:
     seq_logits: [B*K, T, V] generator logits for each (x, z); doc_scores: [B, K]; target: [B, T].
     """
     b, k = doc_scores.shape
-    tgt = _shift_left(target, pad_id)  # [B, T]
+    tgt = shift_left(target, pad_id)  # [B, T]
     t = tgt.shape[1]
-    ll, smooth_obj = _token_logprobs(seq_logits, tgt.unsqueeze(1).expand(b, k, t).reshape(b * k, t), epsilon > 0)
+    ll, smooth_obj = token_logprobs(seq_logits, tgt.unsqueeze(1).expand(b, k, t).reshape(b * k, t), epsilon > 0)
     return rag_sequence_nll_from_logprobs(ll, smooth_obj, seq_logits.size(-1), doc_scores, target, pad_id, epsilon,
                                           exclude_bos_score, bos_id)
 

@@ -275,6 +275,17 @@ def test_lora_trains_the_adapters_and_the_question_encoder_only(world, tmp_path,
         assert torch.allclose(system_nll(again, QUESTIONS, ANSWERS, K), trained, atol=1e-5)
 
 
+def test_a_causal_lm_folder_without_its_settings_is_a_one_line_error(tmp_path):
+    from rag.errors import ConfigError
+    from rag.models.interface import load_generator
+
+    tok = make_tokenizer()
+    tiny_lm("gpt2", len(tok)).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match="lacks rag_generator.template, lora, gradient_checkpointing"):
+        load_generator(tmp_path, "cpu", 96, 12)
+
+
 def test_prompts_of_the_default_template(world):
     gen = make_system(world, "llama", "sequence").gen
     assert gen.source_text("Paris", "the capital of france", "where is paris") == \

@@ -6,9 +6,9 @@ CFG = dict(countries=20, people=50, cities=25, changed_fraction=0.5, test_fracti
 
 
 def test_world_is_deterministic():
-    a = miniworld.articles(miniworld.build_world(CFG, 3)["a"])
-    b = miniworld.articles(miniworld.build_world(CFG, 3)["a"])
-    c = miniworld.articles(miniworld.build_world(CFG, 4)["a"])
+    a = miniworld.passages(miniworld.build_world(CFG, 3)["a"], 60)
+    b = miniworld.passages(miniworld.build_world(CFG, 3)["a"], 60)
+    c = miniworld.passages(miniworld.build_world(CFG, 4)["a"], 60)
     assert a == b and a != c
 
 

@@ -141,7 +141,7 @@ def _hf_context(model, g_tok, q_tok, questions, passages, emb):
     """context_input_ids / doc_scores as transformers' RagRetriever would pass them (docs by score)."""
     import torch
 
-    from rag.models.rag import format_input
+    from rag.models.seq2seq import format_input
 
     with torch.no_grad():
         q = model.rag.question_encoder(**q_tok(questions, return_tensors="pt", padding=True)).pooler_output

@@ -208,6 +208,7 @@ def test_pipeline_builds_the_system_with_the_configured_precision_and_chunking(w
 
 def test_generator_pretraining_honours_precision(tmp_path):
     from rag.models.generator import build_bart
+    from tests.conftest import typed_sections
     from rag.models.tokenizer import train_tokenizer
     from rag.training import pretrain
 
@@ -215,7 +216,8 @@ def test_generator_pretraining_honours_precision(tmp_path):
     texts = ["Paris is the capital of France. It lies on the Seine.", "Rome is the capital of Italy. It has 7 hills.",
              "Berlin is the capital of Germany. It lies on the Spree.", "Madrid is the capital of Spain. It is in Castile."]
     tok = train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], 300, [], tmp_path)
-    g = {"d_model": 16, "layers": 1, "heads": 2, "ffn": 32, "max_source_len": 64, "max_target_len": 16, "dropout": 0.0}
+    g = typed_sections({"generator": {"d_model": 16, "layers": 1, "heads": 2, "ffn": 32, "max_source_len": 64, "max_target_len": 16,
+                                      "copy": False, "local_context": 0, "exact_match": False}})["generator"].generator
     losses = {}
     for prec in ("fp32", "bf16"):
         torch.manual_seed(0)

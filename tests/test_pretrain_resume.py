@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from rag.config import load_config
+from rag.config import load_config, sections
 from rag.data import miniworld
 from rag.models.generator import build_bart
 from rag.models.pretraining_data import Restatements
 from rag.models.tokenizer import label_token, train_tokenizer
+from rag.sections import GeneratorSection
 from rag.tasks import FEVER3_LABELS
 from rag.training import loss_curve, pretrain
 
@@ -28,8 +29,8 @@ def setup(tmp_path_factory):
     words = cfg["corpus"]["passage_words"]
     ids, titles, texts = map(list, zip(*miniworld.passages(world, words)))
     restated = Restatements(miniworld.restatements(world, words), ids)
-    g = dict(cfg["generator"])  # copy and local_context on, dropout 0.1: the torch RNG matters
-    tok = train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g["vocab_size"],
+    g = GeneratorSection.from_dict(sections(cfg)["generator"], "generator.json").generator  # copy and local_context on
+    tok = train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g.vocab_size,
                             [label_token(lb) for lb in FEVER3_LABELS], tmp_path_factory.mktemp("tok"))
     return tok, g, titles, texts, restated
 
@@ -38,7 +39,7 @@ def _pretrain(setup, ckpt_path=None, stop_after=None, identity=None):
     tok, g, titles, texts, restated = setup
     torch.manual_seed(0)
     model = build_bart(tok, g)
-    losses = pretrain(model, tok, titles, texts, STEPS, 4, 1e-3, g["max_source_len"], seed=3, progress=False,
+    losses = pretrain(model, tok, titles, texts, STEPS, 4, 1e-3, g.max_source_len, seed=3, progress=False,
                       restatements=restated, restatement_share=0.5, claim_share=0.3, absent_share=0.3, ckpt_path=ckpt_path,
                       identity=identity, checkpoint_every=4, stop_after=stop_after)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, losses

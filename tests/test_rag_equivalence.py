@@ -14,7 +14,7 @@ import torch
 from ddp_worker import make_system, make_world
 
 from rag.models.marginal import rag_token_nll
-from rag.models.rag import format_input
+from rag.models.seq2seq import format_input
 from tests.reference import rag_sequence_nll
 
 K = 3

@@ -399,7 +399,7 @@ def test_a_package_encoder_is_found_without_importing_the_package(tmp_path, monk
 def test_a_nul_byte_of_the_data_does_not_reach_the_report(tmp_path):
     from tests.test_report import SCALE, listed, make_inputs, table_files
 
-    from rag.report import build_report
+    from rag.report.build import build_report
 
     inputs = make_inputs(tmp_path)
     pred = inputs["runs"] / "nq" / "rag_token" / "test" / "predictions.jsonl"

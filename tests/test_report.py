@@ -12,7 +12,8 @@ import pytest
 
 import rag.metrics
 from rag.errors import DataError
-from rag.report import ReportInputs, build_report
+from rag.report import ReportInputs
+from rag.report.build import build_report
 from rag.report import TABLE_KEYS
 from tests.conftest import chromium_render, needs_chromium
 

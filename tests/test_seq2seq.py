@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from ddp_worker import make_generator, make_tokenizer
 
 from rag.models import seq2seq
-from rag.models.marginal import _shift_left, _token_logprobs
+from rag.models.marginal import shift_left, token_logprobs
 from tests.reference import generator_nll
 
 SOURCES = ["paris is the capital of france", "rome", "who was born in berlin , the city of germany and the river",
@@ -31,8 +33,8 @@ def test_target_logprobs_equal_the_full_logits(parts, overhead):
     tok, gen, ids, mask, tgt = parts
     torch.set_grad_enabled(False)
     logits = gen(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits
-    nxt = _shift_left(tgt, tok.pad_token_id)
-    ref_ll, ref_sm = _token_logprobs(logits, nxt, True)
+    nxt = shift_left(tgt, tok.pad_token_id)
+    ref_ll, ref_sm = token_logprobs(logits, nxt, True)
     pad = nxt.eq(tok.pad_token_id)
     ll, sm = seq2seq.target_logprobs(gen, ids, mask, tgt, tok.pad_token_id, smooth=True, overhead_tokens=overhead)
     assert ll.shape == tgt.shape and sm.shape == tgt.shape
@@ -125,8 +127,8 @@ def test_copy_generator_target_logprobs_and_gradients_equal_the_full_pass(copy_p
     tok, gen, ids, mask, tgt = copy_parts
     gen.zero_grad(set_to_none=True)
     full = gen(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt).logits
-    ref_ll, _ = _token_logprobs(full, _shift_left(tgt, tok.pad_token_id), False)
-    pad = _shift_left(tgt, tok.pad_token_id).eq(tok.pad_token_id)
+    ref_ll, _ = token_logprobs(full, shift_left(tgt, tok.pad_token_id), False)
+    pad = shift_left(tgt, tok.pad_token_id).eq(tok.pad_token_id)
     (-ref_ll.masked_fill(pad, 0).sum()).backward()
     ref = {n: p.grad.clone() for n, p in gen.named_parameters() if p.grad is not None}
     assert "copy_query.weight" in ref and "copy_gate.weight" in ref
@@ -159,6 +161,22 @@ def test_copy_generator_saves_and_loads_as_itself(copy_parts, tmp_path):
     assert float((a - b).abs().max()) < 1e-6
 
 
+def test_a_copy_generator_folder_without_its_settings_is_a_one_line_error(copy_parts, tmp_path):
+    import json
+
+    from rag.errors import ConfigError
+    from rag.models.generator import load_generator
+
+    tok, gen, *_ = copy_parts
+    gen.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    del cfg["copy_next"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match="has copy_mechanism but not copy_next; build it again"):
+        load_generator(tmp_path)
+
+
 def test_exact_match_marks_tokens_found_across_the_last_separator():
     from rag.models.generator import exact_match
 
@@ -179,7 +197,7 @@ def test_exact_match_marks_tokens_found_across_the_last_separator():
 def test_query_separator_finds_doc_sep_in_a_trained_tokenizer(tmp_path):
     from rag.models.generator import exact_match, query_separator
     from rag.models.tokenizer import train_tokenizer
-    from rag.models.rag import DOC_SEP, format_input
+    from rag.models.seq2seq import DOC_SEP, format_input
 
     texts = ["zorbat is the capital of kelvia . its leader is mira tolen", "the river gled flows through vroux"] * 20
     tok = train_tokenizer(texts, 400, [], tmp_path)
@@ -204,13 +222,13 @@ def test_build_bart_sets_the_exact_match_separator_and_refuses_it_without_local_
 
     tok = train_tokenizer(["the capital of kelvia is zorbat"] * 10, 300, [], tmp_path)
     small = {"d_model": 16, "ffn": 32, "heads": 2, "layers": 1}
-    g = typed_sections({"generator": small})["generator"].generator.to_dict()  # config.yaml's generator, small
+    g = typed_sections({"generator": small})["generator"].generator  # config.yaml's generator, small
     model = build_bart(tok, g)
     assert isinstance(model.model.encoder, LocalContextEncoder) and model.model.encoder.match_embed is not None
     assert list(model.config.query_separator) == query_separator(tok)
-    assert build_bart(tok, {**g, "exact_match": False}).model.encoder.match_embed is None
+    assert build_bart(tok, replace(g, exact_match=False)).model.encoder.match_embed is None
     with pytest.raises(ConfigError, match="generator.exact_match"):
-        build_bart(tok, {**g, "local_context": 0})
+        build_bart(tok, replace(g, local_context=0))
 
 
 def test_continuation_marks_the_source_positions_after_the_last_generated_token():
@@ -242,10 +260,10 @@ def test_copy_next_reads_on_from_the_copied_token_and_is_refused_without_copy(tm
 
     tok = train_tokenizer(["the leader of kelvia is mira tolen"] * 10, 300, [], tmp_path)
     small = {"d_model": 16, "ffn": 32, "heads": 2, "layers": 1}
-    g = typed_sections({"generator": small})["generator"].generator.to_dict()
+    g = typed_sections({"generator": small})["generator"].generator
     torch.manual_seed(0)
-    plain = build_bart(tok, {**g, "copy_next": False}).eval()
-    model = build_bart(tok, {**g, "copy_next": True}).eval()
+    plain = build_bart(tok, replace(g, copy_next=False)).eval()
+    model = build_bart(tok, replace(g, copy_next=True)).eval()
     missing = model.load_state_dict(plain.state_dict(), strict=False).missing_keys
     assert sorted(missing) == ["next_bias", "next_read.bias", "next_read.weight"]
     batch = tok(["the leader of kelvia is mira tolen"], return_tensors="pt")
@@ -262,4 +280,4 @@ def test_copy_next_reads_on_from_the_copied_token_and_is_refused_without_copy(tm
     assert float(before[0, 1, tolen]) < float(before[0, 1, others].max())  # as it did not before
     assert float((after[0, 0] - before[0, 0]).abs().max()) == 0.0  # the decoder start reads nothing on
     with pytest.raises(ConfigError, match="generator.copy_next"):
-        build_bart(tok, {**g, "copy": False, "local_context": 0, "exact_match": False, "copy_next": True})
+        build_bart(tok, replace(g, copy=False, local_context=0, exact_match=False, copy_next=True))

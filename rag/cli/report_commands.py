@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rag.report import TABLE_KEYS, ReportInputs, build_report
+from rag.report import TABLE_KEYS, ReportInputs
 
 
 def load_scale(path: str | None) -> dict:
@@ -27,6 +27,8 @@ def load_scale(path: str | None) -> dict:
 
 
 def cmd_report(args) -> int:
+    from rag.report.build import build_report
+
     inputs = ReportInputs.from_files(metrics=args.metrics, predictions=args.predictions, topk=args.topk,
                                      hotswap=args.hotswap, oracle=args.oracle, train_data=args.train_data)
     build_report(

@@ -381,11 +381,6 @@ def _sentences(e: Entity, attr: str) -> list[list[str]]:
     return out
 
 
-def articles(world: dict[str, Entity]) -> list[tuple[str, str, str]]:
-    """(doc id, title, whole article text) per entity, sorted by id."""
-    return [(e.id, e.name, " ".join(s for _, s in article_sentences(world, e))) for e in sorted(world.values(), key=lambda e: e.id)]
-
-
 # ---------------------------------------------------------------------------------------------
 # Tasks. Each returns records {id, input, targets, meta}; meta.gold_docs lists the passages that
 # state the answer (passage recall, the oracle), meta.subject the entity asked about.

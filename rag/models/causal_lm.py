@@ -13,14 +13,14 @@ tokens follow without a gap; position ids count the real tokens only, as the mod
 pretraining. Decoding runs each prompt once (:meth:`CausalLMGenerator.encode`) and extends its
 key/value cache (``transformers.DynamicCache``), reordered for beam search.
 
-Built from a config dict (``generator.causal_lm``, any ``model_type`` of
-``transformers.AutoConfig``) or loaded from a local path or hub name (``generator.name_or_path``);
+Loaded from a local path or hub name (``generator.name_or_path``, ``generator.init: pretrained``);
 optionally with LoRA adapters (:func:`add_lora`, through ``peft``) and gradient checkpointing.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -28,6 +28,9 @@ from rag.config_keys import PROMPT_TEMPLATE as DEFAULT_TEMPLATE
 from rag.errors import ConfigError
 from rag.models.interface import Generator, SourceStates
 from rag.models.seq2seq import DEFAULT_CHUNK_OVERHEAD, scored_logprobs
+
+if TYPE_CHECKING:
+    from rag.sections import GeneratorOptions
 
 PAD_TOKEN = "<pad>"  # added when a tokenizer has no pad token of its own, or pads with its EOS
 
@@ -71,19 +74,22 @@ class CausalLMGenerator(Generator):
         prepare_tokenizer(tokenizer, model)
 
     @classmethod
-    def from_options(cls, model, tokenizer, g: dict) -> "CausalLMGenerator":
+    def from_options(cls, model, tokenizer, g: GeneratorOptions) -> "CausalLMGenerator":
         """With the settings of the ``generator`` config group ``g``."""
-        lora = {"rank": g.get("lora_rank", 0), "alpha": g.get("lora_alpha", 16.0),
-                "target_modules": g.get("lora_target_modules")}
-        return cls(model, tokenizer, g["max_source_len"], g["max_target_len"], g.get("prompt_template", DEFAULT_TEMPLATE),
-                   lora, g.get("gradient_checkpointing", False))
+        lora = {"rank": g.lora_rank, "alpha": g.lora_alpha,
+                "target_modules": list(g.lora_target_modules) if g.lora_target_modules else None}
+        return cls(model, tokenizer, g.max_source_len, g.max_target_len, g.prompt_template, lora, g.gradient_checkpointing)
 
     @classmethod
     def load(cls, path, device, max_source_len, max_target_len) -> "CausalLMGenerator":
         model, tok = load_causal_lm(path, device)
-        settings = dict(getattr(model.config, cls.SETTINGS_KEY, None) or {})
-        return cls(model, tok, max_source_len, max_target_len, settings.get("template", DEFAULT_TEMPLATE),
-                   settings.get("lora"), settings.get("gradient_checkpointing", False))
+        settings = getattr(model.config, cls.SETTINGS_KEY, None) or {}
+        missing = [k for k in ("template", "lora", "gradient_checkpointing") if k not in settings]
+        if missing:
+            raise ConfigError(f"generator {str(path)!r}: config.json lacks {cls.SETTINGS_KEY}.{', '.join(missing)} (the settings "
+                              "of a causal LM the pretrain_generator rule saves); run that rule on it (generator.init: pretrained)")
+        return cls(model, tok, max_source_len, max_target_len, settings["template"], settings["lora"],
+                   settings["gradient_checkpointing"])
 
     def save(self, folder) -> None:
         """The model (LoRA adapters merged into a copy of the weights) and its settings."""
@@ -220,23 +226,6 @@ def prepare_tokenizer(tokenizer, model) -> None:
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         model.resize_token_embeddings(len(tokenizer))
     model.config.pad_token_id = tokenizer.pad_token_id
-
-
-def build_causal_lm(tokenizer, model_config: dict):
-    """A causal LM from scratch: ``model_config`` (``generator.causal_lm``) holds ``model_type``
-    (llama, gpt2, qwen2, ...) and that architecture's sizes; the vocabulary and special tokens are
-    the tokenizer's."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    spec = dict(model_config)
-    if "model_type" not in spec:
-        raise ConfigError("config key 'generator.causal_lm': needs model_type (llama, gpt2, qwen2, ... of transformers)")
-    try:
-        cfg = AutoConfig.for_model(spec.pop("model_type"), vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                                   bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **spec)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"config key 'generator.causal_lm': {exc}") from None
-    return AutoModelForCausalLM.from_config(cfg)
 
 
 def load_causal_lm(path: str | Path, device: str = "cpu"):

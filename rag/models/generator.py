@@ -14,6 +14,7 @@ encoder's inputs (:class:`LocalContextEncoder`).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import BartForConditionalGeneration
@@ -24,34 +25,27 @@ from rag.errors import ConfigError
 from rag.models import seq2seq
 from rag.models.interface import Generator, SourceStates
 
+if TYPE_CHECKING:
+    from rag.sections import GeneratorOptions
+
 
 class LocalContextEncoder(BartEncoder):
     """BART's encoder, each token's embedding plus a convolution over the embeddings of the
-    ``config.local_context`` tokens on either side of it.
-
-    A token then enters the first layer knowing the words around it: a value knows the phrase
-    that states it ("is governed by Vroux", "the Gledeix flows through"). Learnt positions give
-    attention no such bias, and a small generator from scratch had to discover it: measured on
-    miniworld with re-rendered restated-fact cloze, held-out restatements read after 1,000
-    pretraining steps: 99 % with 3 tokens on either side (the default), 90 % with a causal
-    convolution over the last 4 (a value stated before its phrase, "the Gledeix flows through",
-    was then read half the time), 28 % after 1,500 steps without.
+    ``config.local_context`` tokens on either side of it, so a token enters the first layer knowing
+    the words around it (a value knows the phrase that states it: "is governed by Vroux").
     Padding embeddings are zeroed before the convolution, so a row's states do not depend on
     how much padding its batch adds.
 
     With ``config.query_separator`` (the token ids of ``DOC_SEP``; ``generator.exact_match``),
     each embedding also gets a learnt embedding of :func:`exact_match`: whether its token occurs
-    on the other side of the passage | query separator. A claim's value is then seen in the
-    passage or not: measured on miniworld, FEVER-3 RAG-Sequence test accuracy 80 % with it,
-    48 % without (given the gold passage, SUPPORTS vs REFUTES was at chance without it, even
-    with each claim's SUPPORTS and REFUTES versions in one batch).
+    on the other side of the passage | query separator (whether a claim's value is in the passage).
     """
 
     def __init__(self, config):
         super().__init__(config)
         d, r = config.d_model, config.local_context
         self.local_context = torch.nn.Conv1d(d, d, 2 * r + 1, padding=r)
-        self.query_separator = tuple(getattr(config, "query_separator", None) or ())
+        self.query_separator = tuple(config.query_separator or ())
         self.match_embed = torch.nn.Embedding(2, d) if self.query_separator else None
 
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, **kwargs):
@@ -95,9 +89,7 @@ class CopyBart(BartForConditionalGeneration):
     ``logits`` are the log of that mixture (normalised log-probabilities, so log_softmax leaves
     them unchanged and every RAG marginalisation and decoder of the project applies as is).
     The source tokens are needed at every decoder call: pass ``input_ids`` with
-    ``encoder_outputs``. A small from-scratch generator learns to copy an answer out of a
-    passage far faster with it (measured on miniworld: cloze loss 3.0 after 200 pretraining
-    steps with it, 8.3 without); ``generator.copy`` turns it on.
+    ``encoder_outputs``. ``generator.copy`` turns it on.
 
     With ``config.copy_next`` (``generator.copy_next``) the decoder also reads on from the token it
     generated last, CopyNet's selective read (Gu et al. 2016) in a post-decoder form: the encoder
@@ -111,11 +103,11 @@ class CopyBart(BartForConditionalGeneration):
     def __init__(self, config):
         super().__init__(config)
         d = config.d_model
-        if getattr(config, "local_context", 0):
+        if config.local_context:
             self.model.encoder = LocalContextEncoder(config)
         self.copy_query = torch.nn.Linear(d, d)
         self.copy_gate = torch.nn.Linear(d, 1)
-        self.copy_next = bool(getattr(config, "copy_next", False))
+        self.copy_next = config.copy_next
         if self.copy_next:
             self.next_read = torch.nn.Linear(d, d)
             self.next_bias = torch.nn.Parameter(torch.zeros(()))
@@ -123,7 +115,7 @@ class CopyBart(BartForConditionalGeneration):
             self.next_specials = tuple(i for i in (config.pad_token_id, config.bos_token_id, config.eos_token_id,
                                                    config.decoder_start_token_id) if i is not None)
         self.post_init()
-        if getattr(config, "local_context", 0):  # BART's initialisation leaves convolutions alone
+        if config.local_context:  # BART's initialisation leaves convolutions alone
             conv = self.model.encoder.local_context
             torch.nn.init.normal_(conv.weight, std=0.5 * (d * (2 * config.local_context + 1)) ** -0.5)
             torch.nn.init.zeros_(conv.bias)
@@ -213,24 +205,26 @@ def query_separator(tokenizer) -> list[int]:
     return full[len(head) : len(full) - len(tail)]
 
 
-def build_bart(tokenizer, g: dict):
+# what a saved CopyBart's config.json holds besides copy_mechanism (build_bart writes them)
+COPY_SETTINGS = ("copy_next", "local_context", "query_separator")
+
+
+def build_bart(tokenizer, g: GeneratorOptions):
+    """A BART of the configured size (``generator.*``), a :class:`CopyBart` with ``generator.copy``."""
     from transformers import BartConfig
 
     cfg = BartConfig(
-        vocab_size=len(tokenizer), d_model=g["d_model"], encoder_layers=g["layers"], decoder_layers=g["layers"],
-        encoder_attention_heads=g["heads"], decoder_attention_heads=g["heads"], encoder_ffn_dim=g["ffn"],
-        decoder_ffn_dim=g["ffn"], max_position_embeddings=max(g["max_source_len"], g["max_target_len"]) + 8,
+        vocab_size=len(tokenizer), d_model=g.d_model, encoder_layers=g.layers, decoder_layers=g.layers,
+        encoder_attention_heads=g.heads, decoder_attention_heads=g.heads, encoder_ffn_dim=g.ffn,
+        decoder_ffn_dim=g.ffn, max_position_embeddings=max(g.max_source_len, g.max_target_len) + 8,
         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id, forced_bos_token_id=None, dropout=g.get("dropout", 0.1),
+        decoder_start_token_id=tokenizer.bos_token_id, forced_bos_token_id=None, dropout=g.dropout,
         attention_dropout=0.0, scale_embedding=False,
-        # BART's default init_std 0.02 suits d_model 1024; at small widths the embeddings carry too
-        # little signal and training stalls at the unigram distribution (measured: no copying after
-        # 1,000 steps at 0.02, copying learned in 150 steps at 0.1). Scale it with the width.
-        init_std=g.get("init_std", g["d_model"] ** -0.5),
-        copy_mechanism=bool(g.get("copy", False)),
-        copy_next=bool(g.get("copy_next", False)),
-        local_context=int(g.get("local_context", 0)),
-        query_separator=query_separator(tokenizer) if g.get("exact_match") else None,
+        # BART's init_std 0.02 suits d_model 1024; at small widths the embeddings carry too little
+        # signal and training stalls at the unigram distribution: scaled with the width
+        init_std=g.d_model ** -0.5,
+        copy_mechanism=g.copy, copy_next=g.copy_next, local_context=g.local_context,
+        query_separator=query_separator(tokenizer) if g.exact_match else None,
     )
     if cfg.local_context and not cfg.copy_mechanism:
         raise ConfigError("config key 'generator.local_context' needs generator.copy: true (the copy generator's encoder has it)")
@@ -248,7 +242,13 @@ def load_generator(path: str | Path, device: str = "cpu"):
 
     try:
         tok = AutoTokenizer.from_pretrained(str(path))
-        copy = getattr(AutoConfig.from_pretrained(str(path)), "copy_mechanism", False)
+        cfg = AutoConfig.from_pretrained(str(path))
+        # a folder made by transformers has no copy_mechanism: a plain seq2seq model
+        copy = getattr(cfg, "copy_mechanism", False)
+        missing = [k for k in COPY_SETTINGS if copy and not hasattr(cfg, k)]
+        if missing:
+            raise ConfigError(f"generator {str(path)!r}: config.json has copy_mechanism but not {', '.join(missing)}; "
+                              "build it again (snakemake --forcerun pretrain_generator)")
         model = (CopyBart if copy else AutoModelForSeq2SeqLM).from_pretrained(str(path))
     except OSError as exc:
         raise ConfigError(f"cannot load generator {str(path)!r}: {exc}") from None
@@ -321,7 +321,7 @@ class Seq2SeqGenerator(Generator):
         (the copy generator) scores only the hypothesis tokens instead of the vocabulary mixture."""
         from transformers.modeling_outputs import BaseModelOutput
 
-        from rag.models.marginal import _token_logprobs
+        from rag.models.marginal import token_logprobs
 
         gen, width = self.model, tgt.shape[1]
         rows = docs[expand]
@@ -341,6 +341,6 @@ class Seq2SeqGenerator(Generator):
                 if hasattr(gen, "target_logprobs"):
                     rest = gen.target_logprobs(tgt[:, 1:], states.ids[rows], **kwargs).float()
                 else:
-                    rest, _ = _token_logprobs(gen(input_ids=states.ids[rows], **kwargs).logits.float(), tgt[:, 1:], False)
+                    rest, _ = token_logprobs(gen(input_ids=states.ids[rows], **kwargs).logits.float(), tgt[:, 1:], False)
             ll[:, 1:] = rest.cpu()
         return ll

@@ -21,11 +21,12 @@ from __future__ import annotations
 import torch
 
 
-def _shift_left(target: torch.Tensor, pad_id: int) -> torch.Tensor:
+def shift_left(target: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """The target tokens each position predicts: ``target[:, 1:]``, padded at the end."""
     return torch.cat([target[:, 1:], target.new_full((target.shape[0], 1), pad_id)], 1)
 
 
-def _token_logprobs(seq_logits: torch.Tensor, tgt: torch.Tensor, smooth: bool):
+def token_logprobs(seq_logits: torch.Tensor, tgt: torch.Tensor, smooth: bool):
     """log p(tgt) per position, and (if smooth) the sum over the vocabulary of log p."""
     seq_logits = seq_logits.float()
     lse = torch.logsumexp(seq_logits, dim=-1)
@@ -43,7 +44,7 @@ def rag_sequence_nll_from_logprobs(ll: torch.Tensor, smooth_obj: torch.Tensor | 
     :func:`target_logprobs` computes without materialising [B*K, T, V] logits. doc_scores: [B, K];
     target: [B, T]."""
     b, k = doc_scores.shape
-    tgt = _shift_left(target, pad_id)  # [B, T]
+    tgt = shift_left(target, pad_id)  # [B, T]
     t = tgt.shape[1]
     ll = ll.float().view(b, k, t)
     doc_lp = torch.log_softmax(doc_scores.float(), dim=1)  # [B, K]
@@ -75,10 +76,10 @@ def rag_token_nll(seq_logits: torch.Tensor, doc_scores: torch.Tensor, target: to
                   epsilon: float = 0.0) -> torch.Tensor:
     """Per-example negative marginal log-likelihood of RAG-Token."""
     b, k = doc_scores.shape
-    tgt = _shift_left(target, pad_id)
+    tgt = shift_left(target, pad_id)
     t = tgt.shape[1]
     if epsilon <= 0:
-        ll, _ = _token_logprobs(seq_logits, tgt.unsqueeze(1).expand(b, k, t).reshape(b * k, t), False)
+        ll, _ = token_logprobs(seq_logits, tgt.unsqueeze(1).expand(b, k, t).reshape(b * k, t), False)
         return rag_token_nll_from_logprobs(ll, doc_scores, target, pad_id)
     pad = tgt.eq(pad_id)
     rag_lp = rag_token_logprobs(seq_logits, doc_scores)  # [B, T, V]
@@ -92,7 +93,7 @@ def rag_token_nll_from_logprobs(ll: torch.Tensor, doc_scores: torch.Tensor, targ
     """``rag_token_nll`` without label smoothing from the target tokens' log-probabilities [B*K, T]
     (the marginal of the target token needs only its own probability under each document)."""
     b, k = doc_scores.shape
-    tgt = _shift_left(target, pad_id)
+    tgt = shift_left(target, pad_id)
     doc_lp = torch.log_softmax(doc_scores.float(), dim=1)[:, :, None]  # [B, K, 1]
     tok_ll = torch.logsumexp(ll.float().view(b, k, tgt.shape[1]) + doc_lp, dim=1)  # [B, T]
     return -tok_ll.masked_fill(tgt.eq(pad_id), 0.0).sum(1)

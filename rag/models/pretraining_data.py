@@ -9,8 +9,7 @@
   another phrasing than its passage's, with a random value swapped into the passage.
 
 They teach the small model to find the sentence a query points at and copy from it: the
-reading skill RAG needs. BART's own denoising objective (reconstruct the whole text) was
-measured to learn this far slower. :func:`curriculum_window` grows the context over the steps.
+reading skill RAG needs. :func:`curriculum_window` grows the context over the steps.
 The loop that trains on them is :func:`rag.training.pretrain`.
 """
 
@@ -59,7 +58,7 @@ def cloze_example(title: str, text: str, rng: random.Random, mask_token: str = "
     """(generator input, target span): one sentence of the passage with a salient span masked is
     the query; the context is the passage, or a window of at most ``max_context`` of its
     sentences around the masked one (the pretraining curriculum)."""
-    from rag.models.rag import format_input
+    from rag.models.seq2seq import format_input
 
     sentences = [s for s in _SENT.split(text) if s.strip()]
     order = list(range(len(sentences)))
@@ -92,9 +91,7 @@ class Restatements:
     ``pools`` (kind -> names, :func:`rag.data.miniworld.kind_pools`), for an attribute whose
     records name the kind of their value (record key ``value_kind``: a leader is a person), the
     names of every entity of that kind, held-out ones included: the reader then copies names it
-    never saw as a training fact's value, as a held-out entity's leader is (measured on the
-    default's hot-swap: with training leaders' names only, RAG-Sequence wrote the first word of
-    an unseen leader's name and stopped; docs/models.md)."""
+    never saw as a training fact's value, as a held-out entity's leader is (docs/models.md)."""
 
     def __init__(self, records: list[dict], passage_ids: list[str], pools: dict[str, list[str]] | None = None):
         row = {pid: i for i, pid in enumerate(passage_ids)}
@@ -203,7 +200,7 @@ class Restatements:
                max_context: int | None):
         """The generator input: ``query`` after a window of ``sentences`` around the one holding
         ``swapped`` (a random sentence when None)."""
-        from rag.models.rag import format_input
+        from rag.models.seq2seq import format_input
 
         at = rng.randrange(len(sentences)) if swapped is None else next(j for j, x in enumerate(sentences) if swapped in x)
         return format_input(title, _window(" ".join(sentences), sentences, at, rng, max_context), query)
@@ -251,8 +248,7 @@ class Restatements:
 
 def curriculum_window(step: int, steps: int, sentences: int = 12) -> int | None:
     """Context size (sentences) of pretraining step ``step``: copying is learned first on one or
-    two sentences, then the window grows to the whole passage by half of the steps (measured: from
-    scratch, the small generator learns no copying from whole 100-word passages in 1,000 steps)."""
+    two sentences, then the window grows to the whole passage by half of the steps."""
     half = max(1, steps // 2)
     if step >= half:
         return None

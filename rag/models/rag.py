@@ -22,7 +22,6 @@ from rag import precision as P
 from rag.models.decoding import Hypothesis, beam_search, decode_ids
 from rag.models import seq2seq
 from rag.models.interface import Generator, SourceStates
-from rag.models.seq2seq import DOC_SEP, TITLE_SEP, format_input  # noqa: F401
 from rag.retrieval import Retrieved, Retriever
 from rag.models.marginal import rag_sequence_nll_from_logprobs, rag_token_nll, rag_token_nll_from_logprobs
 

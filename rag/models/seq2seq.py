@@ -4,7 +4,8 @@ A RAG batch feeds the generator B*K "title / passage // question" inputs of uneq
 padded to the longest. :func:`encode` and :func:`target_logprobs` sort the rows by length and
 run the generator on chunks of rows, each cut to its own longest row, so little compute goes to
 padding (the outputs are the same: padded positions are masked out of every attention). The
-chunks minimise padded tokens + ``overhead_tokens`` per extra generator call. :func:`target_logprobs` also drops the last decoder position (it predicts
+chunks minimise padded tokens + ``overhead_tokens`` per extra generator call.
+:func:`target_logprobs` also drops the last decoder position (it predicts
 the padding after the target) and, for BART-family generators, applies the output projection
 only at positions whose next token is scored, instead of materialising [B*K, T, V] logits.
 :class:`rag.models.generator.Seq2SeqGenerator`, the seq2seq family of the generator interface,
@@ -28,12 +29,10 @@ def format_input(title: str, text: str, question: str) -> str:
     return (title + TITLE_SEP + text + DOC_SEP + question).replace("  ", " ")
 
 # cost of one more generator call, in padded tokens: a chunk costs rows x width + this
-DEFAULT_CHUNK_OVERHEAD = 512  # measured best for the default generator on CPU (benchmarks/README.md, training step)
+DEFAULT_CHUNK_OVERHEAD = 512  # the fastest for the default generator on CPU (benchmarks/README.md, training step)
 # an overhead no padding saving can pay for: always one generator call
 ONE_CHUNK = 10**9
-# per device type (config key generator.chunk_overhead: null). CPU: measured (above). CUDA: one chunk:
-# on one H100 (bart-large size, bf16 autocast, B=8, K=10, sources of 100-300 tokens) the CPU value cuts
-# the batch into 4 chunks at half the throughput of one chunk (docs/precision.md).
+# per device type (config key generator.chunk_overhead: null); on CUDA one chunk is the fastest (docs/precision.md)
 DEVICE_CHUNK_OVERHEAD = {"cpu": DEFAULT_CHUNK_OVERHEAD, "cuda": ONE_CHUNK}
 
 

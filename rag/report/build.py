@@ -677,6 +677,12 @@ def build_report(
     tasks: list[str] | None = None,
     variants: list[str] | None = None,
 ) -> None:
+    """Write the measured tables (CSV) to ``tables`` (key ``table1`` ... -> file) and the HTML
+    report ``out_html``, from exactly the files ``inputs`` names (``ReportInputs.from_files``).
+
+    Missing metrics render as an en dash; every measured number links to
+    ``{tracking_url}/#/experiments/{experiment_id}/runs/{run_id}``.
+    """
     from rag.data import paper_results
 
     paper = paper_results()

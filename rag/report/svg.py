@@ -40,6 +40,27 @@ def _text(x: float, y: float, s: str, *, anchor: str = "middle", size: int = 12,
     )
 
 
+def _frame(width: int, height: int, title: str, left: float, pw: float, ymax: float, sy) -> list[str]:
+    """A chart's opening lines: the svg element, its background and title, the grid and y ticks."""
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
+        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>',
+        _text(width / 2, 18, title, size=13, extra=' font-weight="bold"'),
+    ]
+    for i in range(6):
+        yv = ymax * i / 5
+        y = sy(yv)
+        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#e5e5e5"/>')
+        out.append(_text(left - 6, y + 4, _fmt(round(yv, 2)), anchor="end", size=11))
+    return out
+
+
+def _ylabel(top: float, ph: float, ylabel: str) -> str:
+    return (f'<text x="14" y="{top + ph / 2:.1f}" text-anchor="middle" font-size="12" {FONT} '
+            f'transform="rotate(-90 14 {top + ph / 2:.1f})">{escape(ylabel)}</text>')
+
+
 def line_chart(
     series: Sequence[tuple[str, Sequence[float], Sequence[float | None]]],
     *,
@@ -70,18 +91,7 @@ def line_chart(
     def sy(y: float) -> float:
         return top + ph - y / ymax * ph
 
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
-        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>',
-        _text(width / 2, 18, title, size=13, extra=' font-weight="bold"'),
-    ]
-    # grid and y ticks
-    for i in range(6):
-        yv = ymax * i / 5
-        y = sy(yv)
-        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#e5e5e5"/>')
-        out.append(_text(left - 6, y + 4, _fmt(round(yv, 2)), anchor="end", size=11))
+    out = _frame(width, height, title, left, pw, ymax, sy)
     # x ticks at the distinct x values
     for xv in sorted(set(xs_all)):
         x = sx(xv)
@@ -89,10 +99,7 @@ def line_chart(
         out.append(_text(x, top + ph + 18, _fmt(xv), size=11))
     out.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>')
     out.append(_text(left + pw / 2, height - 10, xlabel))
-    out.append(
-        f'<text x="14" y="{top + ph / 2:.1f}" text-anchor="middle" font-size="12" {FONT} '
-        f'transform="rotate(-90 14 {top + ph / 2:.1f})">{escape(ylabel)}</text>'
-    )
+    out.append(_ylabel(top, ph, ylabel))
     for idx, (label, xs, ys) in enumerate(series):
         color = PALETTE[idx % len(PALETTE)]
         pts = [(float(x), float(y)) for x, y in zip(xs, ys) if y is not None]
@@ -134,17 +141,7 @@ def bar_chart(
     def sy(y: float) -> float:
         return top + ph - min(max(y, 0.0), ymax) / ymax * ph
 
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
-        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>',
-        _text(width / 2, 18, title, size=13, extra=' font-weight="bold"'),
-    ]
-    for i in range(6):
-        yv = ymax * i / 5
-        y = sy(yv)
-        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#e5e5e5"/>')
-        out.append(_text(left - 6, y + 4, _fmt(round(yv, 2)), anchor="end", size=11))
+    out = _frame(width, height, title, left, pw, ymax, sy)
     for ci, cat in enumerate(categories):
         gx = left + ci * group_w + group_w * 0.1
         for si, (label, values) in enumerate(series):
@@ -160,10 +157,7 @@ def bar_chart(
             )
         out.append(_text(left + ci * group_w + group_w / 2, top + ph + 16, cat, size=11))
     out.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>')
-    out.append(
-        f'<text x="14" y="{top + ph / 2:.1f}" text-anchor="middle" font-size="12" {FONT} '
-        f'transform="rotate(-90 14 {top + ph / 2:.1f})">{escape(ylabel)}</text>'
-    )
+    out.append(_ylabel(top, ph, ylabel))
     # legend below the axis
     lx = left
     for si, (label, _) in enumerate(series):

@@ -279,11 +279,6 @@ def load_index(path: str | Path, rows: int | None = None, dim: int | None = None
     return index
 
 
-def load_embeddings(paths: list[str | Path]) -> np.ndarray:
-    """The shards' rows as one float32 [n, d] array, read into it shard by shard."""
-    return EmbeddingShards(paths).load()
-
-
 def exact_top_k(shards: EmbeddingShards, queries: np.ndarray, k: int) -> np.ndarray:
     """Row numbers [len(queries), k] of the exact maximum-inner-product top-k over the shards,
     scanned chunk by chunk (the embeddings are never in memory at once)."""

@@ -19,7 +19,7 @@ def copy_pretrained_generator(cfg: GeneratorSection, out: str | Path) -> None:
         from rag.models.causal_lm import CausalLMGenerator, load_causal_lm
 
         model, tok = load_causal_lm(g.name_or_path)
-        save = CausalLMGenerator.from_options(model, tok, g.to_dict()).save
+        save = CausalLMGenerator.from_options(model, tok, g).save
     else:
         from rag.models.generator import load_generator
 
@@ -74,7 +74,7 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
     with hold, atomic_dir(out) as tmp:
         tok = train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g.vocab_size,
                                 [label_token(lb) for lb in FEVER3_LABELS], tmp)
-        model = build_bart(tok, g.to_dict()).to(device)
+        model = build_bart(tok, g).to(device)
         t = time.time()
         losses = pretrain(model, tok, titles, texts, g.pretrain_steps, g.pretrain_batch_size, g.pretrain_lr,
                             g.max_source_len, cfg.seed, precision=cfg.precision,

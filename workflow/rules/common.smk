@@ -5,9 +5,12 @@
 # Every output of an experiment lives under results/<name>/ and reports/<name>/ (<name>: the
 # config's top-level `name`), so two experiments never share or overwrite an output.
 import sys
+from pathlib import Path
 
-from rag.config import (check_section_files, config_hash, encoder_slug, forced_on_command_line, input_files, load_config,
-                        run_seeds, sections, snakemake_keeps_records, task_variants)
+from snakemake.io import IOFile
+
+from rag.config import (check_section_files, config_hash, encoder_slug, input_files, load_config, run_seeds, sections,
+                        task_variants)
 from rag.errors import ConfigError
 from rag.io import lock_holder
 from rag.manifest import sha256_files
@@ -26,16 +29,6 @@ except ConfigError as exc:
 SECTIONS = sections(CFG)
 EXP = CFG["name"]  # the experiment: results/<EXP>/..., reports/<EXP>/..., MLflow experiments <EXP>/<task>
 R = f"results/{EXP}"
-# an edited section re-runs by Snakemake's record of the params; with no records (results/ copied
-# without .snakemake/) it would be ignored without a word: stop, naming the --forcerun that re-runs it.
-# Checked where the DAG is planned (a cluster job reads this file again, on sections planned already).
-if getattr(workflow, "is_main_process", True):
-    try:
-        _db_url = getattr(getattr(workflow, "workflow_settings", None), "persistence_backend_db_url", None)
-        check_section_files(f"{R}/config", SECTIONS, records=snakemake_keeps_records(db_url=_db_url),
-                            forced=forced_on_command_line(sys.argv[1:]))
-    except ConfigError as exc:
-        sys.exit(f"error: {exc}")
 # Local inputs (corpus.path, tasks.<task>.files.* of source: local) are judged by content: the
 # sha256 of each is a param of the rule that reads it (local_sha256), so a file replaced by other
 # content re-runs that rule, and what follows it, even where the file's date is older than the
@@ -66,6 +59,28 @@ CONDA = "../../envs/rag.yaml"
 RES = CFG.get("resources", {})
 # evaluate_in_train_job: the train rule also writes the dev/test predictions and metrics (no evaluate rule)
 FUSED_EVAL = CFG["evaluate_in_train_job"]
+_SECTIONS_CHECKED = []
+
+
+def check_sections(wildcards):
+    """No input: the config_section rule's input function, run while Snakemake builds the DAG (its
+    DAG settings and records known, unlike while it reads this file). An edited section re-runs by
+    Snakemake's record of the params; with no record (results/ copied without .snakemake/) it would
+    be ignored without a word: stop, naming the --forcerun that re-runs it. Once per run, where the
+    DAG is planned (a cluster job builds its own DAG on sections written already)."""
+    if workflow.is_main_process and not _SECTIONS_CHECKED:
+        _SECTIONS_CHECKED.append(True)
+        s = workflow.dag_settings
+        forced = {Path(w).resolve() for w in s.forcerun}
+        reruns = lambda path: (s.forceall or "config_section" in s.forcerun or path.resolve() in forced
+                               or workflow.persistence.metadata(IOFile(str(path))) is not None)
+        try:
+            check_section_files(f"{R}/config", SECTIONS, reruns)
+        except ConfigError as exc:
+            sys.exit(f"error: {exc}")
+    return []
+
+
 def check_run_locks():
     """Stop before any job starts where a job this run would start writes a checkpoint folder
     (params.ckpt: train, pretrain_generator) whose run lock (rag.io.run_lock) a live process holds:

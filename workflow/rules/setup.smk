@@ -4,6 +4,8 @@
 rule config_section:
     """Write one resolved config section; its content is a param, so a change re-runs dependents
     (and an unchanged section is not rewritten: its job does not run)."""
+    input:
+        check_sections,
     output:
         f"{R}/config/{{section}}.json",
     params:
