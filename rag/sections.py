@@ -287,15 +287,26 @@ class GeneratorOptions(GeneratorLengths, every_key_of="generator"):
     """The whole generator configuration (construction and pretraining)."""
 
 
-class TaskData(Section):
-    """What a task's data files depend on."""
+class TaskDeclaration(Section):
+    """A task the config declares (``tasks.<task>.kind`` set; rag.tasks.declare_task): the keys of its
+    registry entry. Its sections carry them, and reading one (:class:`TaskSection`) declares it."""
 
     source = read("tasks.*.source")
+    format = read("tasks.*.format")
+    kind = read("tasks.*.kind")
+    metrics = read("tasks.*.metrics")
+    primary = read("tasks.*.primary")
+    labels = read("tasks.*.labels")
+    display = read("tasks.*.display")
+
+
+class TaskData(TaskDeclaration):
+    """What a task's data files depend on."""
+
     well_formed_only = read("tasks.*.well_formed_only")  # msmarco: every split, or the splits named
     train = read("tasks.*.train")  # miniworld: examples per split
     dev = read("tasks.*.dev")
     test = read("tasks.*.test")
-    format = read("tasks.*.format")
     formats = read("tasks.*.formats")  # split -> parser
     train_sampling = read("tasks.*.train_sampling", optional=True)  # miniworld: facts (unset) or attributes
 
@@ -388,7 +399,22 @@ class GeneratorSection(Section):
     generator: GeneratorOptions
 
 
-class DataSection(Section):
+class TaskSection(Section):
+    """A section of one task (``task_name``), whose ``task`` holds the declaration of a task the
+    config declares: parsing it declares that task first (its name and metrics join the registry
+    in the process that reads it, as :func:`rag.config.load_config` does where the DAG is planned)."""
+
+    @classmethod
+    def from_dict(cls: type[S], data: Any, where: str, prefix: str = "") -> S:
+        task = data.get("task") if isinstance(data, Mapping) else None
+        if isinstance(task, Mapping) and "kind" in task:
+            from rag.tasks import declare_task
+
+            declare_task(data.get("task_name"), _dump(task), where)
+        return super().from_dict(data, where, prefix)
+
+
+class DataSection(TaskSection):
     """``data_<task>``: one task's train/dev/test files."""
 
     task_name = read(TASK_NAME)
@@ -397,15 +423,17 @@ class DataSection(Section):
     miniworld: MiniworldCut | None = None
 
 
-class EvalSection(Section):
-    """``eval_<task>``: test-time decoding and the metric options (only for tasks whose metrics read them)."""
+class EvalSection(TaskSection):
+    """``eval_<task>``: test-time decoding and the metric options (only for tasks whose metrics read
+    them); ``task``: the declaration of a task the config declares."""
 
     task_name = read(TASK_NAME)
     decode: Decode
     metrics: MetricOptions | None = None
+    task: TaskDeclaration | None = None
 
 
-class TrainSection(Section):
+class TrainSection(TaskSection):
     """``train_<task>``: fine-tuning; ``evaluation``: the task's ``eval_<task>`` section when a
     command that decodes read it too (:func:`read_task_sections`)."""
 

@@ -15,12 +15,12 @@ def test_byo_example_converts_corpus_and_task(tmp_path):
     counts = job_counts(dry.stdout + dry.stderr)
     # evaluate_in_train_job: the schema's default, as config.yaml says: each train job decodes dev/test
     assert counts["train"] == 2 and "evaluate" not in counts and "hotswap" not in counts
-    res = smk(tmp_path, "results/byo/corpus/byo/passages.tsv", "results/byo/data/nq/test.jsonl", configfile=cfg)
+    res = smk(tmp_path, "results/byo/corpus/byo/passages.tsv", "results/byo/data/byo_qa/test.jsonl", configfile=cfg)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = (tmp_path / "results/byo/corpus/byo/passages.tsv").read_text().splitlines()
     assert rows[0] == "id\ttitle\ttext" and len(rows) == 1 + 4
     assert rows[1].startswith("ada_0\tAda Lovelace\tAda Lovelace was")
-    test = [json.loads(x) for x in (tmp_path / "results/byo/data/nq/test.jsonl").read_text().splitlines()]
+    test = [json.loads(x) for x in (tmp_path / "results/byo/data/byo_qa/test.jsonl").read_text().splitlines()]
     assert test[0]["targets"] == ["Charles Babbage", "Babbage"]
 
 
@@ -31,7 +31,7 @@ def test_missing_input_file_stops_the_dag_whatever_outputs_exist(tmp_path, monke
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the jobs' `rag` runs the code under test
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
     cfg = tmp_path / "examples" / "byo" / "config.yaml"
-    target = "results/byo/data/nq/test.jsonl"
+    target = "results/byo/data/byo_qa/test.jsonl"
     res = smk(tmp_path, target, configfile=cfg)
     assert res.returncode == 0, res.stderr[-3000:]
     again = smk(tmp_path, "-n", target, configfile=cfg)
@@ -42,6 +42,6 @@ def test_missing_input_file_stops_the_dag_whatever_outputs_exist(tmp_path, monke
         res = smk(tmp_path, *args, configfile=cfg)
         out = res.stdout + res.stderr
         assert res.returncode != 0, out[-3000:]
-        assert "config key 'tasks.nq.files.train': input file examples/byo/qa-train.jsonl not found" in out
+        assert "config key 'tasks.byo_qa.files.train': input file examples/byo/qa-train.jsonl not found" in out
         assert "Nothing to be done" not in out and "Job stats" not in out
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "results").rglob("*") if p.is_file()} == before

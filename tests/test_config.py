@@ -292,16 +292,16 @@ def test_input_files_lists_local_inputs(root, base):
     assert input_files(load_config(base)) == []  # miniworld: nothing to read
     assert input_files(load_config(_byo(root), check_files=False)) == [
         ("corpus.path", "examples/byo/documents.jsonl"),
-        ("tasks.nq.files.train", "examples/byo/qa-train.jsonl"),
-        ("tasks.nq.files.dev", "examples/byo/qa-dev.jsonl"),
-        ("tasks.nq.files.test", "examples/byo/qa-test.jsonl"),
+        ("tasks.byo_qa.files.train", "examples/byo/qa-train.jsonl"),
+        ("tasks.byo_qa.files.dev", "examples/byo/qa-dev.jsonl"),
+        ("tasks.byo_qa.files.test", "examples/byo/qa-test.jsonl"),
     ]
 
 
 @pytest.mark.parametrize("missing, key", [
     ("documents.jsonl", "corpus.path"),
-    ("qa-train.jsonl", "tasks.nq.files.train"),
-    ("qa-test.jsonl", "tasks.nq.files.test"),
+    ("qa-train.jsonl", "tasks.byo_qa.files.train"),
+    ("qa-test.jsonl", "tasks.byo_qa.files.test"),
 ])
 def test_missing_input_file_names_key_and_path(root, tmp_path, monkeypatch, missing, key):
     from rag.config import check_input_files

@@ -167,53 +167,43 @@ def test_retriever_missing_file_role_is_named(monkeypatch):
 # ------------------------------------------------------------------ extending the registry
 
 
-def test_a_toy_task_with_its_own_format_is_three_places(monkeypatch, tmp_path):
-    """Adding a task with its own file format: its registry entry, its parser and its column in the
-    paper's table; nothing else. A local file goes through the config, the real conversion
-    (rag.stages.datasets.build_task), scoring and the report's Table 2 and its CSV."""
+def test_a_toy_task_with_its_own_format_is_three_files(tmp_path, monkeypatch):
+    """A task of the user's with its own file format: a config that declares it, a parser module and
+    its data; no code of the package edited or patched. The config goes through load_config, the
+    real conversion (rag.stages.datasets.build_task), scoring and the report, where its scores have
+    a table of their own (it fills no paper column)."""
     import json
 
-    import pandas as pd
+    import yaml
 
-    import rag.data
     from rag.config import load_config, sections
     from rag.predictions import score_predictions
     from rag.report.build import build_report
     from rag.report.inputs import ReportInputs
     from rag.sections import DataSection, EvalSection
     from rag.stages.datasets import build_task
-    from rag.tasks import QA_SEQ, QA_TOK, PaperColumn, TaskSpec
 
-    def parse_toy(path, id_prefix=None):  # the toy format, arrow_lines: "question => answer | answer" lines
-        for n, line in enumerate(open(path, encoding="utf-8").read().splitlines()):
-            question, answers = line.split(" => ")
-            yield {"id": f"{id_prefix}-{n}", "input": question, "targets": answers.split(" | "), "meta": {}}
+    user = tmp_path / "user"
+    user.mkdir()
+    # 1. the parser of the toy format, arrow_lines: "question => answer | answer" lines
+    (user / "arrow_lines.py").write_text(
+        "def parse(path, id_prefix=None):\n"
+        "    for n, line in enumerate(open(path, encoding='utf-8').read().splitlines()):\n"
+        "        question, answers = line.split(' => ')\n"
+        "        yield {'id': f'{id_prefix}-{n}', 'input': question, 'targets': answers.split(' | ')}\n", encoding="utf-8")
+    # 2. its data, one file for every split
+    (user / "toy.txt").write_text("capital of Ziglal => Morvan | Morvan City\nwho wrote Velora => Ada\n", encoding="utf-8")
+    # 3. the config that declares the task
+    files = {split: "user/toy.txt" for split in ("train", "dev", "test")}
+    (user / "config.yaml").write_text(yaml.safe_dump({
+        "tasks": {"toy": {"kind": "qa", "metrics": ["em"], "display": "Toy QA", "format": "user/arrow_lines.py:parse",
+                          "source": "local", "files": files}},
+        "variants": ["rag_token", "bart"], "experiments": {"topk_task": "toy", "hotswap": False, "oracle": False}}))
+    assert len(list(user.iterdir())) == 3
+    monkeypatch.chdir(tmp_path)  # local paths are read from the working directory, as the rules read them
 
-    paper = paper_results()
-    paper["table2"]["columns"].append("Toy EM")
-    for values in paper["table2"]["rows"].values():
-        values.append(12.5)
-    touched = [
-        # 1. the registry entry: its format, its metrics and the paper column it fills
-        lambda: monkeypatch.setitem(TASKS, "toy", TaskSpec(
-            "toy", "qa", ("em",), "em", QA_SEQ, QA_TOK, display="Toy QA", format="arrow_lines",
-            paper_columns=(PaperColumn("Toy EM", "em", ("table2",)),))),
-        # 2. its parser, under the format's name
-        lambda: monkeypatch.setitem(PARSERS, "arrow_lines", parse_toy),
-        # 3. its column in the paper's table (rag/data/paper_results.yaml)
-        lambda: monkeypatch.setattr(rag.data, "paper_results", lambda: paper),
-    ]
-    for touch in touched:
-        touch()
-    assert len(touched) <= 3
-
-    files = {}
-    for split in ("train", "dev", "test"):
-        files[split] = str(tmp_path / f"toy.{split}.txt")
-        (tmp_path / f"toy.{split}.txt").write_text("capital of Ziglal => Morvan | Morvan City\nwho wrote Velora => Ada\n",
-                                                  encoding="utf-8")
-    cfg = load_config({"tasks": {"toy": {"source": "local", "files": files}}, "variants": ["rag_token", "bart"],
-                       "experiments": {"topk_task": "toy", "hotswap": False, "oracle": False}}, check_files=False)
+    cfg = load_config(user / "config.yaml")
+    assert TASKS["toy"].display == "Toy QA" and "toy" in schema()["definitions"]["task_name"]["enum"]
     data = sections(cfg)["data_toy"]
     outs = {split: tmp_path / "data" / f"{split}.jsonl" for split in files}
     build_task(DataSection.from_dict(data, "data_toy"), outs, files)
@@ -227,11 +217,63 @@ def test_a_toy_task_with_its_own_format_is_three_places(monkeypatch, tmp_path):
     run.parent.mkdir()
     run.write_text(json.dumps({"task": "toy", "variant": "rag_token", "split": "test", "metrics": scores}))
     out = tmp_path / "report.html"
-    build_report(ReportInputs.from_files(metrics=[run]), None, {}, out, {"table2": tmp_path / "table2.csv"})
-    table2 = pd.read_csv(tmp_path / "table2.csv", index_col=0)
-    assert list(table2.columns)[-1] == "Toy EM" and table2.loc["RAG-Token", "Toy EM"] == 50.0
-    table2_html = out.read_text(encoding="utf-8").split(">Table 2<", 1)[1].split("</table>", 1)[0]
-    assert "Toy EM" in table2_html and "50.0" in table2_html and "12.5" in table2_html
+    build_report(ReportInputs.from_files(metrics=[run]), None, {}, out, {})
+    own = out.read_text(encoding="utf-8").split(">Tasks of this experiment<", 1)[1].split("</table>", 1)[0]
+    assert "Toy QA em" in own and "RAG-Token" in own and "50.0" in own
+
+
+def test_a_declared_task_in_every_process(tmp_path):
+    """A job reads sections, not the config: a task's sections carry its declaration and reading
+    one declares the task there (a fresh process knows only the registry's tasks)."""
+    import json
+    import subprocess
+    import sys
+
+    from rag.config import load_config, sections
+
+    cfg = load_config({"tasks": {"mine": {"kind": "classification", "labels": ["yes", "no"], "metrics": ["accuracy"],
+                                          "format": "jsonl", "source": "local",
+                                          "files": {s: "x.jsonl" for s in ("train", "dev", "test")}}}}, check_files=False)
+    pieces = sections(cfg)
+    for name in ("data_mine", "train_mine", "eval_mine"):
+        (tmp_path / f"{name}.json").write_text(json.dumps(pieces[name]))
+    assert "mine" not in json.dumps({k: v for k, v in pieces.items() if k.endswith("_nq")})
+    code = ("from rag.sections import read_section, read_task_sections, DataSection; from rag.tasks import TASKS\n"
+            "assert 'mine' not in TASKS\n"
+            "t = read_task_sections(['train_mine.json', 'eval_mine.json'])\n"
+            "d = read_section(DataSection, 'data_mine.json')\n"
+            "print(TASKS['mine'].labels, TASKS['mine'].decode_token['max_new_tokens'], t.decoding().task.kind)")
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["('yes',", "'no')", "1", "classification"]
+
+
+@pytest.mark.parametrize("decl, key, words", [
+    ({"kind": "qa", "metrics": ["em"], "format": "jsonl"}, "tasks.nq.kind", "a name of its own"),
+    ({"kind": "summary"}, "tasks.mine.kind", "qa, regex, generation, classification"),
+    ({"kind": "qa", "metrics": ["f1"]}, "tasks.mine.metrics", "unknown metric 'f1'"),
+    ({"kind": "qa", "metrics": ["em"], "primary": "rougeL"}, "tasks.mine.primary", "not one of the task's metrics"),
+    ({"kind": "classification", "metrics": ["accuracy"]}, "tasks.mine.labels", "lists its labels"),
+    ({"kind": "qa", "metrics": ["em"], "labels": ["a", "b"]}, "tasks.mine.labels", "only a classification task"),
+    ({"kind": "qa", "metrics": ["em"], "format": "csvish"}, "tasks.mine.format", "unknown format 'csvish'"),
+    ({"kind": "qa", "metrics": ["em"], "format": "nowhere.py:parse"}, "tasks.mine.format", "nowhere.py not found"),
+    ({"kind": "qa", "metrics": ["em"], "format": "json:nothing_here"}, "tasks.mine.format", "has no 'nothing_here'"),
+    ({"kind": "qa", "metrics": ["em"], "format": "jsonl", "source": "miniworld"}, "tasks.mine.source", "own files"),
+    ({"kind": "qa", "metrics": ["nowhere.py:Metric"]}, "tasks.mine.metrics", "nowhere.py not found"),
+])
+def test_a_bad_task_declaration_is_one_line_naming_the_key(tmp_path, monkeypatch, decl, key, words):
+    from rag.config import load_config
+    from rag.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.jsonl").write_text("")
+    name = key.split(".")[1]
+    task = {"source": "local", "format": "jsonl", "files": {s: "x.jsonl" for s in ("train", "dev", "test")}, **decl}
+    with pytest.raises(ConfigError) as err:
+        load_config({"tasks": {name: task}, "corpus": {"source": "local", "path": "x.jsonl", "format": "jsonl"}})
+    msg = str(err.value)
+    assert "\n" not in msg and f"'{key}'" in msg and words in msg, msg
 
 
 def test_a_toy_metric_is_one_class(monkeypatch):

@@ -12,13 +12,18 @@ from rag.report import TABLE_KEYS, ReportInputs, build_report
 
 
 def load_scale(path: str | None) -> dict:
-    """The scale summary of ``--scale-json`` (the file, or its key ``scale``); {} for none."""
+    """The scale summary of ``--scale-json`` (the file, or its key ``scale``); {} for none. The
+    tasks a report section's ``declared_tasks`` declares join the registry (rag.tasks.declare_task)."""
     from rag.errors import DataError
     from rag.io import read_json
+    from rag.tasks import declare_task
 
     if not path:
         return {}
     data = read_json(path)
+    declared = data.get("declared_tasks") if isinstance(data, dict) else None
+    for name, decl in (declared.items() if isinstance(declared, dict) else ()):
+        declare_task(name, decl, path)
     if isinstance(data, dict) and isinstance(data.get("scale"), dict):
         data = data["scale"]
     if not isinstance(data, dict):
