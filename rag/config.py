@@ -258,6 +258,13 @@ def _check_references(cfg: dict) -> None:
     from rag.scoring.qbleu import check_qbleu_weights
 
     check_qbleu_weights(cfg["metrics"]["qbleu1"])
+    from rag.metrics import METRICS
+
+    for metric, given in cfg["metrics"].get("options", {}).items():
+        if metric not in {m for t in tasks for m in TASKS[t].metrics} or not METRICS[metric].options:
+            raise ConfigError(f"config key 'metrics.options.{metric}': no metric of the configured tasks named {metric!r} "
+                              f"has options of its own")
+        METRICS[metric].checked_options(given)
     if cfg["precision"] == "fp16" and cfg["device"] != "cuda":
         raise ConfigError(f"config key 'precision': fp16 needs device: cuda (fp16 kernels and a gradient scaler); "
                           f"with device: {cfg['device']} use bf16 or fp32")
@@ -645,8 +652,10 @@ def _sections(cfg: dict) -> dict[str, dict]:
         out[f"eval_{name}"] = {"task_name": name, "decode": {m: task_decode(cfg, name, m) for m in ("sequence", "token", "bart")}}
         if name not in BUILTIN_TASKS:  # declared by the config: its sections carry the declaration
             out[f"eval_{name}"]["task"] = TaskDeclaration.pick(task)
-        if TASKS[name].reads_metric_options:  # only these read metrics options
-            out[f"eval_{name}"]["metrics"] = MetricOptions.pick(cfg["metrics"])
+        if TASKS[name].reads_metric_options:  # only these read metrics options (their own metrics' alone)
+            own = {m: v for m, v in cfg["metrics"].get("options", {}).items() if m in TASKS[name].metrics}
+            out[f"eval_{name}"]["metrics"] = {**MetricOptions.pick(cfg["metrics"], omit=("options",)),
+                                              **({"options": own} if own else {})}
     return out
 
 

@@ -175,7 +175,8 @@ CONFIG = Group({
             "w_re": Num(minimum=0, maximum=1, default=0.20),
             "delta": Num(minimum=0, maximum=1, default=0.66),
         }, description="Q-BLEU-1 weights; stop-word weight = 1 - w_ner - w_qt - w_re, BLEU-1 weight = 1 - delta"),
-    }, description="options of the coco-caption scorers (bleu1, rougeL, qbleu1); docs/metrics.md"),
+        "options": Map(Map(), description="options of the metrics of your own (a declared task's metrics \"path/to/file.py:Class\"): metric name -> {option: value}; the class' `options` names each option with its default"),
+    }, description="options of the coco-caption scorers (bleu1, rougeL, qbleu1) and of the metrics of your own; docs/metrics.md"),
     "report": Group({
         "samples_per_task": Int(minimum=0, default=20),
     }),

@@ -353,6 +353,8 @@ class QBleuWeights(Section, every_key_of="metrics.qbleu1"):
 
 
 class MetricOptions(Section, every_key_of="metrics"):
+    """The metric options; ``options``: those of the task's own metrics that the config sets."""
+
     qbleu1: QBleuWeights
 
 

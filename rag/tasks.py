@@ -81,10 +81,11 @@ class TaskSpec:
 
     @property
     def reads_metric_options(self) -> bool:
-        """Does one of its metrics read config key ``metrics`` (tokenizer, Q-BLEU weights)?"""
+        """Does one of its metrics read config key ``metrics`` (tokenizer, Q-BLEU weights, its own options)?"""
         from rag.metrics import metric_spec
 
-        return any(metric_spec(m).reads_tokenizer or metric_spec(m).reads_weights for m in self.metrics)
+        return any(metric_spec(m).reads_tokenizer or metric_spec(m).reads_weights or metric_spec(m).options
+                   for m in self.metrics)
 
 
 @dataclass(frozen=True)

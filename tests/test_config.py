@@ -322,8 +322,8 @@ def test_missing_input_file_names_key_and_path(root, tmp_path, monkeypatch, miss
     # relative paths from another base; absolute paths as they are
     check_input_files(load_config(cfg, check_files=False), base=root)
     absolute = copy.deepcopy(cfg)
-    absolute["tasks"]["nq"]["files"]["dev"] = str(tmp_path / "nowhere" / "dev.jsonl")
-    want = f"config key 'tasks.nq.files.dev': input file {tmp_path}/nowhere/dev.jsonl not found"
+    absolute["tasks"]["byo_qa"]["files"]["dev"] = str(tmp_path / "nowhere" / "dev.jsonl")
+    want = f"config key 'tasks.byo_qa.files.dev': input file {tmp_path}/nowhere/dev.jsonl not found"
     with pytest.raises(ConfigError, match=f"^{re.escape(want)}$"):
         check_input_files(load_config(absolute, check_files=False), base=root)
 

@@ -276,45 +276,62 @@ def test_a_bad_task_declaration_is_one_line_naming_the_key(tmp_path, monkeypatch
     assert "\n" not in msg and f"'{key}'" in msg and words in msg, msg
 
 
-def test_a_toy_metric_is_one_class(monkeypatch):
-    """Adding a metric: one class registered by its name. compute, the per-example scores, the
-    bootstrap's subset scorer, a report cell's interval and a task's scoring use it."""
+def test_a_toy_metric_with_its_own_option_is_one_file_and_its_config_key(tmp_path):
+    """A metric of the user's with an option of its own: one file (a Metric class) named by a
+    declared task's ``metrics``, and its option under config key ``metrics.options.<name>``; no code
+    of the package edited or patched. compute, the per-example scores, the bootstrap's subset scorer,
+    a report cell's interval and the task's scoring use it with the run's value of the option."""
+    from rag.config import load_config, sections
     from rag.predictions import metric_options, score_predictions
     from rag.report.claims import cell_interval
+    from rag.report.stats import mean_interval
     from rag.sections import EvalSection
-    from rag.tasks import QA_SEQ, QA_TOK, TaskSpec
 
-    class FirstWord(M.HitMetric):  # the toy: the first word of the prediction is a gold's first word
-        name, display = "first_word", "first-word match"
+    metric_file = tmp_path / "first_words.py"  # the toy: the first `words` words of the prediction are a gold's
+    metric_file.write_text(
+        "from rag.metrics import HitMetric\n\n\n"
+        "class FirstWords(HitMetric):\n"
+        "    name, display = 'first_words', 'first-words match'\n"
+        "    options = {'words': 1}\n\n"
+        "    def hit(self, prediction, golds):\n"
+        "        n = self.options['words']\n"
+        "        return prediction.split()[:n] in [g.split()[:n] for g in golds]\n", encoding="utf-8")
+    task = {"kind": "qa", "metrics": [f"{metric_file}:FirstWords", "em"], "format": "jsonl", "source": "local",
+            "files": {s: "x.jsonl" for s in ("train", "dev", "test")}}
 
-        def hit(self, prediction, golds):
-            return prediction.split()[:1] in [g.split()[:1] for g in golds]
+    def config(metrics: dict) -> dict:
+        return load_config({"tasks": {"toy": task}, "metrics": metrics}, check_files=False)
 
-    monkeypatch.setitem(M.METRICS, FirstWord.name, FirstWord)
-    preds, golds = ["Paris France", "cat dog", "Rome"], [["Paris"], ["a cat"], ["Rome", "Roma"]]
-    assert M.Scorer().compute("first_word", preds, golds) == pytest.approx(200 / 3)
-    assert FirstWord().each(preds, golds) == [True, False, True]
-    scorer = M.Scorer().subset("first_word", preds, golds)
-    for ix in ([0, 0, 1], [2], [1, 1]):
-        assert scorer(ix) == M.Scorer().compute("first_word", [preds[i] for i in ix], [golds[i] for i in ix])
-    with monkeypatch.context() as m:  # not bootstrapped (FirstWord.bootstrap is False): a mean of 0/100 scores
-        m.setattr(M.Scorer, "subset", lambda *a, **k: pytest.fail("a mean's interval rescored resamples"))
-        iv = cell_interval("first_word", [[{"prediction": p, "targets": g} for p, g in zip(preds, golds)]])
-    assert iv.estimate == pytest.approx(200 / 3)
-
-    monkeypatch.setitem(TASKS, "toy", TaskSpec("toy", "qa", ("first_word", "em"), "first_word", QA_SEQ, QA_TOK))
-    cfg = EvalSection.from_dict({"task_name": "toy", "decode": {m: {"k": 1, "method": "greedy", "beams": 1, "max_new_tokens": 4}
-                                                                for m in ("sequence", "token", "bart")}}, "eval_toy")
-    assert metric_options(cfg) == {} and not TASKS["toy"].reads_metric_options
+    preds, golds = ["Paris France", "cat dog", "Rome"], [["Paris"], ["cat dog"], ["Rome", "Roma"]]
     rows = [{"prediction": p, "targets": g, "doc_ids": []} for p, g in zip(preds, golds)]
-    assert score_predictions(cfg, rows, None)[0] == {"first_word": pytest.approx(200 / 3), "em": pytest.approx(100 / 3)}
+    for words, hits in ((None, [True, True, True]), (2, [False, True, True])):
+        cfg = config({"options": {"first_words": {"words": words}}} if words else {})
+        assert TASKS["toy"].metrics == ("first_words", "em") and TASKS["toy"].primary == "first_words"
+        ev = EvalSection.from_dict(sections(cfg)["eval_toy"], "eval_toy")
+        assert metric_options(ev) == {"first_words": {"words": words or 1}}
+        sc = M.Scorer.of(metric_options(ev))
+        assert sc.metric("first_words").each(preds, golds) == hits
+        assert sc.compute("first_words", preds, golds) == pytest.approx(100 * sum(hits) / 3)
+        scorer = sc.subset("first_words", preds, golds)
+        for ix in ([0, 0, 1], [2], [1, 1]):
+            assert scorer(ix) == sc.compute("first_words", [preds[i] for i in ix], [golds[i] for i in ix])
+        assert score_predictions(ev, rows, None)[0] == {"first_words": pytest.approx(100 * sum(hits) / 3),
+                                                       "em": pytest.approx(200 / 3)}
+        # not bootstrapped (HitMetric.bootstrap is False): a report cell's interval is the mean's of 0/100 scores
+        iv = cell_interval("first_words", [[{"prediction": p, "targets": g} for p, g in zip(preds, golds)]],
+                           metric_options(ev))
+        assert iv == mean_interval([(1, __import__("numpy").array([[100.0 * h for h in hits]]))])
+    # the eval section of a task carries the options of its own metrics only, and a built-in task's none
+    both = load_config({"tasks": {"toy": task, "nq": {"train": 4, "dev": 2, "test": 2}},
+                        "metrics": {"options": {"first_words": {"words": 2}}}}, check_files=False)
+    assert sections(both)["eval_toy"]["metrics"]["options"] == {"first_words": {"words": 2}}
+    assert "metrics" not in sections(both)["eval_nq"]
 
-    class TokenizedFirstWord(FirstWord):  # a metric that reads config key metrics.tokenizer
-        name, reads_tokenizer = "first_word_tok", True
-
-    monkeypatch.setitem(M.METRICS, TokenizedFirstWord.name, TokenizedFirstWord)
-    monkeypatch.setitem(TASKS, "toy", TaskSpec("toy", "qa", ("first_word_tok",), "first_word_tok", QA_SEQ, QA_TOK))
-    assert TASKS["toy"].reads_metric_options and metric_options(cfg) == {"tokenizer": "python"}
+    for metrics, key in (({"options": {"first_words": {"word": 2}}}, "metrics.options.first_words.word"),
+                         ({"options": {"first_words": {"words": "2"}}}, "metrics.options.first_words.words"),
+                         ({"options": {"bleu1": {"n": 2}}}, "metrics.options.bleu1")):
+        with pytest.raises(__import__("rag.errors").errors.ConfigError, match=f"^config key '{re.escape(key)}': "):
+            config(metrics)
 
 
 def test_roles_name_registered_tasks_and_the_schema_default():
