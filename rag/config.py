@@ -166,8 +166,9 @@ def _check_control_characters(node: Any, path: tuple = ()) -> None:
 
 def input_files(cfg: dict) -> list[tuple[str, str]]:
     """(dotted config key, path) of every local input the resolved config names: the corpus file
-    of ``corpus.source: local``, the split files of ``source: local`` tasks and the parsers of
-    the user's that a task's ``format`` / ``formats`` name (``"path/to/file.py:function"``).
+    of ``corpus.source: local``, the split files of ``source: local`` tasks and the files of the
+    user's parsers and metrics that a task's ``format`` / ``formats`` / ``metrics`` name
+    (``"path/to/file.py:name"``; ``tasks.<task>.metrics.<i>``).
     (Downloaded files are outputs of the download rules, not inputs.)"""
     out = []
     corpus = cfg["corpus"]
@@ -177,8 +178,9 @@ def input_files(cfg: dict) -> list[tuple[str, str]]:
         task = cfg["tasks"][name]
         if task["source"] == "local":
             out += [(f"tasks.{name}.files.{split}", path) for split, path in (task.get("files") or {}).items()]
-        formats = [("format", task.get("format"))] + [(f"formats.{s}", f) for s, f in (task.get("formats") or {}).items()]
-        out += [(f"tasks.{name}.{k}", f.rpartition(":")[0]) for k, f in formats if f and f.rpartition(":")[0].endswith(".py")]
+        refs = [("format", task.get("format"))] + [(f"formats.{s}", f) for s, f in (task.get("formats") or {}).items()]
+        refs += [(f"metrics.{i}", m) for i, m in enumerate(task.get("metrics") or ())]
+        out += [(f"tasks.{name}.{k}", r.rpartition(":")[0]) for k, r in refs if r and r.rpartition(":")[0].endswith(".py")]
     return out
 
 

@@ -287,20 +287,26 @@ class GeneratorOptions(GeneratorLengths, every_key_of="generator"):
     """The whole generator configuration (construction and pretraining)."""
 
 
-class TaskDeclaration(Section):
-    """A task the config declares (``tasks.<task>.kind`` set; rag.tasks.declare_task): the keys of its
-    registry entry. Its sections carry them, and reading one (:class:`TaskSection`) declares it."""
+class TaskKind(Section):
+    """What the data and training of a task the config declares (``tasks.<task>.kind`` set;
+    rag.tasks.declare_task) read of its declaration; reading a section with it (:class:`TaskSection`)
+    declares the task without its metrics."""
 
     source = read("tasks.*.source")
     format = read("tasks.*.format")
     kind = read("tasks.*.kind")
+    labels = read("tasks.*.labels")
+
+
+class TaskDeclaration(TaskKind):
+    """The whole declaration of a task the config declares: what scoring and the report read."""
+
     metrics = read("tasks.*.metrics")
     primary = read("tasks.*.primary")
-    labels = read("tasks.*.labels")
     display = read("tasks.*.display")
 
 
-class TaskData(TaskDeclaration):
+class TaskData(TaskKind):
     """What a task's data files depend on."""
 
     well_formed_only = read("tasks.*.well_formed_only")  # msmarco: every split, or the splits named
@@ -315,8 +321,9 @@ class TaskData(TaskDeclaration):
         return split in wf if isinstance(wf, tuple) else wf
 
 
-class TaskOptions(TaskData, every_key_of="tasks.*", exclude=DECODE_KEYS + RUN_KEYS):
-    """A task's configuration but its test-time decoding and which runs it has."""
+class TaskOptions(TaskData, every_key_of="tasks.*", exclude=DECODE_KEYS + RUN_KEYS + ("metrics", "primary", "display")):
+    """A task's configuration but its test-time decoding, which runs it has and what only scoring
+    and the report read of a declared task."""
 
 
 class TrainOptions(Section, every_key_of="train"):
@@ -403,16 +410,20 @@ class GeneratorSection(Section):
 
 class TaskSection(Section):
     """A section of one task (``task_name``), whose ``task`` holds the declaration of a task the
-    config declares: parsing it declares that task first (its name and metrics join the registry
-    in the process that reads it, as :func:`rag.config.load_config` does where the DAG is planned)."""
+    config declares (the whole of it in eval_<task>; its kind, labels and format in data_<task> and
+    train_<task>, so that an edit of its metrics re-runs its scoring alone): parsing it declares
+    that task first, in the process that reads it, as :func:`rag.config.load_config` does where the
+    DAG is planned."""
 
     @classmethod
     def from_dict(cls: type[S], data: Any, where: str, prefix: str = "") -> S:
         task = data.get("task") if isinstance(data, Mapping) else None
         if isinstance(task, Mapping) and "kind" in task:
-            from rag.tasks import declare_task
+            from rag.tasks import TASKS, declare_task
 
-            declare_task(data.get("task_name"), _dump(task), where)
+            name, whole = data.get("task_name"), "metrics" in task
+            if whole or not isinstance(name, str) or name not in TASKS:  # a part never replaces the whole
+                declare_task(name, _dump(task), where, without_metrics=not whole)
         return super().from_dict(data, where, prefix)
 
 

@@ -193,7 +193,7 @@ def declare_tasks(tasks) -> None:
             declare_task(name, decl)
 
 
-def declare_task(name: str, decl: dict, where: str = "config") -> TaskSpec:
+def declare_task(name: str, decl: dict, where: str = "config", without_metrics: bool = False) -> TaskSpec:
     """Register the task the config declares under ``tasks.<name>`` (``decl``: its keys) in
     :data:`TASKS` and return its entry; one ConfigError naming the key for a bad declaration.
 
@@ -201,7 +201,9 @@ def declare_task(name: str, decl: dict, where: str = "config") -> TaskSpec:
     ``metrics`` names rag.metrics.METRICS or metric classes of the user's (``"file.py:Class"``);
     ``primary`` (default: the first metric) is the metric the tables report; ``labels`` are a
     classification task's answers; ``format`` is a parser of rag.data.parsers.PARSERS or the user's
-    (``"file.py:parse"``); ``display`` its name in the report (default: ``name``)."""
+    (``"file.py:parse"``); ``display`` its name in the report (default: ``name``).
+    ``without_metrics``: ``decl`` is what a data or train section holds (no metrics, primary,
+    display): the entry has no metrics."""
     from rag.errors import ConfigError
 
     key = f"config key 'tasks.{name}"
@@ -225,14 +227,14 @@ def declare_task(name: str, decl: dict, where: str = "config") -> TaskSpec:
     if not isinstance(fmt, str) or not fmt:
         fail("format", "a declared task names its files' format: a parser of rag/data/parsers.py PARSERS or "
                        "\"path/to/file.py:function\" / \"module:function\"")
-    metrics = decl.get("metrics")
-    if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics):
+    metrics = [] if without_metrics else decl.get("metrics")
+    if not without_metrics and (not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics)):
         fail("metrics", "a declared task lists its metrics: names of rag/metrics.py METRICS or \"path/to/file.py:Class\"")
     names = tuple(metric_name(m, f"tasks.{name}.metrics") for m in metrics)
     if len(set(names)) < len(names):
         fail("metrics", f"{', '.join(names)} names a metric twice")
-    primary = decl.get("primary", names[0])
-    if primary not in names:
+    primary = decl.get("primary", names[0] if names else "")
+    if primary not in names and not without_metrics:
         fail("primary", f"{primary!r} is not one of the task's metrics ({', '.join(names)})")
     labels = decl.get("labels")
     if (kind == "classification") != (labels is not None):

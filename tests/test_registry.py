@@ -237,16 +237,23 @@ def test_a_declared_task_in_every_process(tmp_path):
     pieces = sections(cfg)
     for name in ("data_mine", "train_mine", "eval_mine"):
         (tmp_path / f"{name}.json").write_text(json.dumps(pieces[name]))
-    assert "mine" not in json.dumps({k: v for k, v in pieces.items() if k.endswith("_nq")})
-    code = ("from rag.sections import read_section, read_task_sections, DataSection; from rag.tasks import TASKS\n"
+    # data and training read its kind, labels and format; scoring and the report the whole declaration
+    assert "metrics" not in pieces["data_mine"]["task"] and "metrics" not in pieces["train_mine"]["task"]
+    assert pieces["eval_mine"]["task"]["metrics"] == ["accuracy"] == pieces["report"]["declared_tasks"]["mine"]["metrics"]
+    code = ("import sys; from rag.sections import read_section, read_task_sections, DataSection; from rag.tasks import TASKS\n"
             "assert 'mine' not in TASKS\n"
-            "t = read_task_sections(['train_mine.json', 'eval_mine.json'])\n"
-            "d = read_section(DataSection, 'data_mine.json')\n"
-            "print(TASKS['mine'].labels, TASKS['mine'].decode_token['max_new_tokens'], t.decoding().task.kind)")
-    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.split() == ["('yes',", "'no')", "1", "classification"]
+            "if sys.argv[1] == 'data':\n"
+            "    read_section(DataSection, 'data_mine.json')\n"
+            "else:\n"
+            "    t = read_task_sections(['eval_mine.json', 'train_mine.json'])\n"
+            "    read_section(DataSection, 'data_mine.json')  # a part never replaces the whole\n"
+            "    assert t.decoding().task.kind == 'classification'\n"
+            "print(TASKS['mine'].labels, TASKS['mine'].decode_token['max_new_tokens'], TASKS['mine'].metrics)")
+    for job, metrics in (("data", "()"), ("train", "('accuracy',)")):
+        res = subprocess.run([sys.executable, "-c", code, job], cwd=tmp_path, capture_output=True, text=True,
+                             env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.split() == ["('yes',", "'no')", "1", metrics]
 
 
 @pytest.mark.parametrize("decl, key, words", [
@@ -281,7 +288,7 @@ def test_a_toy_metric_with_its_own_option_is_one_file_and_its_config_key(tmp_pat
     declared task's ``metrics``, and its option under config key ``metrics.options.<name>``; no code
     of the package edited or patched. compute, the per-example scores, the bootstrap's subset scorer,
     a report cell's interval and the task's scoring use it with the run's value of the option."""
-    from rag.config import load_config, sections
+    from rag.config import input_files, load_config, sections
     from rag.predictions import metric_options, score_predictions
     from rag.report.claims import cell_interval
     from rag.report.stats import mean_interval
@@ -321,6 +328,8 @@ def test_a_toy_metric_with_its_own_option_is_one_file_and_its_config_key(tmp_pat
         iv = cell_interval("first_words", [[{"prediction": p, "targets": g} for p, g in zip(preds, golds)]],
                            metric_options(ev))
         assert iv == mean_interval([(1, __import__("numpy").array([[100.0 * h for h in hits]]))])
+    # the metric's file is a local input (its sha256 a param of the rules that score: an edit scores again)
+    assert ("tasks.toy.metrics.0", str(metric_file)) in input_files(cfg)
     # the eval section of a task carries the options of its own metrics only, and a built-in task's none
     both = load_config({"tasks": {"toy": task, "nq": {"train": 4, "dev": 2, "test": 2}},
                         "metrics": {"options": {"first_words": {"words": 2}}}}, check_files=False)

@@ -17,6 +17,7 @@ rule report:
         url=lambda w: CFG["tracking"]["ui_url"],  # a function: not formatted with wildcards
         samples=CFG["report"]["samples_per_task"],
         train_data=train_data_args,
+        **METRIC_FILES,
     benchmark:
         benchmark_file("report"),
     log:
