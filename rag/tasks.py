@@ -239,8 +239,8 @@ def declare_task(name: str, decl: dict, where: str = "config", without_metrics: 
     labels = decl.get("labels")
     if (kind == "classification") != (labels is not None):
         fail("labels", "a classification task lists its labels (at least two), and only a classification task does")
-    if labels is not None and (not isinstance(labels, list) or len(set(labels)) < 2 or len(set(labels)) < len(labels)
-                               or not all(isinstance(x, str) and x for x in labels)):
+    if labels is not None and (not isinstance(labels, list) or not all(isinstance(x, str) and x for x in labels)
+                               or len(set(labels)) < max(2, len(labels))):
         fail("labels", "at least two labels, distinct non-empty strings")
     display = decl.get("display", name)
     if not isinstance(display, str) or not display:

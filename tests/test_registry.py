@@ -256,6 +256,41 @@ def test_a_declared_task_in_every_process(tmp_path):
         assert res.stdout.split() == ["('yes',", "'no')", "1", metrics]
 
 
+def test_rag_check_knows_the_tasks_the_experiment_declares(tmp_path):
+    """`rag check` of a declared task's runs: the experiment's report section names the task (no
+    miniworld generator, Table 7 row or paper column needed)."""
+    import json
+
+    import yaml
+
+    from rag.cli import main
+    from rag.config import load_config, sections
+
+    cfg = load_config({"tasks": {"mine": {"kind": "qa", "metrics": ["em"], "format": "jsonl", "source": "local",
+                                          "files": {s: "x.jsonl" for s in ("train", "dev", "test")}}}}, check_files=False)
+    root = tmp_path / "results" / "mine_exp"
+    (root / "config").mkdir(parents=True)
+    (root / "config" / "report.json").write_text(json.dumps(sections(cfg)["report"]))
+    run = root / "runs" / "mine" / "rag_token" / "seed1" / "test"
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({"task": "mine", "variant": "rag_token", "split": "test", "seed": 1,
+                                                  "metrics": {"em": 50.0}}))
+    (run / "predictions.jsonl").write_text("".join(json.dumps({"id": str(i), "prediction": p, "targets": ["Ada"]}) + "\n"
+                                                   for i, p in enumerate(["Ada", "Bob"])))
+    bands = tmp_path / "bands.yaml"
+    bands.write_text(yaml.safe_dump({"cells": [{"task": "mine", "variant": "rag_token", "split": "test", "metric": "em",
+                                                "expected": 50.0, "tolerance": 1.0}]}))
+    from rag.tasks import declare_tasks
+
+    declare_tasks(None)  # a fresh process: the registry's own tasks only
+    assert main(["check", "--bands", str(bands), "--experiment", str(root)]) == 0
+    given = ["check", "--bands", str(bands), "--metrics", str(run / "metrics.json"), "--predictions", str(run / "predictions.jsonl")]
+    declare_tasks(None)
+    assert main(given) != 0  # without the report section the task is unknown here
+    declare_tasks(None)
+    assert main([*given, "--report-config", str(root / "config" / "report.json")]) == 0
+
+
 @pytest.mark.parametrize("decl, key, words", [
     ({"kind": "qa", "metrics": ["em"], "format": "jsonl"}, "tasks.nq.kind", "a name of its own"),
     ({"kind": "summary"}, "tasks.mine.kind", "qa, regex, generation, classification"),
