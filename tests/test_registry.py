@@ -167,7 +167,7 @@ def test_retriever_missing_file_role_is_named(monkeypatch):
 # ------------------------------------------------------------------ extending the registry
 
 
-def test_a_toy_task_with_its_own_format_is_three_files(tmp_path, monkeypatch):
+def test_a_toy_task_with_its_own_format_is_three_files(tmp_path):
     """A task of the user's with its own file format: a config that declares it, a parser module and
     its data; no code of the package edited or patched. The config goes through load_config, the
     real conversion (rag.stages.datasets.build_task), scoring and the report, where its scores have
@@ -194,13 +194,12 @@ def test_a_toy_task_with_its_own_format_is_three_files(tmp_path, monkeypatch):
     # 2. its data, one file for every split
     (user / "toy.txt").write_text("capital of Ziglal => Morvan | Morvan City\nwho wrote Velora => Ada\n", encoding="utf-8")
     # 3. the config that declares the task
-    files = {split: "user/toy.txt" for split in ("train", "dev", "test")}
+    files = {split: str(user / "toy.txt") for split in ("train", "dev", "test")}
     (user / "config.yaml").write_text(yaml.safe_dump({
-        "tasks": {"toy": {"kind": "qa", "metrics": ["em"], "display": "Toy QA", "format": "user/arrow_lines.py:parse",
+        "tasks": {"toy": {"kind": "qa", "metrics": ["em"], "display": "Toy QA", "format": f"{user}/arrow_lines.py:parse",
                           "source": "local", "files": files}},
         "variants": ["rag_token", "bart"], "experiments": {"topk_task": "toy", "hotswap": False, "oracle": False}}))
     assert len(list(user.iterdir())) == 3
-    monkeypatch.chdir(tmp_path)  # local paths are read from the working directory, as the rules read them
 
     cfg = load_config(user / "config.yaml")
     assert TASKS["toy"].display == "Toy QA" and "toy" in schema()["definitions"]["task_name"]["enum"]
