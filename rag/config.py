@@ -25,8 +25,8 @@ from rag.config_keys import INDEX_PARAMS
 from rag.errors import ConfigError, DataError
 from rag.io import not_a_file, read_json
 from rag.sections import (ContextEncoder, CorpusOptions, GeneratorLengths, GeneratorOptions, MetricOptions, Miniworld,
-                          QuestionEncoder, TaskData, TaskOptions, Tracking, TrainOptions)
-from rag.tasks import TASKS, VARIANTS
+                          QuestionEncoder, TaskData, TaskDeclaration, TaskOptions, Tracking, TrainOptions)
+from rag.tasks import BUILTIN_TASKS, TASKS, VARIANTS, declare_tasks
 
 
 def schema() -> dict:
@@ -73,6 +73,7 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     for key in sorted(config_keys.REMOVED.keys() & data.keys()):
         raise ConfigError(f"config key {key!r} is removed ({config_keys.REMOVED[key]}): delete it from the config")
     _check_expanded_size(data)
+    declare_tasks(data.get("tasks"))  # the config's own tasks join the registry (and the schema's task names)
     cfg = copy.deepcopy(data)
     _command_line_booleans(cfg, schema())
     err = keyspec.first_error(keyspec.validator_class(fill_defaults=True)(schema()), cfg)
@@ -83,6 +84,7 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     if check_files:
         check_input_files(cfg)
         check_local_corpus_k(cfg)
+        check_parsers(cfg)
     return cfg
 
 
@@ -164,8 +166,10 @@ def _check_control_characters(node: Any, path: tuple = ()) -> None:
 
 def input_files(cfg: dict) -> list[tuple[str, str]]:
     """(dotted config key, path) of every local input the resolved config names: the corpus file
-    of ``corpus.source: local`` and the split files of ``source: local`` tasks. (Downloaded files
-    are outputs of the download rules, not inputs.)"""
+    of ``corpus.source: local``, the split files of ``source: local`` tasks and the files of the
+    user's parsers and metrics that a task's ``format`` / ``formats`` / ``metrics`` name
+    (``"path/to/file.py:name"``; ``tasks.<task>.metrics.<i>``).
+    (Downloaded files are outputs of the download rules, not inputs.)"""
     out = []
     corpus = cfg["corpus"]
     if corpus["source"] == "local" and corpus.get("path") is not None:
@@ -174,7 +178,23 @@ def input_files(cfg: dict) -> list[tuple[str, str]]:
         task = cfg["tasks"][name]
         if task["source"] == "local":
             out += [(f"tasks.{name}.files.{split}", path) for split, path in (task.get("files") or {}).items()]
+        refs = [("format", task.get("format"))] + [(f"formats.{s}", f) for s, f in (task.get("formats") or {}).items()]
+        refs += [(f"metrics.{i}", m) for i, m in enumerate(task.get("metrics") or ())]
+        out += [(f"tasks.{name}.{k}", r.rpartition(":")[0]) for k, r in refs if r and r.rpartition(":")[0].endswith(".py")]
     return out
+
+
+def check_parsers(cfg: dict) -> None:
+    """Every format a file task names has a parser (the user's ones are imported: ConfigError naming
+    the key of one that is not there)."""
+    from rag.data.parsers import parser
+
+    for name, task in cfg["tasks"].items():
+        if task["source"] != "miniworld":
+            given = [("format", task.get("format"))] + [(f"formats.{s}", f) for s, f in (task.get("formats") or {}).items()]
+            for key, fmt in given:
+                if fmt is not None:
+                    parser(fmt, f"tasks.{name}.{key}")
 
 
 def check_input_files(cfg: dict, base: str | Path | None = None) -> None:
@@ -240,6 +260,13 @@ def _check_references(cfg: dict) -> None:
     from rag.scoring.qbleu import check_qbleu_weights
 
     check_qbleu_weights(cfg["metrics"]["qbleu1"])
+    from rag.metrics import METRICS
+
+    for metric, given in cfg["metrics"].get("options", {}).items():
+        if metric not in {m for t in tasks for m in TASKS[t].metrics} or not METRICS[metric].options:
+            raise ConfigError(f"config key 'metrics.options.{metric}': no metric of the configured tasks named {metric!r} "
+                              f"has options of its own")
+        METRICS[metric].checked_options(given)
     if cfg["precision"] == "fp16" and cfg["device"] != "cuda":
         raise ConfigError(f"config key 'precision': fp16 needs device: cuda (fp16 kernels and a gradient scaler); "
                           f"with device: {cfg['device']} use bf16 or fp32")
@@ -571,6 +598,9 @@ def _sections(cfg: dict) -> dict[str, dict]:
         "report": {"report": cfg["report"], "variants": cfg["variants"], "tasks": sorted(cfg["tasks"]),
                    "scale": scale_summary(cfg)},
     }
+    declared = {name: TaskDeclaration.pick(task) for name, task in cfg["tasks"].items() if name not in BUILTIN_TASKS}
+    if declared:  # the report names and scores them as the runs did
+        out["report"]["declared_tasks"] = declared
     for name, task in cfg["tasks"].items():
         data = {"task_name": name, "task": TaskData.pick(task)}
         if task["source"] == "miniworld":  # gold passages depend on how the corpus is cut
@@ -586,8 +616,12 @@ def _sections(cfg: dict) -> dict[str, dict]:
             "retriever": QuestionEncoder.pick(r),
         }
         out[f"eval_{name}"] = {"task_name": name, "decode": {m: task_decode(cfg, name, m) for m in ("sequence", "token", "bart")}}
-        if TASKS[name].reads_metric_options:  # only these read metrics options
-            out[f"eval_{name}"]["metrics"] = MetricOptions.pick(cfg["metrics"])
+        if name not in BUILTIN_TASKS:  # declared by the config: its sections carry the declaration
+            out[f"eval_{name}"]["task"] = TaskDeclaration.pick(task)
+        if TASKS[name].reads_metric_options:  # only these read metrics options (their own metrics' alone)
+            own = {m: v for m, v in cfg["metrics"].get("options", {}).items() if m in TASKS[name].metrics}
+            out[f"eval_{name}"]["metrics"] = {**MetricOptions.pick(cfg["metrics"], omit=("options",)),
+                                              **({"options": own} if own else {})}
     return out
 
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from rag.keyspec import NO_DEFAULT, AnyOf, Bool, Definitions, Enum, Group, Int, List, Map, Num, Str, at
-from rag.tasks import GENERATOR_FAMILIES, ROLES, SPLITS, TASKS, VARIANTS
+from rag.tasks import GENERATOR_FAMILIES, KINDS, ROLES, SPLITS, TASKS, VARIANTS
 
 # the parameters each index type reads (retriever.index; the index section holds its type's only)
 INDEX_PARAMS = {"flat": (), "hnsw": ("hnsw_m", "hnsw_ef_search"), "ivfpq": ("ivf_lists", "pq_m")}
@@ -36,7 +36,7 @@ REMOVED = {"warm_start": "every job runs in a process of its own"}
 D = Definitions()
 NAME = D.define("name", Str(pattern="^[a-z0-9][a-z0-9_]{0,63}$"))
 VARIANT = D.define("variant", Enum(lambda: tuple(VARIANTS), description="a variant of rag/tasks.py VARIANTS: " + ", ".join(VARIANTS)))
-TASK_NAME = D.define("task_name", Enum(lambda: tuple(TASKS), description="a task of rag/tasks.py TASKS: " + ", ".join(TASKS)))
+TASK_NAME = D.define("task_name", Enum(lambda: tuple(TASKS), description="a task of rag/tasks.py TASKS, or one the config declares (tasks.<task>.kind): " + ", ".join(TASKS)))
 SEEDS = D.define("seeds", List(Int(minimum=0), min_items=1, unique=True))
 DECODE = D.define("decode", Group({
     "k": Int(minimum=1, maximum=100, default=5, description="test-time number of retrieved documents"),
@@ -55,9 +55,14 @@ TASK = D.define("task", Group({
     "seeds": SEEDS.ref(description="the fine-tune seeds of this task's variants (default: the top-level seeds; one_seed_variants run the first); a task with init_from needs each of them on its source task"),
     "files": Map(Str(), description="download/local: split name -> URL or path"),
     "sha256": Map(Str(pattern="^[0-9a-f]{64}$")),
-    "format": Str(),
+    "format": Str(description="the parser of its files: a name of rag/data/parsers.py PARSERS (default: the registry's for the task), or code of your own, \"path/to/file.py:function\" (relative to the working directory) or \"module:function\", called as function(path, id_prefix=...) and yielding {id, input, targets, meta} rows"),
+    "kind": Enum(KINDS, description="a task of your own (a name not in rag/tasks.py TASKS), declared here with metrics and format: qa (answers matched with SQuAD's normalisation, answer recall), regex (answers are regular expressions), generation (free text) or classification (one of labels); it sets the decoding defaults"),
+    "metrics": List(Str(), min_items=1, unique=True, description="a declared task's metrics: names of rag/metrics.py METRICS, or \"path/to/file.py:Class\" / \"module:Class\", a rag.metrics.Metric of your own"),
+    "primary": Str(description="a declared task: the metric its tables report (default: the first of metrics)"),
+    "labels": List(Str(), min_items=2, unique=True, description="a declared classification task: its labels"),
+    "display": Str(description="a declared task: its name in the report (default: the task's name)"),
     "well_formed_only": AnyOf((Bool(), List(Enum(SPLITS), unique=True)), default=False, description="msmarco: keep only examples with a well-formed answer: true (every split) or a list of splits (the paper: [train, dev])"),
-    "formats": Map(Str(), description="per-split parser override (split -> PARSERS name); default: format"),
+    "formats": Map(Str(), description="per-split parser override (split -> a format, as format); default: format"),
     "train_sampling": Enum(("facts", "attributes"), description="miniworld QA and MS-MARCO: how the training questions are drawn: facts (unset: every stated fact of the split equally likely, so an attribute is as common as its kind of entity) or attributes (in turn over the attributes, each about as often); dev and test draw facts"),
     "decode_sequence": DECODE.ref(default={}, description="test-time decoding of RAG-Sequence (and BART); method, beams and max_new_tokens default to the paper's for the task's kind (rag/tasks.py)"),
     "decode_token": DECODE.ref(default={}, description="test-time decoding of RAG-Token"),
@@ -170,7 +175,8 @@ CONFIG = Group({
             "w_re": Num(minimum=0, maximum=1, default=0.20),
             "delta": Num(minimum=0, maximum=1, default=0.66),
         }, description="Q-BLEU-1 weights; stop-word weight = 1 - w_ner - w_qt - w_re, BLEU-1 weight = 1 - delta"),
-    }, description="options of the coco-caption scorers (bleu1, rougeL, qbleu1); docs/metrics.md"),
+        "options": Map(Map(), description="options of the metrics of your own (a declared task's metrics \"path/to/file.py:Class\"): metric name -> {option: value}; the class' `options` names each option with its default"),
+    }, description="options of the coco-caption scorers (bleu1, rougeL, qbleu1) and of the metrics of your own; docs/metrics.md"),
     "report": Group({
         "samples_per_task": Int(minimum=0, default=20),
     }),

@@ -28,7 +28,7 @@ The scorers live in :mod:`rag.scoring`; this module names the metrics and scores
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Sequence
 
 from rag.errors import ConfigError, DataError
@@ -70,7 +70,9 @@ class Metric:
     * ``bootstrap``: a report cell's interval scores bootstrap resamples (:meth:`subset`); False:
       the score is the mean of per-example 0/100 scores (one example scored alone), whose interval
       is a mean's;
-    * ``needs_targets``: it compares with the golds (False: it reads the predictions alone).
+    * ``needs_targets``: it compares with the golds (False: it reads the predictions alone);
+    * ``options``: its own options and their defaults (config key ``metrics.options.<name>``; an
+      instance's ``options`` holds the run's values, recorded in metrics.json under its name).
     """
 
     name: ClassVar[str] = ""
@@ -79,10 +81,32 @@ class Metric:
     reads_weights: ClassVar[bool] = False
     bootstrap: ClassVar[bool] = True
     needs_targets: ClassVar[bool] = True
+    options: ClassVar[dict] = {}
 
-    def __init__(self, tokenizer: str = "python", qbleu_weights: dict | None = None):
+    def __init__(self, tokenizer: str = "python", qbleu_weights: dict | None = None, options: dict | None = None):
         self.tokenizer = tokenizer
         self.qbleu_weights = qbleu_weights
+        self.options = self.checked_options(options or {})
+
+    @classmethod
+    def checked_options(cls, given: dict, key: str | None = None) -> dict:
+        """The metric's options: its defaults (``options``) with ``given`` over them; ConfigError
+        naming config key ``key`` (default ``metrics.options.<name>``) for an option it does not
+        have or a value of another type than its default's."""
+        key = key or f"metrics.options.{cls.name}"
+        out = dict(cls.options)
+        for opt, value in given.items():
+            if opt not in cls.options:
+                known = ", ".join(cls.options) or "none"
+                raise ConfigError(f"config key '{key}.{opt}': metric {cls.name} has no option {opt!r} (its options: {known})")
+            default = cls.options[opt]
+            same = (isinstance(value, bool) == isinstance(default, bool)
+                    and isinstance(value, (int, float) if isinstance(default, float) else type(default)))
+            if not same:
+                raise ConfigError(f"config key '{key}.{opt}': expected {type(default).__name__} (default {default!r}), "
+                                  f"got {value!r}")
+            out[opt] = value
+        return out
 
     def score(self, predictions: Sequence[str], targets: Sequence[Sequence[str]]) -> float:
         """The corpus-level score in percent."""
@@ -230,17 +254,19 @@ class Scorer:
 
     tokenizer: str = "python"
     qbleu1: dict | None = None
+    own: dict = field(default_factory=dict)  # metric name -> its own options (Metric.options)
 
     @classmethod
     def of(cls, options: dict | None) -> "Scorer":
-        """The scorer of a metrics.json's ``metric_options`` (its keys ``tokenizer``, ``qbleu1``;
-        a key it lacks, as for metrics that read no options: the default)."""
+        """The scorer of a metrics.json's ``metric_options`` (its keys ``tokenizer``, ``qbleu1`` and
+        a metric's name for its own options; a key it lacks, as for metrics that read no options: the default)."""
         options = options or {}
-        return cls(options.get("tokenizer", "python"), options.get("qbleu1"))
+        own = {k: v for k, v in options.items() if k not in ("tokenizer", "qbleu1")}
+        return cls(options.get("tokenizer", "python"), options.get("qbleu1"), own)
 
     def metric(self, name: str) -> Metric:
         """Metric ``name`` with these options."""
-        return metric_spec(name)(self.tokenizer, self.qbleu1)
+        return metric_spec(name)(self.tokenizer, self.qbleu1, self.own.get(name))
 
     def compute(self, metric: str, predictions: Sequence[str], targets: Sequence[Sequence[str]]) -> float:
         """Score ``predictions`` against ``targets`` (one list of golds per example) with ``metric``."""

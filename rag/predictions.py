@@ -61,6 +61,9 @@ def metric_options(cfg: EvalSection) -> dict:
     if any(s.reads_weights for s in specs):
         w = check_qbleu_weights(given.qbleu1.to_dict() if given else {})
         opts["qbleu1"] = {k: w[k] for k in QBLEU_WEIGHT_KEYS}
+    for s in specs:
+        if s.options:
+            opts[s.name] = s.checked_options(dict((given.options or {}).get(s.name, {})) if given else {})
     return opts
 
 

@@ -287,15 +287,32 @@ class GeneratorOptions(GeneratorLengths, every_key_of="generator"):
     """The whole generator configuration (construction and pretraining)."""
 
 
-class TaskData(Section):
-    """What a task's data files depend on."""
+class TaskKind(Section):
+    """What the data and training of a task the config declares (``tasks.<task>.kind`` set;
+    rag.tasks.declare_task) read of its declaration; reading a section with it (:class:`TaskSection`)
+    declares the task without its metrics."""
 
     source = read("tasks.*.source")
+    format = read("tasks.*.format")
+    kind = read("tasks.*.kind")
+    labels = read("tasks.*.labels")
+
+
+class TaskDeclaration(TaskKind):
+    """The whole declaration of a task the config declares: what scoring and the report read."""
+
+    metrics = read("tasks.*.metrics")
+    primary = read("tasks.*.primary")
+    display = read("tasks.*.display")
+
+
+class TaskData(TaskKind):
+    """What a task's data files depend on."""
+
     well_formed_only = read("tasks.*.well_formed_only")  # msmarco: every split, or the splits named
     train = read("tasks.*.train")  # miniworld: examples per split
     dev = read("tasks.*.dev")
     test = read("tasks.*.test")
-    format = read("tasks.*.format")
     formats = read("tasks.*.formats")  # split -> parser
     train_sampling = read("tasks.*.train_sampling", optional=True)  # miniworld: facts (unset) or attributes
 
@@ -304,8 +321,9 @@ class TaskData(Section):
         return split in wf if isinstance(wf, tuple) else wf
 
 
-class TaskOptions(TaskData, every_key_of="tasks.*", exclude=DECODE_KEYS + RUN_KEYS):
-    """A task's configuration but its test-time decoding and which runs it has."""
+class TaskOptions(TaskData, every_key_of="tasks.*", exclude=DECODE_KEYS + RUN_KEYS + ("metrics", "primary", "display")):
+    """A task's configuration but its test-time decoding, which runs it has and what only scoring
+    and the report read of a declared task."""
 
 
 class TrainOptions(Section, every_key_of="train"):
@@ -342,6 +360,8 @@ class QBleuWeights(Section, every_key_of="metrics.qbleu1"):
 
 
 class MetricOptions(Section, every_key_of="metrics"):
+    """The metric options; ``options``: those of the task's own metrics that the config sets."""
+
     qbleu1: QBleuWeights
 
 
@@ -388,7 +408,26 @@ class GeneratorSection(Section):
     generator: GeneratorOptions
 
 
-class DataSection(Section):
+class TaskSection(Section):
+    """A section of one task (``task_name``), whose ``task`` holds the declaration of a task the
+    config declares (the whole of it in eval_<task>; its kind, labels and format in data_<task> and
+    train_<task>, so that an edit of its metrics re-runs its scoring alone): parsing it declares
+    that task first, in the process that reads it, as :func:`rag.config.load_config` does where the
+    DAG is planned."""
+
+    @classmethod
+    def from_dict(cls: type[S], data: Any, where: str, prefix: str = "") -> S:
+        task = data.get("task") if isinstance(data, Mapping) else None
+        if isinstance(task, Mapping) and "kind" in task:
+            from rag.tasks import TASKS, declare_task
+
+            name, whole = data.get("task_name"), "metrics" in task
+            if whole or not isinstance(name, str) or name not in TASKS:  # a part never replaces the whole
+                declare_task(name, _dump(task), where, without_metrics=not whole)
+        return super().from_dict(data, where, prefix)
+
+
+class DataSection(TaskSection):
     """``data_<task>``: one task's train/dev/test files."""
 
     task_name = read(TASK_NAME)
@@ -397,15 +436,17 @@ class DataSection(Section):
     miniworld: MiniworldCut | None = None
 
 
-class EvalSection(Section):
-    """``eval_<task>``: test-time decoding and the metric options (only for tasks whose metrics read them)."""
+class EvalSection(TaskSection):
+    """``eval_<task>``: test-time decoding and the metric options (only for tasks whose metrics read
+    them); ``task``: the declaration of a task the config declares."""
 
     task_name = read(TASK_NAME)
     decode: Decode
     metrics: MetricOptions | None = None
+    task: TaskDeclaration | None = None
 
 
-class TrainSection(Section):
+class TrainSection(TaskSection):
     """``train_<task>``: fine-tuning; ``evaluation``: the task's ``eval_<task>`` section when a
     command that decodes read it too (:func:`read_task_sections`)."""
 

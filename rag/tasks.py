@@ -7,10 +7,16 @@ entry what it needs (a task's format, regex targets, labels, paper columns; the 
 experiments use, :data:`ROLES`), never compares task names. Adding a task, a variant, a retriever
 or a generator family means adding an entry here (plus its data, its parser or its class); a
 metric is a class in ``rag.metrics.METRICS``.
+
+A user's own task needs no entry: the config declares it (``tasks.<task>.kind``, ``metrics``,
+``format``: :func:`declare_task`), and it joins :data:`TASKS` for that run. Its parser and its
+metrics may be code outside the package, named ``"module:attr"`` or ``"path/to/file.py:attr"``
+(:func:`load_object`). Such a task has no miniworld generator, no Table 7 row and no paper column.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 SPLITS = ("train", "dev", "test")  # a task's data: one file per split
@@ -27,10 +33,13 @@ class PaperColumn:
     tables: tuple[str, ...]  # table1 | table2 | table5 | table6
 
 
+KINDS = ("qa", "regex", "generation", "classification")
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     name: str
-    kind: str  # qa | regex | generation | classification
+    kind: str  # one of KINDS
     metrics: tuple[str, ...]  # names of rag.metrics.METRICS
     primary: str  # the metric Tables 1/2/6 report
     # decoding at test time (paper, appendix B): QA -> greedy / thorough, generation -> beam 4 / fast;
@@ -72,10 +81,11 @@ class TaskSpec:
 
     @property
     def reads_metric_options(self) -> bool:
-        """Does one of its metrics read config key ``metrics`` (tokenizer, Q-BLEU weights)?"""
+        """Does one of its metrics read config key ``metrics`` (tokenizer, Q-BLEU weights, its own options)?"""
         from rag.metrics import metric_spec
 
-        return any(metric_spec(m).reads_tokenizer or metric_spec(m).reads_weights for m in self.metrics)
+        return any(metric_spec(m).reads_tokenizer or metric_spec(m).reads_weights or metric_spec(m).options
+                   for m in self.metrics)
 
 
 @dataclass(frozen=True)
@@ -160,6 +170,150 @@ def paper_column(table: str, label: str) -> tuple[str, str]:
             if col.label == label and table in col.tables:
                 return name, col.metric
     raise KeyError(f"no registered task fills column {label!r} of {table}")
+
+
+BUILTIN_TASKS = tuple(TASKS)  # the registry's own; the others are declared by the config being run
+# the keys of tasks.<task> that declare a task of the config's own (rag/config_keys.py); format too
+DECLARATION_KEYS = ("kind", "metrics", "primary", "labels", "display")
+KIND_DECODING = {"qa": (QA_SEQ, QA_TOK), "regex": (QA_SEQ, QA_TOK), "generation": (GEN_SEQ, GEN_TOK), "classification": (CLS, CLS)}
+
+
+def declare_tasks(tasks) -> None:
+    """Make :data:`TASKS` the registry's tasks plus those ``tasks`` (the config's ``tasks``
+    mapping, as written) declares: each entry with a ``kind`` (:func:`declare_task`); the metrics
+    of the user's are those these declarations name."""
+    from rag import metrics as M
+
+    for name in [n for n in TASKS if n not in BUILTIN_TASKS]:
+        del TASKS[name]
+    for name in [n for n, cls in M.METRICS.items() if not cls.__module__.startswith("rag.")]:
+        del M.METRICS[name]  # the user's, registered by a declaration (metric_name)
+    for name, decl in (tasks.items() if isinstance(tasks, dict) else ()):
+        if isinstance(decl, dict) and any(k in decl for k in DECLARATION_KEYS):
+            declare_task(name, decl)
+
+
+def declare_task(name: str, decl: dict, where: str = "config", without_metrics: bool = False) -> TaskSpec:
+    """Register the task the config declares under ``tasks.<name>`` (``decl``: its keys) in
+    :data:`TASKS` and return its entry; one ConfigError naming the key for a bad declaration.
+
+    ``kind`` (one of :data:`KINDS`) sets its decoding defaults and how answers are matched;
+    ``metrics`` names rag.metrics.METRICS or metric classes of the user's (``"file.py:Class"``);
+    ``primary`` (default: the first metric) is the metric the tables report; ``labels`` are a
+    classification task's answers; ``format`` is a parser of rag.data.parsers.PARSERS or the user's
+    (``"file.py:parse"``); ``display`` its name in the report (default: ``name``).
+    ``without_metrics``: ``decl`` is what a data or train section holds (no metrics, primary,
+    display): the entry has no metrics."""
+    from rag.errors import ConfigError
+
+    key = f"config key 'tasks.{name}"
+
+    def fail(sub: str, msg: str):
+        prefix = "" if where == "config" else f"{where}: "
+        raise ConfigError(f"{prefix}{key}.{sub}': {msg}")
+
+    if name in BUILTIN_TASKS:
+        sub = next(k for k in DECLARATION_KEYS if k in decl)
+        fail(sub, f"{name} is a task of rag/tasks.py TASKS, declared there; a task the config declares takes a name of its own")
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9][a-z0-9_]{0,63}", name):
+        raise ConfigError(f"config key 'tasks.{name}': a task's name is lower-case letters, digits and _")
+    kind = decl.get("kind")
+    if kind not in KINDS:
+        fail("kind", f"{kind!r} is no kind of task; a declared task needs one of {', '.join(KINDS)}")
+    if decl.get("source") not in ("local", "download"):
+        fail("source", f"a declared task reads its own files (source: local or download); miniworld generates the tasks "
+                       f"of rag/tasks.py only")
+    fmt = decl.get("format")
+    if not isinstance(fmt, str) or not fmt:
+        fail("format", "a declared task names its files' format: a parser of rag/data/parsers.py PARSERS or "
+                       "\"path/to/file.py:function\" / \"module:function\"")
+    metrics = [] if without_metrics else decl.get("metrics")
+    if not without_metrics and (not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics)):
+        fail("metrics", "a declared task lists its metrics: names of rag/metrics.py METRICS or \"path/to/file.py:Class\"")
+    names = tuple(metric_name(m, f"tasks.{name}.metrics") for m in metrics)
+    if len(set(names)) < len(names):
+        fail("metrics", f"{', '.join(names)} names a metric twice")
+    primary = decl.get("primary", names[0] if names else "")
+    if primary not in names and not without_metrics:
+        fail("primary", f"{primary!r} is not one of the task's metrics ({', '.join(names)})")
+    labels = decl.get("labels")
+    if (kind == "classification") != (labels is not None):
+        fail("labels", "a classification task lists its labels (at least two), and only a classification task does")
+    if labels is not None and (not isinstance(labels, list) or not all(isinstance(x, str) and x for x in labels)
+                               or len(set(labels)) < max(2, len(labels))):
+        fail("labels", "at least two labels, distinct non-empty strings")
+    display = decl.get("display", name)
+    if not isinstance(display, str) or not display:
+        fail("display", "the task's name in the report, a non-empty string")
+    seq, tok = KIND_DECODING[kind]
+    spec = TaskSpec(name, kind, names, primary, seq, tok, tuple(labels or ()), display=display, short=display, format=fmt)
+    TASKS[name] = spec
+    return spec
+
+
+def metric_name(ref: str, key: str) -> str:
+    """The name of metric ``ref``: a name of rag.metrics.METRICS, or ``"file.py:Class"`` /
+    ``"module:Class"``, a Metric class of the user's, registered under its ``name`` by this call."""
+    from rag import metrics as M
+    from rag.errors import ConfigError
+
+    if ":" not in ref:
+        if ref not in M.METRICS:
+            raise ConfigError(f"config key '{key}': unknown metric {ref!r} (known: {', '.join(M.METRICS)}; "
+                              f"or \"path/to/file.py:Class\", a rag.metrics.Metric of your own)")
+        return ref
+    cls = load_object(ref, key)
+    if not (isinstance(cls, type) and issubclass(cls, M.Metric) and cls.name):
+        raise ConfigError(f"config key '{key}': {ref} is no subclass of rag.metrics.Metric with a name")
+    known = M.METRICS.get(cls.name)
+    if known is not None and known.__module__.startswith("rag."):
+        raise ConfigError(f"config key '{key}': {ref} is named {cls.name!r}, a metric of rag/metrics.py; give it a name of its own")
+    M.register_metric(cls)
+    return cls.name
+
+
+def load_object(ref: str, key: str):
+    """The object ``ref`` names: ``"path/to/file.py:attr"`` (a file, relative to the working
+    directory) or ``"module:attr"`` (a module on sys.path); ``attr`` may be dotted. Code of the
+    user's that a config names (a parser, a metric); ConfigError naming ``key`` where it is not there."""
+    import importlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from rag.errors import ConfigError
+
+    where, _, attr = ref.rpartition(":")
+    if not where or not attr:
+        raise ConfigError(f"config key '{key}': {ref!r} is neither a known name nor \"path/to/file.py:name\" / \"module:name\"")
+    try:
+        if where.endswith(".py"):
+            path = Path(where).resolve()
+            if not path.is_file():
+                raise ConfigError(f"config key '{key}': {where} not found (relative to {Path.cwd()})")
+            mod_name = "rag_user_" + re.sub(r"\W", "_", str(path))
+            module = sys.modules.get(mod_name)
+            if module is None:
+                spec = importlib.util.spec_from_file_location(mod_name, path)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[mod_name] = module
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[mod_name]
+                    raise
+        else:
+            module = importlib.import_module(where)
+    except ConfigError:
+        raise
+    except Exception as exc:  # the user's code: its error, in one line naming the key
+        raise ConfigError(f"config key '{key}': importing {where} failed: {type(exc).__name__}: {exc}") from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"config key '{key}': {where} has no {attr!r}")
+        obj = getattr(obj, part)
+    return obj
 
 
 @dataclass(frozen=True)

@@ -265,16 +265,16 @@ def test_input_files_lists_local_inputs(root, base):
     assert input_files(load_config(base)) == []  # miniworld: nothing to read
     assert input_files(load_config(_byo(root), check_files=False)) == [
         ("corpus.path", "examples/byo/documents.jsonl"),
-        ("tasks.nq.files.train", "examples/byo/qa-train.jsonl"),
-        ("tasks.nq.files.dev", "examples/byo/qa-dev.jsonl"),
-        ("tasks.nq.files.test", "examples/byo/qa-test.jsonl"),
+        ("tasks.byo_qa.files.train", "examples/byo/qa-train.jsonl"),
+        ("tasks.byo_qa.files.dev", "examples/byo/qa-dev.jsonl"),
+        ("tasks.byo_qa.files.test", "examples/byo/qa-test.jsonl"),
     ]
 
 
 @pytest.mark.parametrize("missing, key", [
     ("documents.jsonl", "corpus.path"),
-    ("qa-train.jsonl", "tasks.nq.files.train"),
-    ("qa-test.jsonl", "tasks.nq.files.test"),
+    ("qa-train.jsonl", "tasks.byo_qa.files.train"),
+    ("qa-test.jsonl", "tasks.byo_qa.files.test"),
 ])
 def test_missing_input_file_names_key_and_path(root, tmp_path, monkeypatch, missing, key):
     from rag.config import check_input_files
@@ -295,8 +295,8 @@ def test_missing_input_file_names_key_and_path(root, tmp_path, monkeypatch, miss
     # relative paths from another base; absolute paths as they are
     check_input_files(load_config(cfg, check_files=False), base=root)
     absolute = copy.deepcopy(cfg)
-    absolute["tasks"]["nq"]["files"]["dev"] = str(tmp_path / "nowhere" / "dev.jsonl")
-    want = f"config key 'tasks.nq.files.dev': input file {tmp_path}/nowhere/dev.jsonl not found"
+    absolute["tasks"]["byo_qa"]["files"]["dev"] = str(tmp_path / "nowhere" / "dev.jsonl")
+    want = f"config key 'tasks.byo_qa.files.dev': input file {tmp_path}/nowhere/dev.jsonl not found"
     with pytest.raises(ConfigError, match=f"^{re.escape(want)}$"):
         check_input_files(load_config(absolute, check_files=False), base=root)
 

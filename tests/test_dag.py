@@ -396,7 +396,7 @@ def test_two_experiments_side_by_side(e2e, tmp_path):
     assert all(i in html_b for i in ids_b) and not any(i in html_b for i in ids_a)
     # the BYO experiment: its one task and two variants
     assert sorted(p.relative_to(work / "results" / "byo" / "runs").parts[:2]
-                  for p in (work / "results" / "byo" / "runs").glob("*/*/seed*/test/metrics.json")) == [("nq", "bart"), ("nq", "rag_token")]
+                  for p in (work / "results" / "byo" / "runs").glob("*/*/seed*/test/metrics.json")) == [("byo_qa", "bart"), ("byo_qa", "rag_token")]
 
 
 def test_train_jobs_tag_their_config_hash(tmp_path):

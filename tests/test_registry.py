@@ -167,53 +167,42 @@ def test_retriever_missing_file_role_is_named(monkeypatch):
 # ------------------------------------------------------------------ extending the registry
 
 
-def test_a_toy_task_with_its_own_format_is_three_places(monkeypatch, tmp_path):
-    """Adding a task with its own file format: its registry entry, its parser and its column in the
-    paper's table; nothing else. A local file goes through the config, the real conversion
-    (rag.stages.datasets.build_task), scoring and the report's Table 2 and its CSV."""
+def test_a_toy_task_with_its_own_format_is_three_files(tmp_path):
+    """A task of the user's with its own file format: a config that declares it, a parser module and
+    its data; no code of the package edited or patched. The config goes through load_config, the
+    real conversion (rag.stages.datasets.build_task), scoring and the report, where its scores have
+    a table of their own (it fills no paper column)."""
     import json
 
-    import pandas as pd
+    import yaml
 
-    import rag.data
     from rag.config import load_config, sections
     from rag.predictions import score_predictions
     from rag.report.build import build_report
     from rag.report.inputs import ReportInputs
     from rag.sections import DataSection, EvalSection
     from rag.stages.datasets import build_task
-    from rag.tasks import QA_SEQ, QA_TOK, PaperColumn, TaskSpec
 
-    def parse_toy(path, id_prefix=None):  # the toy format, arrow_lines: "question => answer | answer" lines
-        for n, line in enumerate(open(path, encoding="utf-8").read().splitlines()):
-            question, answers = line.split(" => ")
-            yield {"id": f"{id_prefix}-{n}", "input": question, "targets": answers.split(" | "), "meta": {}}
+    user = tmp_path / "user"
+    user.mkdir()
+    # 1. the parser of the toy format, arrow_lines: "question => answer | answer" lines
+    (user / "arrow_lines.py").write_text(
+        "def parse(path, id_prefix=None):\n"
+        "    for n, line in enumerate(open(path, encoding='utf-8').read().splitlines()):\n"
+        "        question, answers = line.split(' => ')\n"
+        "        yield {'id': f'{id_prefix}-{n}', 'input': question, 'targets': answers.split(' | ')}\n", encoding="utf-8")
+    # 2. its data, one file for every split
+    (user / "toy.txt").write_text("capital of Ziglal => Morvan | Morvan City\nwho wrote Velora => Ada\n", encoding="utf-8")
+    # 3. the config that declares the task
+    files = {split: str(user / "toy.txt") for split in ("train", "dev", "test")}
+    (user / "config.yaml").write_text(yaml.safe_dump({
+        "tasks": {"toy": {"kind": "qa", "metrics": ["em"], "display": "Toy QA", "format": f"{user}/arrow_lines.py:parse",
+                          "source": "local", "files": files}},
+        "variants": ["rag_token", "bart"], "experiments": {"topk_task": "toy", "hotswap": False, "oracle": False}}))
+    assert len(list(user.iterdir())) == 3
 
-    paper = paper_results()
-    paper["table2"]["columns"].append("Toy EM")
-    for values in paper["table2"]["rows"].values():
-        values.append(12.5)
-    touched = [
-        # 1. the registry entry: its format, its metrics and the paper column it fills
-        lambda: monkeypatch.setitem(TASKS, "toy", TaskSpec(
-            "toy", "qa", ("em",), "em", QA_SEQ, QA_TOK, display="Toy QA", format="arrow_lines",
-            paper_columns=(PaperColumn("Toy EM", "em", ("table2",)),))),
-        # 2. its parser, under the format's name
-        lambda: monkeypatch.setitem(PARSERS, "arrow_lines", parse_toy),
-        # 3. its column in the paper's table (rag/data/paper_results.yaml)
-        lambda: monkeypatch.setattr(rag.data, "paper_results", lambda: paper),
-    ]
-    for touch in touched:
-        touch()
-    assert len(touched) <= 3
-
-    files = {}
-    for split in ("train", "dev", "test"):
-        files[split] = str(tmp_path / f"toy.{split}.txt")
-        (tmp_path / f"toy.{split}.txt").write_text("capital of Ziglal => Morvan | Morvan City\nwho wrote Velora => Ada\n",
-                                                  encoding="utf-8")
-    cfg = load_config({"tasks": {"toy": {"source": "local", "files": files}}, "variants": ["rag_token", "bart"],
-                       "experiments": {"topk_task": "toy", "hotswap": False, "oracle": False}}, check_files=False)
+    cfg = load_config(user / "config.yaml")
+    assert TASKS["toy"].display == "Toy QA" and "toy" in schema()["definitions"]["task_name"]["enum"]
     data = sections(cfg)["data_toy"]
     outs = {split: tmp_path / "data" / f"{split}.jsonl" for split in files}
     build_task(DataSection.from_dict(data, "data_toy"), outs, files)
@@ -227,52 +216,165 @@ def test_a_toy_task_with_its_own_format_is_three_places(monkeypatch, tmp_path):
     run.parent.mkdir()
     run.write_text(json.dumps({"task": "toy", "variant": "rag_token", "split": "test", "metrics": scores}))
     out = tmp_path / "report.html"
-    build_report(ReportInputs.from_files(metrics=[run]), None, {}, out, {"table2": tmp_path / "table2.csv"})
-    table2 = pd.read_csv(tmp_path / "table2.csv", index_col=0)
-    assert list(table2.columns)[-1] == "Toy EM" and table2.loc["RAG-Token", "Toy EM"] == 50.0
-    table2_html = out.read_text(encoding="utf-8").split(">Table 2<", 1)[1].split("</table>", 1)[0]
-    assert "Toy EM" in table2_html and "50.0" in table2_html and "12.5" in table2_html
+    build_report(ReportInputs.from_files(metrics=[run]), None, {}, out, {})
+    own = out.read_text(encoding="utf-8").split(">Tasks of this experiment<", 1)[1].split("</table>", 1)[0]
+    assert "Toy QA em" in own and "RAG-Token" in own and "50.0" in own
 
 
-def test_a_toy_metric_is_one_class(monkeypatch):
-    """Adding a metric: one class registered by its name. compute, the per-example scores, the
-    bootstrap's subset scorer, a report cell's interval and a task's scoring use it."""
+def test_a_declared_task_in_every_process(tmp_path):
+    """A job reads sections, not the config: a task's sections carry its declaration and reading
+    one declares the task there (a fresh process knows only the registry's tasks)."""
+    import json
+    import subprocess
+    import sys
+
+    from rag.config import load_config, sections
+
+    cfg = load_config({"tasks": {"mine": {"kind": "classification", "labels": ["yes", "no"], "metrics": ["accuracy"],
+                                          "format": "jsonl", "source": "local",
+                                          "files": {s: "x.jsonl" for s in ("train", "dev", "test")}}}}, check_files=False)
+    pieces = sections(cfg)
+    for name in ("data_mine", "train_mine", "eval_mine"):
+        (tmp_path / f"{name}.json").write_text(json.dumps(pieces[name]))
+    # data and training read its kind, labels and format; scoring and the report the whole declaration
+    assert "metrics" not in pieces["data_mine"]["task"] and "metrics" not in pieces["train_mine"]["task"]
+    assert pieces["eval_mine"]["task"]["metrics"] == ["accuracy"] == pieces["report"]["declared_tasks"]["mine"]["metrics"]
+    code = ("import sys; from rag.sections import read_section, read_task_sections, DataSection; from rag.tasks import TASKS\n"
+            "assert 'mine' not in TASKS\n"
+            "if sys.argv[1] == 'data':\n"
+            "    read_section(DataSection, 'data_mine.json')\n"
+            "else:\n"
+            "    t = read_task_sections(['eval_mine.json', 'train_mine.json'])\n"
+            "    read_section(DataSection, 'data_mine.json')  # a part never replaces the whole\n"
+            "    assert t.decoding().task.kind == 'classification'\n"
+            "print(TASKS['mine'].labels, TASKS['mine'].decode_token['max_new_tokens'], TASKS['mine'].metrics)")
+    for job, metrics in (("data", "()"), ("train", "('accuracy',)")):
+        res = subprocess.run([sys.executable, "-c", code, job], cwd=tmp_path, capture_output=True, text=True,
+                             env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.split() == ["('yes',", "'no')", "1", metrics]
+
+
+def test_rag_check_knows_the_tasks_the_experiment_declares(tmp_path):
+    """`rag check` of a declared task's runs: the experiment's report section names the task (no
+    miniworld generator, Table 7 row or paper column needed)."""
+    import json
+
+    import yaml
+
+    from rag.cli import main
+    from rag.config import load_config, sections
+
+    cfg = load_config({"tasks": {"mine": {"kind": "qa", "metrics": ["em"], "format": "jsonl", "source": "local",
+                                          "files": {s: "x.jsonl" for s in ("train", "dev", "test")}}}}, check_files=False)
+    root = tmp_path / "results" / "mine_exp"
+    (root / "config").mkdir(parents=True)
+    (root / "config" / "report.json").write_text(json.dumps(sections(cfg)["report"]))
+    run = root / "runs" / "mine" / "rag_token" / "seed1" / "test"
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({"task": "mine", "variant": "rag_token", "split": "test", "seed": 1,
+                                                  "metrics": {"em": 50.0}}))
+    (run / "predictions.jsonl").write_text("".join(json.dumps({"id": str(i), "prediction": p, "targets": ["Ada"]}) + "\n"
+                                                   for i, p in enumerate(["Ada", "Bob"])))
+    bands = tmp_path / "bands.yaml"
+    bands.write_text(yaml.safe_dump({"cells": [{"task": "mine", "variant": "rag_token", "split": "test", "metric": "em",
+                                                "expected": 50.0, "tolerance": 1.0}]}))
+    from rag.tasks import declare_tasks
+
+    declare_tasks(None)  # a fresh process: the registry's own tasks only
+    assert main(["check", "--bands", str(bands), "--experiment", str(root)]) == 0
+    given = ["check", "--bands", str(bands), "--metrics", str(run / "metrics.json"), "--predictions", str(run / "predictions.jsonl")]
+    declare_tasks(None)
+    assert main(given) != 0  # without the report section the task is unknown here
+    declare_tasks(None)
+    assert main([*given, "--report-config", str(root / "config" / "report.json")]) == 0
+
+
+@pytest.mark.parametrize("decl, key, words", [
+    ({"kind": "qa", "metrics": ["em"], "format": "jsonl"}, "tasks.nq.kind", "a name of its own"),
+    ({"kind": "summary"}, "tasks.mine.kind", "qa, regex, generation, classification"),
+    ({"kind": "qa", "metrics": ["f1"]}, "tasks.mine.metrics", "unknown metric 'f1'"),
+    ({"kind": "qa", "metrics": ["em"], "primary": "rougeL"}, "tasks.mine.primary", "not one of the task's metrics"),
+    ({"kind": "classification", "metrics": ["accuracy"]}, "tasks.mine.labels", "lists its labels"),
+    ({"kind": "qa", "metrics": ["em"], "labels": ["a", "b"]}, "tasks.mine.labels", "only a classification task"),
+    ({"kind": "qa", "metrics": ["em"], "format": "csvish"}, "tasks.mine.format", "unknown format 'csvish'"),
+    ({"kind": "qa", "metrics": ["em"], "format": "nowhere.py:parse"}, "tasks.mine.format", "nowhere.py not found"),
+    ({"kind": "qa", "metrics": ["em"], "format": "json:nothing_here"}, "tasks.mine.format", "has no 'nothing_here'"),
+    ({"kind": "qa", "metrics": ["em"], "format": "jsonl", "source": "miniworld"}, "tasks.mine.source", "own files"),
+    ({"kind": "qa", "metrics": ["nowhere.py:Metric"]}, "tasks.mine.metrics", "nowhere.py not found"),
+])
+def test_a_bad_task_declaration_is_one_line_naming_the_key(tmp_path, monkeypatch, decl, key, words):
+    from rag.config import load_config
+    from rag.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.jsonl").write_text("")
+    name = key.split(".")[1]
+    task = {"source": "local", "format": "jsonl", "files": {s: "x.jsonl" for s in ("train", "dev", "test")}, **decl}
+    with pytest.raises(ConfigError) as err:
+        load_config({"tasks": {name: task}, "corpus": {"source": "local", "path": "x.jsonl", "format": "jsonl"}})
+    msg = str(err.value)
+    assert "\n" not in msg and f"'{key}'" in msg and words in msg, msg
+
+
+def test_a_toy_metric_with_its_own_option_is_one_file_and_its_config_key(tmp_path):
+    """A metric of the user's with an option of its own: one file (a Metric class) named by a
+    declared task's ``metrics``, and its option under config key ``metrics.options.<name>``; no code
+    of the package edited or patched. compute, the per-example scores, the bootstrap's subset scorer,
+    a report cell's interval and the task's scoring use it with the run's value of the option."""
+    from rag.config import input_files, load_config, sections
     from rag.predictions import metric_options, score_predictions
     from rag.report.claims import cell_interval
+    from rag.report.stats import mean_interval
     from rag.sections import EvalSection
-    from rag.tasks import QA_SEQ, QA_TOK, TaskSpec
 
-    class FirstWord(M.HitMetric):  # the toy: the first word of the prediction is a gold's first word
-        name, display = "first_word", "first-word match"
+    metric_file = tmp_path / "first_words.py"  # the toy: the first `words` words of the prediction are a gold's
+    metric_file.write_text(
+        "from rag.metrics import HitMetric\n\n\n"
+        "class FirstWords(HitMetric):\n"
+        "    name, display = 'first_words', 'first-words match'\n"
+        "    options = {'words': 1}\n\n"
+        "    def hit(self, prediction, golds):\n"
+        "        n = self.options['words']\n"
+        "        return prediction.split()[:n] in [g.split()[:n] for g in golds]\n", encoding="utf-8")
+    task = {"kind": "qa", "metrics": [f"{metric_file}:FirstWords", "em"], "format": "jsonl", "source": "local",
+            "files": {s: "x.jsonl" for s in ("train", "dev", "test")}}
 
-        def hit(self, prediction, golds):
-            return prediction.split()[:1] in [g.split()[:1] for g in golds]
+    def config(metrics: dict) -> dict:
+        return load_config({"tasks": {"toy": task}, "metrics": metrics}, check_files=False)
 
-    monkeypatch.setitem(M.METRICS, FirstWord.name, FirstWord)
-    preds, golds = ["Paris France", "cat dog", "Rome"], [["Paris"], ["a cat"], ["Rome", "Roma"]]
-    assert M.Scorer().compute("first_word", preds, golds) == pytest.approx(200 / 3)
-    assert FirstWord().each(preds, golds) == [True, False, True]
-    scorer = M.Scorer().subset("first_word", preds, golds)
-    for ix in ([0, 0, 1], [2], [1, 1]):
-        assert scorer(ix) == M.Scorer().compute("first_word", [preds[i] for i in ix], [golds[i] for i in ix])
-    with monkeypatch.context() as m:  # not bootstrapped (FirstWord.bootstrap is False): a mean of 0/100 scores
-        m.setattr(M.Scorer, "subset", lambda *a, **k: pytest.fail("a mean's interval rescored resamples"))
-        iv = cell_interval("first_word", [[{"prediction": p, "targets": g} for p, g in zip(preds, golds)]])
-    assert iv.estimate == pytest.approx(200 / 3)
-
-    monkeypatch.setitem(TASKS, "toy", TaskSpec("toy", "qa", ("first_word", "em"), "first_word", QA_SEQ, QA_TOK))
-    cfg = EvalSection.from_dict({"task_name": "toy", "decode": {m: {"k": 1, "method": "greedy", "beams": 1, "max_new_tokens": 4}
-                                                                for m in ("sequence", "token", "bart")}}, "eval_toy")
-    assert metric_options(cfg) == {} and not TASKS["toy"].reads_metric_options
+    preds, golds = ["Paris France", "cat dog", "Rome"], [["Paris"], ["cat dog"], ["Rome", "Roma"]]
     rows = [{"prediction": p, "targets": g, "doc_ids": []} for p, g in zip(preds, golds)]
-    assert score_predictions(cfg, rows, None)[0] == {"first_word": pytest.approx(200 / 3), "em": pytest.approx(100 / 3)}
+    for words, hits in ((None, [True, True, True]), (2, [False, True, True])):
+        cfg = config({"options": {"first_words": {"words": words}}} if words else {})
+        assert TASKS["toy"].metrics == ("first_words", "em") and TASKS["toy"].primary == "first_words"
+        ev = EvalSection.from_dict(sections(cfg)["eval_toy"], "eval_toy")
+        assert metric_options(ev) == {"first_words": {"words": words or 1}}
+        sc = M.Scorer.of(metric_options(ev))
+        assert sc.metric("first_words").each(preds, golds) == hits
+        assert sc.compute("first_words", preds, golds) == pytest.approx(100 * sum(hits) / 3)
+        scorer = sc.subset("first_words", preds, golds)
+        for ix in ([0, 0, 1], [2], [1, 1]):
+            assert scorer(ix) == sc.compute("first_words", [preds[i] for i in ix], [golds[i] for i in ix])
+        assert score_predictions(ev, rows, None)[0] == {"first_words": pytest.approx(100 * sum(hits) / 3),
+                                                       "em": pytest.approx(200 / 3)}
+        # not bootstrapped (HitMetric.bootstrap is False): a report cell's interval is the mean's of 0/100 scores
+        iv = cell_interval("first_words", [[{"prediction": p, "targets": g} for p, g in zip(preds, golds)]],
+                           metric_options(ev))
+        assert iv == mean_interval([(1, __import__("numpy").array([[100.0 * h for h in hits]]))])
+    # the metric's file is a local input (its sha256 a param of the rules that score: an edit scores again)
+    assert ("tasks.toy.metrics.0", str(metric_file)) in input_files(cfg)
+    # the eval section of a task carries the options of its own metrics only, and a built-in task's none
+    both = load_config({"tasks": {"toy": task, "nq": {"train": 4, "dev": 2, "test": 2}},
+                        "metrics": {"options": {"first_words": {"words": 2}}}}, check_files=False)
+    assert sections(both)["eval_toy"]["metrics"]["options"] == {"first_words": {"words": 2}}
+    assert "metrics" not in sections(both)["eval_nq"]
 
-    class TokenizedFirstWord(FirstWord):  # a metric that reads config key metrics.tokenizer
-        name, reads_tokenizer = "first_word_tok", True
-
-    monkeypatch.setitem(M.METRICS, TokenizedFirstWord.name, TokenizedFirstWord)
-    monkeypatch.setitem(TASKS, "toy", TaskSpec("toy", "qa", ("first_word_tok",), "first_word_tok", QA_SEQ, QA_TOK))
-    assert TASKS["toy"].reads_metric_options and metric_options(cfg) == {"tokenizer": "python"}
+    for metrics, key in (({"options": {"first_words": {"word": 2}}}, "metrics.options.first_words.word"),
+                         ({"options": {"first_words": {"words": "2"}}}, "metrics.options.first_words.words"),
+                         ({"options": {"bleu1": {"n": 2}}}, "metrics.options.bleu1")):
+        with pytest.raises(__import__("rag.errors").errors.ConfigError, match=f"^config key '{re.escape(key)}': "):
+            config(metrics)
 
 
 def test_roles_name_registered_tasks_and_the_schema_default():

@@ -73,7 +73,7 @@ def _byo() -> dict:
     cfg = yaml.safe_load(BYO.read_text())
     for key, path in [("corpus", "path")]:
         cfg[key][path] = str(ROOT / cfg[key][path])
-    cfg["tasks"]["nq"]["files"] = {k: str(ROOT / v) for k, v in cfg["tasks"]["nq"]["files"].items()}
+    cfg["tasks"]["byo_qa"]["files"] = {k: str(ROOT / v) for k, v in cfg["tasks"]["byo_qa"]["files"].items()}
     return cfg
 
 

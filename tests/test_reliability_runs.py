@@ -14,7 +14,7 @@ A second ``rag train`` of a fine-tune that is    | refused at once, exit 2, one 
   run of the experiment in)                      | released when the process ends however it ends); it creates no
                                                  | MLflow run and writes nothing
 K larger than the corpus (4 passages): train.k,  | load_config (so ``snakemake -n`` too) counts the local corpus'
-  tasks.nq.decode_token.k,                       | passages (up to the largest K) and names the key; ``rag train``,
+  tasks.byo_qa.decode_token.k,                   | passages (up to the largest K) and names the key; ``rag train``,
   experiments.topk_sweep: [1, 9]                 | ``rag evaluate`` and ``rag topk-sweep`` check the passages they are
                                                  | given before they build anything, naming the key (the sweep used to
                                                  | drop K = 9 silently; train failed after training, naming no key)
@@ -56,7 +56,7 @@ def _config(tmp: Path) -> dict:
         cfg = yaml.safe_load(fh)
     cfg["name"] = "runs"
     cfg["corpus"]["path"] = str(BYO / "documents.jsonl")
-    cfg["tasks"]["nq"]["files"] = {s: str(BYO / f"qa-{s}.jsonl") for s in SPLITS}
+    cfg["tasks"]["byo_qa"]["files"] = {s: str(BYO / f"qa-{s}.jsonl") for s in SPLITS}
     cfg["tracking"] = {"uri": f"sqlite:///{tmp / 'results' / 'mlflow.db'}"}
     cfg["generator"].update(pretrain_steps=2)
     cfg["train"].update(steps=4, checkpoint_every=2, log_every=1)
@@ -74,7 +74,7 @@ class Upstream:
         self.emb = self.out / "index" / "byo" / "emb-0.npy"
         self.index = self.out / "index" / "byo" / "flat.faiss"
         self.generator = self.out / "generator" / "model"
-        self.data = {s: self.out / "data" / "nq" / f"{s}.jsonl" for s in SPLITS}
+        self.data = {s: self.out / "data" / "byo_qa" / f"{s}.jsonl" for s in SPLITS}
         self.uri = f"sqlite:///{root / 'results' / 'mlflow.db'}"
 
     def write_sections(self, cfg: dict, folder: Path) -> dict[str, Path]:
@@ -88,7 +88,7 @@ class Upstream:
         return out
 
     def train_argv(self, sections: dict[str, Path], run: Path, variant: str = "rag_token", fused: bool = True) -> list[str]:
-        argv = ["train", "--config", str(sections["train_nq"]), *([str(sections["eval_nq"])] if fused else []),
+        argv = ["train", "--config", str(sections["train_byo_qa"]), *([str(sections["eval_byo_qa"])] if fused else []),
                 "--variant", variant, "--train-data", str(self.data["train"]), "--generator", str(self.generator),
                 "--checkpoint-dir", str(run / "checkpoint"), "--out", str(run / "model")]
         if variant != "bart":
@@ -117,7 +117,7 @@ def upstream(tmp_path_factory) -> Upstream:
     up.cfg, up.sections = cfg, sec
     _main(["init-store", "--uri", up.uri, "--marker", str(up.out / "mlflow.ready")])
     _main(["corpus", "--config", str(sec["corpus"]), "--input", cfg["corpus"]["path"], "--out", str(up.passages)])
-    _main(["tasks", "--config", str(sec["data_nq"]), *[a for s in SPLITS for a in (f"--in-{s}", cfg["tasks"]["nq"]["files"][s])],
+    _main(["tasks", "--config", str(sec["data_byo_qa"]), *[a for s in SPLITS for a in (f"--in-{s}", cfg["tasks"]["byo_qa"]["files"][s])],
            *[a for s in SPLITS for a in (f"--out-{s}", str(up.data[s]))]])
     _main(["encode", "--config", str(sec["encode"]), "--passages", str(up.passages), "--shard", "0", "--num-shards", "1",
            "--out", str(up.emb)])
@@ -243,7 +243,7 @@ def _runs(uri: str) -> list:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(uri)
-    exp = client.get_experiment_by_name("runs/nq")
+    exp = client.get_experiment_by_name("runs/byo_qa")
     return client.search_runs([exp.experiment_id], max_results=1000) if exp is not None else []
 
 
@@ -281,7 +281,7 @@ def test_second_writer_of_a_fine_tune_is_refused(upstream, tmp_path):
         second = subprocess.CompletedProcess(argv, second.returncode, *out)
         assert second.returncode == 2, second.stderr[-3000:]
         assert second.stderr.strip().splitlines()[-1] == (
-            f"error: fine-tune nq/rag_token seed 13 of experiment runs is being written by another process (pid {first.pid} "
+            f"error: fine-tune byo_qa/rag_token seed 13 of experiment runs is being written by another process (pid {first.pid} "
             f"on {socket.gethostname()}): {lock} is locked; wait for that process to end (or stop it), then run this again")
         assert len(_runs(upstream.uri)) == before, "the refused process opened an MLflow run"
         assert first.poll() is None, "the first process was disturbed"
@@ -307,7 +307,7 @@ def test_sweep_reads_the_runs_own_test_decode_at_the_tasks_k(upstream, tmp_path,
     run = tmp_path / "run"
     _main(upstream.train_argv(upstream.sections, run))
     sec = upstream.sections
-    argv = ["topk-sweep", "--config", str(sec["train_nq"]), str(sec["eval_nq"]), "--variant", "rag_token",
+    argv = ["topk-sweep", "--config", str(sec["train_byo_qa"]), str(sec["eval_byo_qa"]), "--variant", "rag_token",
             "--passages", str(upstream.passages), "--embeddings", str(upstream.emb), "--index", str(upstream.index),
             "--experiments-config", str(sec["experiments"]), "--model-dir", str(run / "model"),
             "--test", str(upstream.data["test"])]
@@ -341,8 +341,8 @@ def _error(capsys) -> str:
 
 K_FAULTS = [  # (key, how to set it, the command that checks it in a job)
     ("train.k", lambda c: c["train"].update(k=6), "train"),
-    ("tasks.nq.decode_token.k", lambda c: c["tasks"]["nq"]["decode_token"].update(k=10), "train"),
-    ("tasks.nq.decode_token.k", lambda c: c["tasks"]["nq"]["decode_token"].update(k=10), "evaluate"),
+    ("tasks.byo_qa.decode_token.k", lambda c: c["tasks"]["byo_qa"]["decode_token"].update(k=10), "train"),
+    ("tasks.byo_qa.decode_token.k", lambda c: c["tasks"]["byo_qa"]["decode_token"].update(k=10), "evaluate"),
     ("experiments.topk_sweep[1]", lambda c: c["experiments"].update(topk_sweep=[1, 9]), "topk-sweep"),
 ]
 
@@ -359,7 +359,7 @@ def test_k_beyond_the_corpus_is_refused_by_the_job_before_anything_is_built(upst
     sections = upstream.write_sections(cfg, tmp_path / "config")
     run = tmp_path / "run"
     retrieval = ["--passages", str(upstream.passages), "--embeddings", str(upstream.emb), "--index", str(upstream.index)]
-    common = ["--config", str(sections["train_nq"]), str(sections["eval_nq"]), "--variant", "rag_token", *retrieval]
+    common = ["--config", str(sections["train_byo_qa"]), str(sections["eval_byo_qa"]), "--variant", "rag_token", *retrieval]
     before = len(_runs(upstream.uri))
     if command == "train":
         argv = upstream.train_argv(sections, run)
@@ -371,7 +371,7 @@ def test_k_beyond_the_corpus_is_refused_by_the_job_before_anything_is_built(upst
         argv = ["topk-sweep", *common, "--experiments-config", str(sections["experiments"]), "--model-dir",
                 str(run / "model"), "--test", str(upstream.data["test"]), "--out", str(run / "topk.json")]
     assert main(argv) == 2
-    k = {"train.k": 6, "tasks.nq.decode_token.k": 10}.get(key, 9)
+    k = {"train.k": 6, "tasks.byo_qa.decode_token.k": 10}.get(key, 9)
     assert _error(capsys) == f"error: config key '{key}': K={k} exceeds the 4 passages of {upstream.passages}"
     assert not run.exists(), "the refused job wrote something"
     assert len(_runs(upstream.uri)) == before
@@ -391,7 +391,7 @@ def test_k_beyond_a_local_corpus_is_refused_when_the_config_loads(key, mutate, m
     mutate(cfg)
     with pytest.raises(ConfigError) as err:
         load_config(cfg)
-    k = {"train.k": 6, "tasks.nq.decode_token.k": 10}.get(key, 9)
+    k = {"train.k": 6, "tasks.byo_qa.decode_token.k": 10}.get(key, 9)
     assert str(err.value) == f"config key '{key}': K={k} exceeds the 4 passages of corpus.path examples/byo/documents.jsonl"
 
 

@@ -11,14 +11,35 @@ from pathlib import Path
 from rag.report import TABLE_KEYS, ReportInputs
 
 
+def declare_experiment_tasks(data: dict, path: str | Path) -> None:
+    """The tasks an experiment's config declares, as its report section ``data`` (read from ``path``,
+    results/<name>/config/report.json) records them (``declared_tasks``), join the registry."""
+    from rag.tasks import declare_task
+
+    declared = data.get("declared_tasks") if isinstance(data, dict) else None
+    for name, decl in (declared.items() if isinstance(declared, dict) else ()):
+        declare_task(name, decl, str(path))
+
+
+def _declare_from_folder(root: str | Path) -> None:
+    """:func:`declare_experiment_tasks` of the experiment folder ``root`` (results/<name>), where it has a report section."""
+    from rag.io import read_json
+
+    section = Path(root) / "config" / "report.json"
+    if section.is_file():
+        declare_experiment_tasks(read_json(section), section)
+
+
 def load_scale(path: str | None) -> dict:
-    """The scale summary of ``--scale-json`` (the file, or its key ``scale``); {} for none."""
+    """The scale summary of ``--scale-json`` (the file, or its key ``scale``); {} for none. The
+    tasks the report section declares join the registry (:func:`declare_experiment_tasks`)."""
     from rag.errors import DataError
     from rag.io import read_json
 
     if not path:
         return {}
     data = read_json(path)
+    declare_experiment_tasks(data, path)
     if isinstance(data, dict) and isinstance(data.get("scale"), dict):
         data = data["scale"]
     if not isinstance(data, dict):
@@ -52,6 +73,12 @@ def cmd_check(args) -> int:
 
     if args.experiment and args.predictions:
         raise ConfigError("--predictions pairs with --metrics; --experiment reads the predictions beside each metrics.json")
+    if args.experiment:  # the tasks the experiment's config declares
+        _declare_from_folder(args.experiment)
+    elif args.report_config:
+        from rag.io import read_json
+
+        declare_experiment_tasks(read_json(args.report_config), args.report_config)
     header, bands = load_bands(args.bands)
     metrics, predictions = experiment_files(args.experiment) if args.experiment else (args.metrics, args.predictions)
     values = run_values(metrics, predictions)
@@ -110,6 +137,8 @@ def _described(root: str) -> str:
 def cmd_bands(args) -> int:
     from rag.report.bands import experiment_values, make_bands, rule, split_unchecked, write_bands
 
+    for root in (args.center, *args.others, *args.replicates):
+        _declare_from_folder(root)  # the tasks each experiment's config declares
     center, n_of = experiment_values(args.center)
     others = [experiment_values(o)[0] for o in args.others]
     replicates = [experiment_values(r)[0] for r in args.replicates]
@@ -183,6 +212,9 @@ def register(sub) -> None:
     p.add_argument("--predictions", nargs="*", default=[],
                    help="with --metrics: their predictions.jsonl files, in the same order: the task metrics are scored "
                         "again from them")
+    p.add_argument("--report-config", default=None,
+                   help="with --metrics: the experiment's report section (results/<name>/config/report.json), which "
+                        "names the tasks its config declares")
     p.add_argument("--out", default=None, help="also write the table here (written only when every cell is in band)")
     p.add_argument("--seed", type=int, default=None,
                    help="the experiment's top-level seed: a note when the band file holds for another (its seed:)")

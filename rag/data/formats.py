@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from rag.data.corpus import write_passages
-from rag.data.parsers import (CORPUS_FORMATS, PARSERS, check_regex_targets, corpus_passages,  # noqa: F401
+from rag.data.parsers import (CORPUS_FORMATS, PARSERS, check_regex_targets, corpus_passages, parser,  # noqa: F401
                               takes_option)
 from rag.data.parsers import (FEVER_LABELS, clean_jeopardy_text, parse_corpus_jsonl, parse_corpus_tsv,  # noqa: F401
                               parse_curatedtrec, parse_dpr_biencoder, parse_dpr_passages, parse_dpr_qa_csv, parse_fever,
@@ -41,6 +41,18 @@ def _unique_ids(records: Iterable[dict], src: Path) -> Iterator[dict]:
         yield rec
 
 
+def _checked_rows(records: Iterable, src: Path, fmt: str) -> Iterator[dict]:
+    """The rows of a parser of the user's, each checked to be {id, input, targets[, meta]} (meta: {} when absent)."""
+    for n, rec in enumerate(records):
+        ok = (isinstance(rec, dict) and isinstance(rec.get("id"), str) and isinstance(rec.get("input"), str)
+              and isinstance(rec.get("targets"), list) and all(isinstance(t, str) for t in rec["targets"])
+              and isinstance(rec.get("meta", {}), dict) and set(rec) <= {"id", "input", "targets", "meta"})
+        if not ok:
+            raise DataError(f"{src}: record {n} of parser {fmt} is {rec!r:.120}; a parser yields "
+                            "{\"id\": str, \"input\": str, \"targets\": [str, ...], \"meta\": {...}}")
+        yield {**rec, "meta": rec.get("meta", {})}
+
+
 def _checked_regexes(records: Iterable[dict], src: Path) -> Iterator[dict]:
     for n, rec in enumerate(records):
         check_regex_targets(rec["targets"], f"{src}: record {n} (id {rec['id']!r})")
@@ -58,8 +70,7 @@ def prepare_task(fmt: str, src: Path, out: Path, task: str, split: str, **kw) ->
     """
     from rag.io import write_jsonl
 
-    if fmt not in PARSERS:
-        raise ConfigError(f"format: unknown format {fmt!r} (known: {', '.join(PARSERS)})")
+    parse = parser(fmt, f"tasks.{task}.format")
     if task not in TASKS:
         raise ConfigError(f"task: unknown task {task!r} (known: {', '.join(TASKS)})")
     if split not in SPLITS:
@@ -71,9 +82,11 @@ def prepare_task(fmt: str, src: Path, out: Path, task: str, split: str, **kw) ->
     kw.setdefault("id_prefix", f"{task}-{split}")
     src = Path(src)
     try:
-        records = PARSERS[fmt](src, **kw)
+        records = parse(src, **kw)
     except TypeError as exc:
         raise ConfigError(f"format {fmt!r}: bad options {sorted(kw)}: {exc}") from None
+    if fmt not in PARSERS:
+        records = _checked_rows(records, src, fmt)
     if spec.regex_targets:
         records = _checked_regexes(records, src)
     n = write_jsonl(out, _unique_ids(records, src))

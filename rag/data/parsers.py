@@ -647,6 +647,24 @@ PARSERS: dict[str, Callable[..., Iterator[dict]]] = {
 }
 
 
+def parser(fmt: str, key: str = "format") -> Callable[..., Iterator[dict]]:
+    """The parser of format ``fmt``: a name of :data:`PARSERS`, or the user's function named by
+    ``"path/to/file.py:function"`` / ``"module:function"`` (rag.tasks.load_object; ``key``: the config
+    key naming it, for errors)."""
+    from rag.errors import ConfigError
+    from rag.tasks import load_object
+
+    if fmt in PARSERS:
+        return PARSERS[fmt]
+    if ":" not in fmt:
+        raise ConfigError(f"config key '{key}': unknown format {fmt!r} (known: {', '.join(PARSERS)}; or "
+                          f"\"path/to/file.py:function\", a parser of your own)")
+    func = load_object(fmt, key)
+    if not callable(func):
+        raise ConfigError(f"config key '{key}': {fmt} is not a function")
+    return func
+
+
 def takes_option(fmt: str, option: str) -> bool:
     """Does the parser of format ``fmt`` take the keyword option ``option`` (e.g. ``well_formed_only``)?"""
     return fmt in PARSERS and option in inspect.signature(PARSERS[fmt]).parameters

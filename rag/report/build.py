@@ -312,7 +312,23 @@ def build_tables(runs: Runs, paper: dict) -> list[Table]:
                 cells.append(runs.cell(task, variant, split, metric, None))
             table.rows.append((label, cells, "measured-only"))
         tables.append(table)
-    return tables
+    own = own_tasks_table(runs)
+    return tables + ([own] if own else [])
+
+
+def own_tasks_table(runs: Runs) -> Table | None:
+    """The test scores of the tasks that fill no column of the paper's tables (a task the config
+    declares): a column per task and metric, a row per variant measured; None when there are none."""
+    tasks = [t for t in runs.tasks if not (TASKS[t].paper_columns if t in TASKS else ())]
+    columns = [(t, m) for t in tasks for m in (TASKS[t].metrics if t in TASKS else ())]
+    variants = [v for v in runs.variants if any((t, v, "test") in runs.metrics for t in tasks)]
+    if not columns or not variants:
+        return None
+    table = Table("own_tasks", "Tasks of this experiment", "the tasks with no published numbers (no column of "
+                  "the paper's tables)", "test", [f"{_task_name(t)} {m}" for t, m in columns])
+    for v in variants:
+        table.rows.append((VARIANT_NAMES.get(v, v), [runs.cell(t, v, "test", m, None) for t, m in columns], ""))
+    return table
 
 
 def seeds_line(runs: Runs) -> str:

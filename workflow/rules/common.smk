@@ -132,6 +132,19 @@ def local_sha256(key):
     return {k: sha for k, sha in LOCAL_SHA256.items() if k == key or k.startswith(f"{key}.")}
 
 
+def metric_files_sha256(wildcards):
+    """{config key: sha256} of the metric files of the user's (tasks.<task>.metrics.<i>) that score the
+    job's task (every task's, for a job without one): a param of the rules that score, so an edited
+    metric scores again."""
+    task = getattr(wildcards, "task", None)
+    return {k: sha for k, sha in LOCAL_SHA256.items()
+            if k.split(".")[2:3] == ["metrics"] and (task is None or k.split(".")[1] == task)}
+
+
+# the scoring rules' param, where the config names a metric file (none: their params as without one)
+METRIC_FILES = {"metric_sha256": metric_files_sha256} if metric_files_sha256(None) else {}
+
+
 def section(name):
     return f"{R}/config/{name}.json"
 

@@ -15,6 +15,7 @@ if not FUSED_EVAL:  # otherwise the train rule decodes dev/test itself (config k
             **EVAL_OUTPUTS,
         params:
             retrieval=lambda w, input: retrieval_args(w, input),
+            **METRIC_FILES,
         threads: CFG["threads"]
         resources:
             runtime=res("evaluate", "runtime", 60),
@@ -45,6 +46,7 @@ rule topk_sweep:
         f"{R}/experiments/topk/{{task}}/{{variant}}/seed{{seed}}.json",
     params:
         retrieval=lambda w, input: retrieval_args(w, input),
+        **METRIC_FILES,
     threads: CFG["threads"]
     benchmark:
         benchmark_file("topk_sweep", "task", "variant", "seed"),

@@ -17,6 +17,7 @@ rule report:
         url=lambda w: CFG["tracking"]["ui_url"],  # a function: not formatted with wildcards
         samples=CFG["report"]["samples_per_task"],
         train_data=train_data_args,
+        **METRIC_FILES,
     benchmark:
         benchmark_file("report"),
     log:
@@ -37,6 +38,7 @@ if CFG["bands"]:  # config key bands: null leaves the experiment without a check
         bands), OK / FAIL per cell; fails (and writes nothing) when a cell is out of band."""
         input:
             bands=CFG["bands"],
+            cfg=section("report"),
             metrics=run_files("metrics.json"),
             predictions=run_files("predictions.jsonl"),
         output:
@@ -49,5 +51,5 @@ if CFG["bands"]:  # config key bands: null leaves the experiment without a check
         conda:
             CONDA
         shell:
-            "rag check --bands {input.bands:q} --metrics {input.metrics:q} --predictions {input.predictions:q} "
+            "rag check --bands {input.bands:q} --metrics {input.metrics:q} --predictions {input.predictions:q} --report-config {input.cfg:q} "
             "--seed {params.seed:q} --out {output:q} 2>&1 | tee {log:q}"

@@ -45,8 +45,9 @@ if FILE_TASKS:
         log:
             f"{R}/logs/tasks/{{task}}.log",
         params:
-            # local task files: their sha256 (common.smk LOCAL_SHA256), so other content re-runs the job
-            **({"source_sha256": lambda w: local_sha256(f"tasks.{w.task}.files")} if local_sha256("tasks") else {}),
+            # local task files and a parser file of the user's: their sha256 (common.smk LOCAL_SHA256), so other content re-runs the job
+            **({"source_sha256": lambda w: {k: sha for k, sha in local_sha256(f"tasks.{w.task}").items() if ".metrics." not in k}}
+               if local_sha256("tasks") else {}),
         conda:
             CONDA
         shell:

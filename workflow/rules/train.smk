@@ -48,6 +48,7 @@ rule train:
         ckpt=f"{RUN}/checkpoint",
         config_hash=train_config_hash,
         evaluate=fused_eval_args,
+        **(METRIC_FILES if FUSED_EVAL else {}),
         # train.ddp_processes > 1: data-parallel training, one process per device, through torchrun
         launcher=(["torchrun", "--standalone", "--nproc-per-node", str(CFG["train"]["ddp_processes"]), "-m"]
                   if CFG["train"]["ddp_processes"] > 1 else []),
