@@ -160,7 +160,7 @@ def test_e2e_causal_lm_from_scratch(tmp_path):
     assert saved_family(out / "generator" / "model") == "causal_lm"
     assert json.loads((out / "generator" / "model" / "pretrain.json").read_text())["init"] == "scratch"
     for variant in ("rag_sequence", "rag_token", "bart"):
-        assert saved_family(out / "runs" / "nq" / variant / "seed1" / "model") == "causal_lm"
+        assert saved_family(out / "runs" / "nq" / variant / "seed1" / "model" / "generator") == "causal_lm"
         for split in ("dev", "test"):
             m = json.loads((out / "runs" / "nq" / variant / "seed1" / split / "metrics.json").read_text())
             assert m["n"] == 4 and m["metrics"], (variant, split)
