@@ -280,9 +280,6 @@ def _check_references(cfg: dict) -> None:
     if cfg["generator"]["init"] == "pretrained" and not cfg["generator"].get("name_or_path"):
         raise ConfigError("config key 'generator.name_or_path': required when generator.init is pretrained")
     g = cfg["generator"]
-    if g["family"] == "causal_lm" and g["init"] == "scratch":
-        raise ConfigError("config key 'generator.init': a causal_lm generator is loaded (init: pretrained, with name_or_path "
-                          "a saved causal LM or hub name); pretraining one from scratch on the corpus is not available")
     if g["pretrain_claims"] + g["pretrain_sentences"] + g["pretrain_absent"] > 1:
         raise ConfigError(f"config key 'generator.pretrain_absent': shares of the restated-fact examples add up to more than 1 "
                           f"(pretrain_claims {g['pretrain_claims']} + pretrain_sentences {g['pretrain_sentences']} "
@@ -638,7 +635,12 @@ def _steps_by_task(cfg: dict) -> int | str:
 
 def scale_summary(cfg: dict) -> dict:
     g = cfg["generator"]
-    gen = g.get("name_or_path") if g["init"] == "pretrained" else f"BART from scratch (d_model {g['d_model']}, {g['layers']}+{g['layers']} layers)"
+    if g["init"] == "pretrained":
+        gen = g.get("name_or_path")
+    elif g["family"] == "causal_lm":
+        gen = f"decoder-only Llama from scratch (d_model {g['d_model']}, {g['layers']} layer{'s' * (g['layers'] != 1)})"
+    else:
+        gen = f"BART from scratch (d_model {g['d_model']}, {g['layers']}+{g['layers']} layers)"
     return {
         "corpus": cfg["corpus"]["name"],
         "corpus_source": cfg["corpus"]["source"],

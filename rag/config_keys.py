@@ -117,7 +117,7 @@ CONFIG = Group({
         "pq_m": Int(minimum=1, nullable=True, default=None, description="IVF-PQ bytes per vector (8-bit sub-quantizers); null: embedding size / 8"),
     }),
     "generator": Group({
-        "family": Enum(lambda: tuple(GENERATOR_FAMILIES), default="seq2seq", description="the kind of generator (rag/tasks.py GENERATOR_FAMILIES): seq2seq, an encoder-decoder (BART); causal_lm, any decoder-only language model (AutoModelForCausalLM; init: pretrained)"),
+        "family": Enum(lambda: tuple(GENERATOR_FAMILIES), default="seq2seq", description="the kind of generator (rag/tasks.py GENERATOR_FAMILIES): seq2seq, an encoder-decoder (BART); causal_lm, any decoder-only language model (AutoModelForCausalLM: init pretrained loads one; init scratch builds a Llama of the d_model, layers, heads and ffn below on the corpus-trained tokenizer and pretrains it as BART is)"),
         "init": Enum(("scratch", "pretrained"), default="scratch"),
         "name_or_path": Str(description="pretrained: HF name or local path (facebook/bart-large; a causal LM's, with family causal_lm)"),
         "prompt_template": Str(default=PROMPT_TEMPLATE, description="causal_lm: the prompt of a (question, passage) pair, with the fields {title}, {text} and {question}; the answer follows it (one line: a config string holds no newline). Closed book: the template after {text}"),

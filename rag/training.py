@@ -278,7 +278,8 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
              chunk_overhead: int | None = None, restatements: Restatements | None = None,
              restatement_share: float = 0.0, claim_share: float = 0.0, sentence_share: float = 0.0,
              absent_share: float = 0.0, ckpt_path: str | Path | None = None, identity: dict | None = None,
-             checkpoint_every: int = PRETRAIN_CHECKPOINT_EVERY, stop_after: int | None = None) -> list[float]:
+             checkpoint_every: int = PRETRAIN_CHECKPOINT_EVERY, stop_after: int | None = None,
+             generator=None) -> list[float]:
     """Pretrain ``model`` (on the device it is on) with the cloze objective, and a share
     ``restatement_share`` of each batch from ``restatements`` when given, of which a share
     ``claim_share`` are claims to label (:meth:`Restatements.claim`, FEVER's three labels) and a
@@ -291,7 +292,12 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
     resumable like fine-tuning (:class:`Checkpoint`, written under ``identity`` and
     these arguments): the checkpoint also holds the batch sampler's RNG state, so a run stopped
     and resumed ends with the weights and losses of an uninterrupted one. ``stop_after`` ends
-    this call after that many steps (tests use it to play an interruption)."""
+    this call after that many steps (tests use it to play an interruption).
+
+    ``model`` is a seq2seq model (source in, span out) unless ``generator`` is given: a
+    :class:`rag.models.interface.Generator` holding ``model`` (the causal LM) that tokenizes each
+    example (the source its prompt, the span its target) and scores it
+    (:meth:`~rag.models.interface.Generator.target_logprobs`)."""
     from rag import precision as P
     from rag.models.seq2seq import chunk_overhead_for, target_logprobs
 
@@ -335,6 +341,12 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
             ex = cloze_example(titles[i], texts[i], rng, tokenizer.mask_token, window)
             if ex:
                 pairs.append(ex)
+        if generator is not None:
+            ids, mask = generator.tokenize_sources([p[0] for p in pairs])
+            tgt = generator.tokenize_targets([p[1] for p in pairs])
+            with P.autocast(device.type, precision):
+                ll, _ = generator.target_logprobs(ids, mask, tgt, tokenizer.pad_token_id, False, overhead)
+            return -ll.float().sum(1).mean()
         src = tokenizer([p[0] for p in pairs], padding=True, truncation=True, max_length=max_source_len, return_tensors="pt")
         tgt = tokenizer([p[1] for p in pairs], padding=True, return_tensors="pt")["input_ids"].to(device)
         with P.autocast(device.type, precision):

@@ -293,20 +293,22 @@ def test_prompts_of_the_default_template(world):
     assert gen.question_text("where is paris") == "Question: where is paris Answer:"
 
 
-def test_a_causal_lm_is_loaded_not_pretrained_from_scratch():
+def test_a_causal_lm_is_pretrained_from_scratch_or_loaded():
     from pathlib import Path
 
     import yaml
 
-    from rag.config import load_config
-    from rag.errors import ConfigError
+    from rag.config import load_config, scale_summary
 
     base = yaml.safe_load((Path(__file__).parents[1] / "tests" / "data" / "e2e.yaml").read_text())
-    with pytest.raises(ConfigError, match="generator.init"):
-        load_config({**base, "generator": {**base.get("generator", {}), "family": "causal_lm"}}, check_files=False)
+    cfg = load_config({**base, "generator": {**base.get("generator", {}), "family": "causal_lm"}}, check_files=False)
+    assert cfg["generator"]["init"] == "scratch"
+    assert scale_summary(cfg)["generator"] == "decoder-only Llama from scratch (d_model 32, 1 layer)"
+    assert scale_summary(load_config(base, check_files=False))["generator"] == "BART from scratch (d_model 32, 1+1 layers)"
     cfg = load_config({**base, "generator": {**base.get("generator", {}), "family": "causal_lm", "init": "pretrained",
                                              "name_or_path": "some/lm"}}, check_files=False)
     assert cfg["generator"]["lora_rank"] == 0 and cfg["generator"]["family"] == "causal_lm"
+    assert scale_summary(cfg)["generator"] == "some/lm"
 
 
 def test_a_prompt_template_without_the_question_is_refused():

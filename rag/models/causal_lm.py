@@ -13,7 +13,9 @@ tokens follow without a gap; position ids count the real tokens only, as the mod
 pretraining. Decoding runs each prompt once (:meth:`CausalLMGenerator.encode`) and extends its
 key/value cache (``transformers.DynamicCache``), reordered for beam search.
 
-Loaded from a local path or hub name (``generator.name_or_path``, ``generator.init: pretrained``);
+Loaded from a local path or hub name (``generator.name_or_path``, ``generator.init: pretrained``),
+or built from the configured sizes (:func:`build_causal_lm`, a Llama on the corpus-trained
+tokenizer, ``generator.init: scratch``) and pretrained on the corpus as the seq2seq generator is;
 optionally with LoRA adapters (:func:`add_lora`, through ``peft``) and gradient checkpointing.
 """
 
@@ -226,6 +228,32 @@ def prepare_tokenizer(tokenizer, model) -> None:
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         model.resize_token_embeddings(len(tokenizer))
     model.config.pad_token_id = tokenizer.pad_token_id
+
+
+def scratch_config(vocab_size: int, d_model: int, layers: int, heads: int, ffn: int, max_source_len: int,
+                   max_target_len: int, **more):
+    """The Llama configuration of a scratch causal LM of these sizes (``generator.*``), long enough
+    for a prompt and its target, initialised as the scratch BART is (standard deviation
+    d_model ** -0.5); ``more``: further LlamaConfig fields (special tokens, dropout)."""
+    from transformers import LlamaConfig
+
+    if d_model % heads:
+        raise ConfigError(f"config key 'generator.heads': {heads} does not divide generator.d_model {d_model}")
+    return LlamaConfig(vocab_size=vocab_size, hidden_size=d_model, num_hidden_layers=layers, num_attention_heads=heads,
+                       num_key_value_heads=heads, intermediate_size=ffn,
+                       max_position_embeddings=max_source_len + max_target_len + 8, initializer_range=d_model ** -0.5,
+                       **more)
+
+
+def build_causal_lm(tokenizer, g: GeneratorOptions):
+    """A decoder-only Llama of the configured size (``generator.d_model``, ``layers``, ``heads``,
+    ``ffn``, ``dropout``: :func:`scratch_config`) on ``tokenizer``'s vocabulary and special tokens."""
+    from transformers import AutoModelForCausalLM
+
+    cfg = scratch_config(len(tokenizer), g.d_model, g.layers, g.heads, g.ffn, g.max_source_len, g.max_target_len,
+                         attention_dropout=g.dropout, pad_token_id=tokenizer.pad_token_id,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    return AutoModelForCausalLM.from_config(cfg)
 
 
 def load_causal_lm(path: str | Path, device: str = "cpu"):

@@ -59,10 +59,16 @@ def architecture(name: str):
 
 
 def generator_architecture(g: dict):
-    """(config, where from) of the generator section ``g``: a named model's, or the scratch BART's
-    sizes (its copy generator's extra layers, a few d_model x d_model matrices, not counted)."""
+    """(config, where from) of the generator section ``g``: a named model's, the scratch causal
+    LM's, or the scratch BART's sizes (its copy generator's extra layers, a few d_model x d_model
+    matrices, not counted)."""
     if g["init"] == "pretrained":
         return architecture(g["name_or_path"])
+    if g["family"] == "causal_lm":
+        from rag.models.causal_lm import scratch_config
+
+        return scratch_config(g["vocab_size"], g["d_model"], g["layers"], g["heads"], g["ffn"], g["max_source_len"],
+                              g["max_target_len"]), "generator.d_model, layers, heads, ffn and vocab_size (a Llama from scratch)"
     from transformers import AutoConfig
 
     return AutoConfig.for_model(

@@ -1,5 +1,6 @@
 """The generator stage: the shared generator every fine-tune starts from (rule ``pretrain_generator``):
-a named pretrained one copied, or a tokenizer and BART built and pretrained on the corpus."""
+a named pretrained one copied, or a tokenizer and a model of the configured family (BART, or a
+decoder-only Llama for ``generator.family: causal_lm``) built and pretrained on the corpus."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def copy_pretrained_generator(cfg: GeneratorSection, out: str | Path) -> None:
 def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | Path], out: str | Path, *,
                        restatements: str | Path | None = None, checkpoint_dir: str | Path | None = None) -> None:
     """``generator.init: scratch`` (``cfg``: the generator section): train the tokenizer on the
-    passages, build the configured BART on ``device`` and pretrain it
-    (:func:`rag.training.pretrain`; with ``restatements``, miniworld's restated facts
+    passages, build the configured BART (a Llama with ``generator.family: causal_lm``, pretrained
+    through the generator interface) on ``device`` and pretrain it (:func:`rag.training.pretrain`; with ``restatements``, miniworld's restated facts
     too); resumable from ``checkpoint_dir``, holding its lock (one writer at a time). Writes the
     folder ``out`` with ``pretrain.json`` (steps, seconds, final loss, the loss curve)."""
     from rag.data.corpus import read_passages
@@ -74,14 +75,22 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
     with hold, atomic_dir(out) as tmp:
         tok = train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g.vocab_size,
                                 [label_token(lb) for lb in FEVER3_LABELS], tmp)
-        model = build_bart(tok, g).to(device)
+        generator = None
+        if g.family == "causal_lm":
+            from rag.models.causal_lm import CausalLMGenerator, build_causal_lm
+
+            generator = CausalLMGenerator.from_options(build_causal_lm(tok, g).to(device), tok, g)
+            model = generator.model
+        else:
+            model = build_bart(tok, g).to(device)
         t = time.time()
         losses = pretrain(model, tok, titles, texts, g.pretrain_steps, g.pretrain_batch_size, g.pretrain_lr,
                             g.max_source_len, cfg.seed, precision=cfg.precision,
                             chunk_overhead=g.chunk_overhead, restatements=restated,
                             restatement_share=g.pretrain_restatements, claim_share=g.pretrain_claims,
-                            sentence_share=g.pretrain_sentences, absent_share=g.pretrain_absent, ckpt_path=ckpt_path, identity=identity)
-        model.save_pretrained(tmp)
+                            sentence_share=g.pretrain_sentences, absent_share=g.pretrain_absent, ckpt_path=ckpt_path, identity=identity,
+                            generator=generator)
+        (generator.save if generator is not None else model.save_pretrained)(tmp)
         save_tokenizer(tok, tmp, g.max_source_len)  # as the run tokenizes, also after a resume at the last step
         write_json(tmp / "pretrain.json", {"init": "scratch", "steps": g.pretrain_steps, "seconds": time.time() - t,
                                            "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
