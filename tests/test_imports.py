@@ -208,8 +208,7 @@ LIGHT = {  # command -> its arguments (f: the small_inputs folder); none of them
     "bm25": "bm25 --passages {f}/passages.tsv --out {f}/bm25",
     "index": "index --config {f}/index.json --embeddings {f}/emb.npy --out {f}/flat.faiss --stats {f}/stats.json",
     "score": "score --metric em --predictions {f}/p.jsonl --references {f}/r.jsonl",
-    "plan": "plan --configfile config.yaml --no-profile",
-}
+}  # rag plan imports torch: it counts a fine-tune's parameters and probes its activations (rag.models.sizing)
 
 
 @pytest.mark.parametrize("command", sorted(LIGHT))
