@@ -425,7 +425,7 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
     elif rule in ("train", "evaluate", "topk_sweep", "hotswap") and index is not None and n:
         need.memory, need.memory_how = retrieval_memory(rule, sizes, index)
         need.memory_lower_bound = True
-        models = sizes["fine_tune"] if rule == "train" else {"why": "decoding's not estimated"}
+        models = sizes["fine_tune"] if rule == "train" else {"why": "decoding is not sized"}
         if "why" in models:
             need.memory_how += f"; the generator not estimated ({models['why']})"
         else:
