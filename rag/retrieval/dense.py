@@ -37,7 +37,8 @@ class DenseRetriever(Retriever):
         emb = EmbeddingShards(files.embeddings)
         if emb.n != len(passages):
             raise DataError(f"{files.embeddings[0]}: {emb.n} embeddings for {len(passages)} passages in {files.passages}")
-        index = load_index(files.index, rows=emb.n, dim=emb.d, of=f"the {emb.n:,} passages of {files.passages}")
+        index = load_index(files.index, rows=emb.n, dim=emb.d, of=f"the {emb.n:,} passages of {files.passages}",
+                           mapped=True)
         qenc = Encoder.load(question_encoder_dir or options.question_encoder, options.pooling, options.normalize,
                             options.max_length)
         return cls(passages, qenc.to(device), emb, index, options.score_scale)
