@@ -14,7 +14,6 @@ import copy
 import hashlib
 import json
 import re
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -22,23 +21,12 @@ import yaml
 
 from rag import config_keys, keyspec
 from rag.config_keys import INDEX_PARAMS
+from rag.config_keys import json_schema as schema
 from rag.errors import ConfigError, DataError
 from rag.io import not_a_file, read_json
 from rag.sections import (ContextEncoder, CorpusOptions, GeneratorLengths, GeneratorOptions, MetricOptions, Miniworld,
                           QuestionEncoder, TaskData, TaskDeclaration, TaskOptions, Tracking, TrainOptions)
-from rag.tasks import BUILTIN_TASKS, TASKS, VARIANTS, declare_tasks
-
-
-def schema() -> dict:
-    """The config's JSON schema, generated from the declarations (:mod:`rag.config_keys`); its
-    task and variant enums (and the default variant list) come from the registry (rag/tasks.py),
-    so it is built again when the registry's names change."""
-    return _schema_of(tuple(TASKS), tuple(VARIANTS))
-
-
-@lru_cache(maxsize=None)
-def _schema_of(tasks: tuple, variants: tuple) -> dict:
-    return config_keys.json_schema()
+from rag.tasks import BUILTIN_TASKS, TASKS, declare_tasks
 
 
 def read_config_file(path: str | Path) -> dict:
@@ -477,15 +465,6 @@ def task_decode(cfg: dict, task: str, model: str) -> dict:
     return base
 
 
-def _canonical(obj: Any) -> Any:
-    """Dicts with recursively sorted keys: Snakemake compares params including key order."""
-    if isinstance(obj, dict):
-        return {k: _canonical(obj[k]) for k in sorted(obj)}
-    if isinstance(obj, list):
-        return [_canonical(v) for v in obj]
-    return obj
-
-
 def sections(cfg: dict) -> dict[str, dict]:
     """Split the resolved config into the pieces each stage reads, and only those.
 
@@ -508,7 +487,46 @@ def sections(cfg: dict) -> dict[str, dict]:
     the report rule's param.
     Pieces are canonical (sorted keys), so the order of keys in a YAML file changes nothing.
     """
-    return _canonical(_sections(cfg))
+    # each piece holds the keys its typed section reads (Class.pick: the class' keys the config has)
+    corpus, r, g = cfg["corpus"], cfg["retriever"], cfg["generator"]
+    miniworld = corpus["source"] == "miniworld"
+    run = {"name": cfg["name"], "seed": cfg["seed"], "device": cfg["device"], "precision": cfg["precision"]}
+    out = {
+        "corpus": {"seed": cfg["seed"],
+                   "corpus": CorpusOptions.pick(corpus, omit=("format",) if miniworld else ()),  # miniworld: no file to convert
+                   **({"miniworld": Miniworld.pick(cfg["miniworld"])} if miniworld else {})},
+        "encode": {"device": cfg["device"], "precision": cfg["precision"], "retriever": ContextEncoder.pick(r)},
+        "index": {"device": cfg["device"], "retriever": {k: r[k] for k in ("index", *INDEX_PARAMS[r["index"]])}},
+        "generator": {"seed": cfg["seed"], "device": cfg["device"], "precision": cfg["precision"], "generator": GeneratorOptions.pick(g)},
+        "experiments": {"experiments": {"topk_sweep": cfg["experiments"]["topk_sweep"]}},
+        "report": {"report": cfg["report"], "variants": cfg["variants"], "tasks": sorted(cfg["tasks"]),
+                   "scale": scale_summary(cfg)},
+    }
+    declared = {name: TaskDeclaration.pick(task) for name, task in cfg["tasks"].items() if name not in BUILTIN_TASKS}
+    if declared:  # the report names and scores them as the runs did
+        out["report"]["declared_tasks"] = declared
+    for name, task in cfg["tasks"].items():
+        data = {"task_name": name, "task": TaskData.pick(task)}
+        if task["source"] == "miniworld":  # gold passages depend on how the corpus is cut
+            data.update(seed=cfg["seed"], miniworld={**Miniworld.pick(cfg["miniworld"]), "passage_words": corpus["passage_words"]})
+        out[f"data_{name}"] = data
+        out[f"train_{name}"] = {
+            **run,
+            "tracking": Tracking.pick(cfg["tracking"]),
+            "task_name": name,
+            "task": TaskOptions.pick(task),  # all but the decoding keys and which runs it has
+            "train": {**TrainOptions.pick(cfg["train"]), **({"steps": task["steps"]} if "steps" in task else {})},
+            "generator": GeneratorLengths.pick(g),
+            "retriever": QuestionEncoder.pick(r),
+        }
+        out[f"eval_{name}"] = {"task_name": name, "decode": {m: task_decode(cfg, name, m) for m in ("sequence", "token", "bart")}}
+        if name not in BUILTIN_TASKS:  # declared by the config: its sections carry the declaration
+            out[f"eval_{name}"]["task"] = TaskDeclaration.pick(task)
+        if TASKS[name].reads_metric_options:  # only these read metrics options (their own metrics' alone)
+            own = {m: v for m, v in cfg["metrics"].get("options", {}).items() if m in TASKS[name].metrics}
+            out[f"eval_{name}"]["metrics"] = {**MetricOptions.pick(cfg["metrics"], omit=("options",)),
+                                              **({"options": own} if own else {})}
+    return json.loads(json.dumps(out, sort_keys=True))
 
 
 def check_section_files(folder: str | Path, pieces: dict[str, dict], rerun: Callable[[Path], bool]) -> None:
@@ -532,7 +550,7 @@ def check_section_files(folder: str | Path, pieces: dict[str, dict], rerun: Call
             held = read_json(path)
         except (DataError, OSError):  # unreadable: not the config's value
             held = None
-        if held != json.loads(json.dumps(value)):
+        if held != value:
             stale.append(str(path))
     if stale:
         names = ", ".join(Path(p).stem for p in stale)
@@ -577,49 +595,6 @@ def replicate_config(data: dict, seeds: Sequence[int]) -> tuple[dict, list[tuple
     changes = [(task, variant, run_seeds(before, task, variant), run_seeds(after, task, variant))
                for task in before["tasks"] for variant in task_variants(before, task)]
     return out, [c for c in changes if c[2] != c[3]]
-
-
-def _sections(cfg: dict) -> dict[str, dict]:
-    # each piece holds the keys its typed section reads (Class.pick: the class' keys the config has)
-    corpus, r, g = cfg["corpus"], cfg["retriever"], cfg["generator"]
-    miniworld = corpus["source"] == "miniworld"
-    run = {"name": cfg["name"], "seed": cfg["seed"], "device": cfg["device"], "precision": cfg["precision"]}
-    out = {
-        "corpus": {"seed": cfg["seed"],
-                   "corpus": CorpusOptions.pick(corpus, omit=("format",) if miniworld else ()),  # miniworld: no file to convert
-                   **({"miniworld": Miniworld.pick(cfg["miniworld"])} if miniworld else {})},
-        "encode": {"device": cfg["device"], "precision": cfg["precision"], "retriever": ContextEncoder.pick(r)},
-        "index": {"device": cfg["device"], "retriever": {k: r[k] for k in ("index", *INDEX_PARAMS[r["index"]])}},
-        "generator": {"seed": cfg["seed"], "device": cfg["device"], "precision": cfg["precision"], "generator": GeneratorOptions.pick(g)},
-        "experiments": {"experiments": {"topk_sweep": cfg["experiments"]["topk_sweep"]}},
-        "report": {"report": cfg["report"], "variants": cfg["variants"], "tasks": sorted(cfg["tasks"]),
-                   "scale": scale_summary(cfg)},
-    }
-    declared = {name: TaskDeclaration.pick(task) for name, task in cfg["tasks"].items() if name not in BUILTIN_TASKS}
-    if declared:  # the report names and scores them as the runs did
-        out["report"]["declared_tasks"] = declared
-    for name, task in cfg["tasks"].items():
-        data = {"task_name": name, "task": TaskData.pick(task)}
-        if task["source"] == "miniworld":  # gold passages depend on how the corpus is cut
-            data.update(seed=cfg["seed"], miniworld={**Miniworld.pick(cfg["miniworld"]), "passage_words": corpus["passage_words"]})
-        out[f"data_{name}"] = data
-        out[f"train_{name}"] = {
-            **run,
-            "tracking": Tracking.pick(cfg["tracking"]),
-            "task_name": name,
-            "task": TaskOptions.pick(task),  # all but the decoding keys and which runs it has
-            "train": {**TrainOptions.pick(cfg["train"]), **({"steps": task["steps"]} if "steps" in task else {})},
-            "generator": GeneratorLengths.pick(g),
-            "retriever": QuestionEncoder.pick(r),
-        }
-        out[f"eval_{name}"] = {"task_name": name, "decode": {m: task_decode(cfg, name, m) for m in ("sequence", "token", "bart")}}
-        if name not in BUILTIN_TASKS:  # declared by the config: its sections carry the declaration
-            out[f"eval_{name}"]["task"] = TaskDeclaration.pick(task)
-        if TASKS[name].reads_metric_options:  # only these read metrics options (their own metrics' alone)
-            own = {m: v for m, v in cfg["metrics"].get("options", {}).items() if m in TASKS[name].metrics}
-            out[f"eval_{name}"]["metrics"] = {**MetricOptions.pick(cfg["metrics"], omit=("options",)),
-                                              **({"options": own} if own else {})}
-    return out
 
 
 def _steps_by_task(cfg: dict) -> int | str:

@@ -15,6 +15,7 @@ The task and variant names come from the registry, :mod:`rag.tasks`.
 from __future__ import annotations
 
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 from rag.keyspec import NO_DEFAULT, AnyOf, Bool, Definitions, Enum, Group, Int, List, Map, Num, Str, at
@@ -189,7 +190,13 @@ def key(path: str):
 
 
 def json_schema() -> dict:
-    """The configuration's JSON schema (Draft 7), generated from :data:`CONFIG`."""
+    """The configuration's JSON schema (Draft 7), generated from :data:`CONFIG`; built again when
+    the registry's names change (its task and variant enums read them)."""
+    return _json_schema(tuple(TASKS), tuple(VARIANTS))
+
+
+@lru_cache(maxsize=None)
+def _json_schema(tasks: tuple, variants: tuple) -> dict:
     root = CONFIG.schema()
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",

@@ -281,29 +281,19 @@ class Definition:
         return self.definitions[self.name]
 
 
-def lookup(root: Node, path: str) -> Node:
+def at(root: Node, path: str) -> Node:
     """The declaration at the dotted ``path`` under ``root`` ("retriever.batch_size"; ``*`` stands
-    for any name of a :class:`Map`: "tasks.*.source")."""
-    node = root.target()
+    for any name of a :class:`Map`: "tasks.*.source"), as written there (a :class:`Ref` stays one)."""
+    node = root
     for part in path.split("."):
-        if isinstance(node, Group) and part in node.keys:
-            node = node.keys[part].target()
-        elif isinstance(node, Map) and part == "*" and node.values is not None:
-            node = node.values.target()
+        parent = node.target()
+        if isinstance(parent, Group) and part in parent.keys:
+            node = parent.keys[part]
+        elif isinstance(parent, Map) and part == "*" and parent.values is not None:
+            node = parent.values
         else:
             raise KeyError(f"no config key {path!r} is declared (at {part!r})")
     return node
-
-
-def at(root: Node, path: str) -> Node:
-    """Like :func:`lookup`, but the declaration as written there (a :class:`Ref` stays one)."""
-    *parents, last = path.split(".")
-    parent = lookup(root, ".".join(parents)) if parents else root.target()
-    if isinstance(parent, Group) and last in parent.keys:
-        return parent.keys[last]
-    if isinstance(parent, Map) and last == "*" and parent.values is not None:
-        return parent.values
-    raise KeyError(f"no config key {path!r} is declared (at {last!r})")
 
 
 # ------------------------------------------------------------------------------------ validation

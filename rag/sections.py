@@ -74,7 +74,7 @@ class Section:
         own = dict(cls.__dict__.get("__annotations__", {}))
         keys: dict[str, Read] = {n: v for n, v in cls.__dict__.items() if isinstance(v, Read)}
         if every_key_of is not None:
-            group = keyspec.lookup(config_keys.CONFIG, every_key_of)
+            group = config_keys.key(every_key_of).target()
             if not isinstance(group, keyspec.Group) or set(exclude) - set(group.keys):
                 raise TypeError(f"{cls.__name__}: {every_key_of} is no group of keys, or lacks one of {exclude}")
             known = {f.name for f in fields(cls)} | set(keys) | set(own)
@@ -130,8 +130,10 @@ class Section:
     @classmethod
     def from_dict(cls: type[S], data: Any, where: str, prefix: str = "") -> S:
         """Parse the mapping ``data`` read from ``where`` (``prefix``: its dotted key in there)."""
-        sch = _schema(cls)
-        err = keyspec.first_error(_validator(cls), data)
+        from rag.tasks import TASKS, VARIANTS
+
+        sch, validator = _validator(cls, (tuple(TASKS), tuple(VARIANTS)))
+        err = keyspec.first_error(validator, data)
         if err is not None:
             raise ConfigError(f"{where}: {keyspec.describe(err, sch, prefix)}")
         return cls._build(data, where, prefix)
@@ -174,20 +176,12 @@ def _part(tp) -> type | None:
     return None
 
 
-def _schema(cls) -> dict:
-    return {**cls.json_schema(), "definitions": config_keys.D.schema()}
-
-
-def _validator(cls):
-    """The section's validator, built again when the registry's names change (its enums read them)."""
-    from rag.tasks import TASKS, VARIANTS
-
-    return _validator_of(cls, tuple(TASKS), tuple(VARIANTS))
-
-
 @lru_cache(maxsize=None)
-def _validator_of(cls, tasks: tuple, variants: tuple):
-    return keyspec.validator_class(fill_defaults=False)(_schema(cls))
+def _validator(cls, names: tuple):
+    """The section's schema and validator, built again when the registry's names change (``names``:
+    its enums read them)."""
+    sch = {**cls.json_schema(), "definitions": config_keys.json_schema()["definitions"]}
+    return sch, keyspec.validator_class(fill_defaults=False)(sch)
 
 
 def _dotted(prefix: str, key: str) -> str:
