@@ -1,11 +1,9 @@
 """Load, validate and resolve the configuration.
 
-Every key is declared once, in :mod:`rag.config_keys` (type, default, bounds or choices,
-description); :func:`schema` is the JSON schema generated from those declarations (written out at
-``workflow/schemas/config.schema.yaml``). ``load_config`` validates a mapping against it, fills in
-the defaults and checks what a schema cannot (references between keys, input files); every problem
-becomes one :class:`~rag.errors.ConfigError` naming the key. :func:`sections` splits the resolved
-config into the pieces each stage reads (the typed classes of :mod:`rag.sections`).
+``load_config`` validates a mapping against the schema generated from :mod:`rag.config_keys`,
+fills in the defaults and checks what a schema cannot (references between keys, input files),
+each problem one :class:`~rag.errors.ConfigError` naming the key. :func:`sections` splits the
+resolved config into the pieces each stage reads (the typed classes of :mod:`rag.sections`).
 """
 
 from __future__ import annotations
@@ -30,9 +28,8 @@ from rag.tasks import BUILTIN_TASKS, TASKS, declare_tasks
 
 
 def read_config_file(path: str | Path) -> dict:
-    """The mapping of config file ``path``, as written (no defaults filled, no key checked); a
-    missing file, bad UTF-8, bad YAML or a document that is not a mapping is one ConfigError naming
-    the file (and line)."""
+    """The mapping of config file ``path``, as written; a missing file, bad UTF-8, bad YAML or a
+    document that is not a mapping is one ConfigError naming the file (and line)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config {not_a_file(path)}")
@@ -81,8 +78,7 @@ MAX_CONFIG_VALUES = 100_000  # a config holds hundreds; YAML aliases repeating l
 
 def alias_bomb(data: Any, limit: int = MAX_CONFIG_VALUES) -> tuple[tuple, int] | None:
     """(the path of the first mapping or list, total) where YAML aliases (``&a`` / ``*a``) expand
-    ``data`` to more than ``limit`` values (an alias bomb), else None; linear in the loaded size (a
-    loaded mapping shares each aliased value, which every later walk would visit at each repetition)."""
+    ``data`` to more than ``limit`` values (an alias bomb), else None; linear in the loaded size."""
     sizes: dict[int, int] = {}
 
     class Found(Exception):
@@ -154,10 +150,8 @@ def _check_control_characters(node: Any, path: tuple = ()) -> None:
 
 def input_files(cfg: dict) -> list[tuple[str, str]]:
     """(dotted config key, path) of every local input the resolved config names: the corpus file
-    of ``corpus.source: local``, the split files of ``source: local`` tasks and the files of the
-    user's parsers and metrics that a task's ``format`` / ``formats`` / ``metrics`` name
-    (``"path/to/file.py:name"``; ``tasks.<task>.metrics.<i>``).
-    (Downloaded files are outputs of the download rules, not inputs.)"""
+    of ``corpus.source: local``, the split files of ``source: local`` tasks and the user's parser
+    and metric files a task's ``format`` / ``formats`` / ``metrics`` name (``"path/to/file.py:name"``)."""
     out = []
     corpus = cfg["corpus"]
     if corpus["source"] == "local" and corpus.get("path") is not None:
@@ -186,11 +180,8 @@ def check_parsers(cfg: dict) -> None:
 
 
 def check_input_files(cfg: dict, base: str | Path | None = None) -> None:
-    """Raise ConfigError naming the key and the path of the first local input that does not exist.
-
-    Relative paths are taken from ``base`` (default: the working directory). Snakemake would not
-    notice a missing input whose outputs exist from an earlier run ("Nothing to be done"), so
-    this runs when the config is loaded, before any job is planned."""
+    """Raise ConfigError naming the key and the path of the first local input that does not exist
+    (relative paths from ``base``, default: the working directory)."""
     root = Path(base) if base is not None else Path.cwd()
     for key, value in input_files(cfg):
         path = root / value
@@ -321,9 +312,8 @@ CHECK_LINE_BYTES = 16 << 20  # a corpus line longer than this is not read when t
 
 
 def check_local_corpus_k(cfg: dict, base: str | Path | None = None) -> None:
-    """``corpus.source: local``: count the passages of the corpus file (only as far as the largest
-    K) and check every K against them (:func:`retrieval_ks`), before any job runs. A file the
-    reader refuses is left to the corpus job, which names the line."""
+    """``corpus.source: local``: check every K (:func:`retrieval_ks`) against the passages of the
+    corpus file, counted as far as the largest K; a file the reader refuses is left to the corpus job."""
     from itertools import islice
 
     from rag.data.formats import corpus_passages
@@ -371,8 +361,7 @@ TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
 
 def _check_tracking_uri(uri: str) -> None:
     """The MLflow store is a SQLite file (``sqlite:///<file>``), an MLflow server (``http(s)://host``)
-    or a database server: a scheme MLflow does not serve, or one without its file or host, would
-    fail in the first job (or be retried for minutes) instead of here."""
+    or a database server, naming its file or host."""
     from urllib.parse import urlsplit
 
     key = "tracking.uri"
@@ -430,10 +419,8 @@ def encoder_slug(name: str) -> str:
 
 
 def package_model_folder(name: str) -> Path:
-    """The ``model/`` folder that the package of ``package:<module>`` ships, found without importing
-    anything: ``<module>`` must be a top-level package (finding a dotted name imports its parents)
-    whose folder holds ``model/config.json``; anything else is a ConfigError naming it. An installed
-    module is code: only one that ships an encoder is taken for one."""
+    """The ``model/`` folder that the top-level package of ``package:<module>`` ships (holding
+    ``model/config.json``), found without importing anything; anything else is a ConfigError."""
     import importlib.util
 
     mod = name.split(":", 1)[1]
@@ -530,17 +517,10 @@ def sections(cfg: dict) -> dict[str, dict]:
 
 
 def check_section_files(folder: str | Path, pieces: dict[str, dict], rerun: Callable[[Path], bool]) -> None:
-    """Stop where an edit would be ignored without a word.
-
-    Snakemake re-runs a section whose value changed, and what reads it, by its record of the
-    ``config_section`` rule's params. Where it holds no record of a section file (a ``results/``
-    copied without ``.snakemake/``), it takes the file as up to date whatever it holds, and so every
-    output made from it (removing the file does not help: Snakemake does not re-run for a missing
-    intermediate file). Raises :class:`ConfigError` naming each section file in ``folder`` that
-    holds another value than ``pieces`` (an unreadable one counts) and that Snakemake does not
-    re-run by itself (``rerun(path)`` false: no record of it, and not forced), with the
-    ``--forcerun`` that writes it again and re-runs what reads it. A missing file is the rule's to write.
-    """
+    """ConfigError naming each section file in ``folder`` that holds another value than ``pieces``
+    (an unreadable one counts) and that Snakemake does not re-run by itself (``rerun(path)`` false:
+    it keeps no record of it, e.g. a ``results/`` copied without ``.snakemake/``), with the
+    ``--forcerun`` that writes it again; an edit would otherwise be ignored without a word."""
     stale = []
     for name, value in sorted(pieces.items()):
         path = Path(folder) / f"{name}.json"
@@ -575,16 +555,10 @@ def run_seeds(cfg: dict, task: str, variant: str) -> list[int]:
 
 
 def replicate_config(data: dict, seeds: Sequence[int]) -> tuple[dict, list[tuple[str, str, list[int], list[int]]]]:
-    """The config that replicates ``data``'s one-seed runs with fine-tune seeds ``seeds`` (for
-    ``rag bands --replicates``: their training spread), and what it changes.
-
-    ``data`` is a config as written; the copy returned is the same mapping with
-    ``one_seed_variants: []`` (those variants run every seed of their task) and ``seeds`` on each task
-    that runs one seed. Runs with several seeds keep theirs, and no config section a finished run of
-    ``data`` reads changes (the report's lists the seeds): run over a copy of that experiment, only
-    the new seeds' fine-tunes, what reads them and the report run. The change is ``(task, variant,
-    seeds before, seeds after)`` for each run whose seeds grow. A config that does not validate
-    raises ConfigError (a task's ``init_from`` needs each of its seeds on its source task)."""
+    """The config (``data`` as written) that replicates its one-seed runs with fine-tune seeds
+    ``seeds`` (``rag bands --replicates``), and ``(task, variant, seeds before, seeds after)`` for
+    each run whose seeds grow: ``one_seed_variants: []`` and ``seeds`` on each task that runs one
+    seed, so no section a finished run reads changes but the report's."""
     before = load_config(data, check_files=False)
     out = copy.deepcopy(data)
     out["one_seed_variants"] = []

@@ -1,17 +1,10 @@
 """How a configuration key is declared, and the one validator of declared keys.
 
-A declaration (:class:`Int`, :class:`Num`, :class:`Str`, :class:`Bool`, :class:`Enum`, :class:`List`,
-:class:`Map`, :class:`Group`, :class:`AnyOf`, or a :class:`Ref` to a named :class:`Definitions`
-entry) holds everything about a key: its type, default, bounds or choices, pattern and description.
-From it come the key's JSON schema (:meth:`Node.schema`: the config schema of
-:mod:`rag.config_keys` is generated from these) and its Python type (:meth:`Node.py_type`: the
-field type of the typed sections of :mod:`rag.sections`).
-
-:func:`first_error` validates a value against a JSON schema made of these (jsonschema, Draft 7;
-``fill_defaults`` fills absent keys in place) and :func:`describe` turns the error into the one line
-of a :class:`~rag.errors.ConfigError`. ``load_config`` (the whole config) and ``Section.from_dict``
-(a section file) both validate this way, so a rule is checked by one piece of code wherever a
-value comes from.
+A declaration (:class:`Int`, :class:`Str`, :class:`Group`, ... or a :class:`Ref` to a named
+:class:`Definitions` entry) gives the key's JSON schema (:meth:`Node.schema`) and its Python type
+(:meth:`Node.py_type`, the field type of :mod:`rag.sections`). :func:`first_error` validates a
+value against such a schema (jsonschema, Draft 7) and :func:`describe` makes the error the one line
+of a :class:`~rag.errors.ConfigError`, for the whole config and a section file alike.
 """
 
 from __future__ import annotations

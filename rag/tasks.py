@@ -369,28 +369,22 @@ GENERATOR_FAMILIES: dict[str, FamilySpec] = {f.name: f for f in (
 )}
 
 
-def family_spec(name: str) -> FamilySpec:
+def _spec(registry: dict, what: str, name: str):
     from rag.errors import ConfigError
 
     try:
-        return GENERATOR_FAMILIES[name]
+        return registry[name]
     except KeyError:
-        raise ConfigError(f"unknown generator family {name!r} (known: {', '.join(GENERATOR_FAMILIES)})") from None
+        raise ConfigError(f"unknown {what} {name!r} (known: {', '.join(registry)})") from None
+
+
+def family_spec(name: str) -> FamilySpec:
+    return _spec(GENERATOR_FAMILIES, "generator family", name)
 
 
 def variant_spec(name: str) -> VariantSpec:
-    from rag.errors import ConfigError
-
-    try:
-        return VARIANTS[name]
-    except KeyError:
-        raise ConfigError(f"unknown variant {name!r} (known: {', '.join(VARIANTS)})") from None
+    return _spec(VARIANTS, "variant", name)
 
 
 def retriever_spec(name: str) -> RetrieverSpec:
-    from rag.errors import ConfigError
-
-    try:
-        return RETRIEVERS[name]
-    except KeyError:
-        raise ConfigError(f"unknown retriever {name!r} (known: {', '.join(RETRIEVERS)})") from None
+    return _spec(RETRIEVERS, "retriever", name)

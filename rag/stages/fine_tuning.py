@@ -115,7 +115,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     from rag.manifest import build_manifest, canonical_hash, data_entries, write_manifest
     from rag.models.tokenizer import ensure_label_tokens, save_tokenizer
     from rag.tracking import Run
-    from rag.training import train
+    from rag.training import loss_curve, train
 
     name = cfg.task_name
     spec, vspec, t = TASKS[name], variant_spec(variant), cfg.train
@@ -174,9 +174,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     if rank != 0:
         return
     # the whole curve, also the steps done before a resume (they come back with the checkpoint)
-    every = t.log_every
-    run.curve("train_loss", [(i + 1, sum(losses[i + 1 - every : i + 1]) / every)
-                             for i in range(every - 1, len(losses), every)])
+    run.curve("train_loss", loss_curve(losses, t.log_every))
     run.metrics({"train_seconds": seconds, "final_train_loss": sum(losses[-10:]) / max(1, len(losses[-10:]))})
     with atomic_dir(out) as tmp:
         system.gen.save(tmp / "generator")
