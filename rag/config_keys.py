@@ -1,15 +1,9 @@
 """Every configuration key, declared once: its type, default, bounds or choices and description.
 
-This tree is the one source of the configuration's keys (docs/configuration.md):
-
-* :func:`json_schema` generates the JSON schema ``rag.config.load_config`` validates a config with
-  (defaults filled in); ``workflow/schemas/config.schema.yaml`` is that schema written out for
-  readers (``python -m rag.config_keys`` rewrites it; a test fails when it is stale);
-* the typed sections of :mod:`rag.sections` name the keys each stage reads (``read("train.k")``)
-  and take their types and checks from here;
-* ``config.yaml`` sets each key it names to the default declared here (a test checks it).
-
-The task and variant names come from the registry, :mod:`rag.tasks`.
+:func:`json_schema` is the JSON schema ``rag.config.load_config`` validates with (written out for
+readers as ``workflow/schemas/config.schema.yaml`` by ``python -m rag.config_keys``); the typed
+sections of :mod:`rag.sections` name the keys each stage reads (``read("train.k")``). The task and
+variant names come from the registry, :mod:`rag.tasks` (docs/configuration.md).
 """
 
 from __future__ import annotations
