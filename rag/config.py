@@ -60,7 +60,6 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     _check_expanded_size(data)
     declare_tasks(data.get("tasks"))  # the config's own tasks join the registry (and the schema's task names)
     cfg = copy.deepcopy(data)
-    _command_line_booleans(cfg, schema())
     err = keyspec.first_error(keyspec.validator_class(fill_defaults=True)(schema()), cfg)
     if err is not None:
         raise ConfigError(keyspec.describe(err, schema()))
@@ -110,26 +109,6 @@ def _check_expanded_size(data: Any) -> None:
         path, total = found
         raise ConfigError(f"config key '{keyspec.dotted(path)}': {total:,} values once its YAML aliases are expanded "
                           f"(more than {MAX_CONFIG_VALUES:,}: an alias bomb?); write the values out")
-
-
-_BOOLEAN_WORDS = {"true": True, "false": False}
-
-
-def _command_line_booleans(cfg: Any, node: dict) -> None:
-    """Boolean keys given as the words true / false (any case) become booleans, in place:
-    ``snakemake --config evaluate_in_train_job=false`` passes the string 'false' (it parses True/False only)."""
-    if not isinstance(cfg, dict):
-        return
-    for key, value in cfg.items():
-        sub = (node.get("properties") or {}).get(key, node.get("additionalProperties"))
-        if isinstance(sub, dict) and "$ref" in sub:
-            sub = schema()["definitions"][sub["$ref"].split("/")[-1]]
-        if not isinstance(sub, dict):
-            continue
-        if sub.get("type") == "boolean" and isinstance(value, str) and value.lower() in _BOOLEAN_WORDS:
-            cfg[key] = _BOOLEAN_WORDS[value.lower()]
-        elif isinstance(value, dict):
-            _command_line_booleans(value, sub)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

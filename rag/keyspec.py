@@ -293,7 +293,9 @@ def at(root: Node, path: str) -> Node:
 @lru_cache(maxsize=2)
 def validator_class(fill_defaults: bool):
     """Draft 7, where a pattern must match the whole string; with ``fill_defaults`` an absent key
-    that has a default gets it (a copy), in place, as the value is validated."""
+    that has a default gets it (a copy) and a boolean key given as the word true / false (any case:
+    ``snakemake --config evaluate_in_train_job=false`` passes a string) becomes the boolean, in
+    place, as the value is validated."""
     from jsonschema import Draft7Validator, ValidationError, validators
 
     def set_defaults(validator, properties, instance, sch):
@@ -301,6 +303,9 @@ def validator_class(fill_defaults: bool):
             for key, sub in properties.items():
                 if isinstance(sub, dict) and "default" in sub and key not in instance:
                     instance[key] = copy.deepcopy(sub["default"])
+                word = instance.get(key)
+                if isinstance(word, str) and isinstance(sub, dict) and sub.get("type") == "boolean":
+                    instance[key] = {"true": True, "false": False}.get(word.lower(), word)
         yield from Draft7Validator.VALIDATORS["properties"](validator, properties, instance, sch)
 
     def full_pattern(validator, pattern, instance, sch):
