@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 
 class _NoDefault:
@@ -31,6 +31,7 @@ class Node:
     """One declared key. ``default``: the value an absent key gets (none: it stays absent);
     ``nullable``: ``null`` is a value too; ``description``: what it means (the schema's words)."""
 
+    PY: ClassVar[Any] = None  # the Python type of a value (a composite's: its _own_type)
     default: Any = NO_DEFAULT
     description: str | None = None
     nullable: bool = False
@@ -47,7 +48,7 @@ class Node:
         raise NotImplementedError
 
     def _own_type(self) -> Any:
-        raise NotImplementedError
+        return self.PY
 
     def schema(self) -> dict:
         """The key's JSON schema (Draft 7)."""
@@ -70,75 +71,57 @@ class Node:
         return self
 
 
-def _bounds(**named) -> dict:
-    names = {"minimum": "minimum", "maximum": "maximum", "exclusive_minimum": "exclusiveMinimum",
-             "exclusive_maximum": "exclusiveMaximum"}
-    return {names[k]: v for k, v in named.items() if v is not None}
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class Int(Node):
-    minimum: int | None = None
-    maximum: int | None = None
-
-    def _own_schema(self) -> dict:
-        return {"type": "integer", **_bounds(minimum=self.minimum, maximum=self.maximum)}
-
-    def _own_type(self) -> Any:
-        return int
-
-
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Num(Node):
     """A number (an integer is one too)."""
 
+    PY: ClassVar[Any] = float
+    JSON_TYPE: ClassVar[str] = "number"
     minimum: float | None = None
     maximum: float | None = None
     exclusive_minimum: float | None = None
     exclusive_maximum: float | None = None
 
     def _own_schema(self) -> dict:
-        return {"type": "number", **_bounds(minimum=self.minimum, maximum=self.maximum,
-                                            exclusive_minimum=self.exclusive_minimum,
-                                            exclusive_maximum=self.exclusive_maximum)}
+        bounds = {"minimum": self.minimum, "maximum": self.maximum, "exclusiveMinimum": self.exclusive_minimum,
+                  "exclusiveMaximum": self.exclusive_maximum}
+        return {"type": self.JSON_TYPE, **{k: v for k, v in bounds.items() if v is not None}}
 
-    def _own_type(self) -> Any:
-        return float
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Int(Num):
+    PY: ClassVar[Any] = int
+    JSON_TYPE: ClassVar[str] = "integer"
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Str(Node):
     """A string; ``pattern``: a regular expression the whole value must match."""
 
+    PY: ClassVar[Any] = str
     pattern: str | None = None
 
     def _own_schema(self) -> dict:
         return {"type": "string", **({"pattern": self.pattern} if self.pattern else {})}
 
-    def _own_type(self) -> Any:
-        return str
-
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Bool(Node):
+    PY: ClassVar[Any] = bool
+
     def _own_schema(self) -> dict:
         return {"type": "boolean"}
-
-    def _own_type(self) -> Any:
-        return bool
 
 
 @dataclass(frozen=True, eq=False)
 class Enum(Node):
     """One of the strings ``values`` (a callable: read when the schema is built)."""
 
+    PY: ClassVar[Any] = str
     values: tuple[str, ...] | Callable[[], Iterable[str]]
 
     def _own_schema(self) -> dict:
         return {"enum": list(self.values() if callable(self.values) else self.values)}
-
-    def _own_type(self) -> Any:
-        return str
 
 
 @dataclass(frozen=True, eq=False)
@@ -190,6 +173,7 @@ class Group(Node):
     """A fixed set of keys (``keys``: name -> declaration, in the order a reader meets them); an
     unknown key is an error. Absent, a group is ``{}``: every key of it takes its default."""
 
+    PY: ClassVar[Any] = Mapping[str, Any]
     keys: dict[str, Node]
     required: tuple[str, ...] = ()
     default: Any = field(default_factory=dict, kw_only=True)
@@ -200,9 +184,6 @@ class Group(Node):
         if self.required:
             out["required"] = list(self.required)
         return out
-
-    def _own_type(self) -> Any:
-        return Mapping[str, Any]
 
     def schema(self) -> dict:
         out = super().schema()
