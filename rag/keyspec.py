@@ -58,6 +58,9 @@ class Node:
             out["default"] = copy.deepcopy(self.default_value())
         if self.description:
             out["description"] = self.description
+        for last in ("properties", "required"):  # a group's keys after its default and description
+            if last in out:
+                out[last] = out.pop(last)
         return out
 
     def py_type(self) -> Any:
@@ -185,12 +188,6 @@ class Group(Node):
             out["required"] = list(self.required)
         return out
 
-    def schema(self) -> dict:
-        out = super().schema()
-        for last in ("properties", "required"):  # after default and description: easier to read
-            if last in out:
-                out[last] = out.pop(last)
-        return out
 
 
 @dataclass(frozen=True, eq=False)

@@ -135,7 +135,7 @@ class Section:
             if f.metadata.get("key", True) and f.name in data:
                 part = f.metadata.get("part")
                 value = data[f.name]
-                values[f.name] = part._build(value, where, _dotted(prefix, f.name)) if part else _frozen(value)
+                values[f.name] = part._build(value, where, keyspec.dotted([f.name], prefix)) if part else _frozen(value)
         obj = cls(**values, _given=frozenset(values))
         obj._check(where, prefix)
         return obj
@@ -171,10 +171,6 @@ def _validator(cls, names: tuple):
     its enums read them)."""
     sch = {**cls.json_schema(), "definitions": config_keys.json_schema()["definitions"]}
     return sch, keyspec.validator_class(fill_defaults=False)(sch)
-
-
-def _dotted(prefix: str, key: str) -> str:
-    return f"{prefix}.{key}" if prefix else str(key)
 
 
 def _required(f) -> bool:
@@ -250,7 +246,7 @@ class IndexOptions(Section):
     def _check(self, where: str, prefix: str) -> None:
         for name in INDEX_PARAMS[self.index]:
             if name not in self._given:
-                raise ConfigError(f"{where}: config key {_dotted(prefix, name)!r} is missing")
+                raise ConfigError(f"{where}: config key {keyspec.dotted([name], prefix)!r} is missing")
 
     def build_params(self) -> dict:
         """The keyword arguments of rag.retrieval.index.build_index for the set parameters."""

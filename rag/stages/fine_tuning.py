@@ -145,11 +145,8 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     if world > 1:  # ddp_setup chose this process' GPU (LOCAL_RANK) before the model was built
         # frozen parts (lower question-encoder layers, pooler) get no gradient: let DDP skip them
         ddp_module = torch.nn.parallel.DistributedDataParallel(system, find_unused_parameters=True)
-    # the training configuration only (not the eval_<task> section a fused train job also reads):
-    # after an edit of test-time keys the finished checkpoint resumes at its last step. And the
-    # files it trains on, as the manifest hashes them: a checkpoint of an earlier pretrained
-    # generator, other task data or another index is not resumed (the checkpoint folder outlives
-    # the job Snakemake re-runs)
+    # the checkpoint resumes under the same train_<task> section (not eval_<task>) and the same
+    # files it trains on, as the manifest hashes them
     retrieves = vspec.retriever is not None
     splits = {"train": train_data, **({split: io[0] for split, io in eval_io.items()} if eval_io else {})}
     data = data_entries(passages=files.passages if retrieves else None,
