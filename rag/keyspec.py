@@ -220,26 +220,20 @@ class Ref(Node):
         return self.definitions[self.name].target()
 
 
-class Definitions:
+class Definitions(dict):
     """Named declarations a schema refers to (``#/definitions/<name>``): a type several keys share."""
 
-    def __init__(self) -> None:
-        self._nodes: dict[str, Node] = {}
-
     def define(self, name: str, node: Node) -> Definition:
-        if name in self._nodes:
+        if name in self:
             raise ValueError(f"definition {name!r} declared twice")
-        self._nodes[name] = node
+        self[name] = node
         return Definition(name, self)
 
-    def __getitem__(self, name: str) -> Node:
-        return self._nodes[name]
-
     def schema(self) -> dict:
-        return {name: node.schema() for name, node in self._nodes.items()}
+        return {name: node.schema() for name, node in self.items()}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Definition:
     name: str
     definitions: Definitions
