@@ -432,10 +432,8 @@ def task_decode(cfg: dict, task: str, model: str) -> dict:
 
 
 def sections(cfg: dict) -> dict[str, dict]:
-    """Split the resolved config into the pieces each stage reads, and only those.
-
-    Snakemake writes each piece to ``results/<name>/config/<piece>.json`` with the piece as a rule
-    param, so an edit re-runs only the jobs whose piece it changes (and what follows them):
+    """Split the resolved config into the pieces each stage reads, and only those: Snakemake writes
+    each to ``results/<name>/config/<piece>.json`` (a rule param: an edit re-runs only its readers).
 
     ``corpus``        the corpus rule and the hot-swap questions (miniworld world, passage cut)
     ``encode``        passage encoding (context encoder, pooling, max length, batch, device)
@@ -447,13 +445,9 @@ def sections(cfg: dict) -> dict[str, dict]:
     ``experiments``   Figure 3's K sweep
     ``report``        the report's scale summary, samples, tasks and variants
 
-    The keys a consumer reads are the fields of its typed section (:mod:`rag.sections`), which a
-    command parses its file(s) into. Runtime knobs (``threads``, ``resources``) are in none: they
-    never invalidate an output (rules pass ``threads`` as ``RAG_THREADS``). ``tracking.ui_url`` is
-    the report rule's param.
-    Pieces are canonical (sorted keys), so the order of keys in a YAML file changes nothing.
+    A piece holds the keys of its typed section (:mod:`rag.sections`), sorted; runtime knobs
+    (``threads``, ``resources``) are in none.
     """
-    # each piece holds the keys its typed section reads (Class.pick: the class' keys the config has)
     corpus, r, g = cfg["corpus"], cfg["retriever"], cfg["generator"]
     miniworld = corpus["source"] == "miniworld"
     run = {"name": cfg["name"], "seed": cfg["seed"], "device": cfg["device"], "precision": cfg["precision"]}

@@ -159,13 +159,11 @@ def optimize(step_loss: Callable[[int], torch.Tensor], params: list, opt, sched,
              checkpoint_every: int = 100, extra_state: Callable[[], dict] | None = None,
              log_every: int = 50, log_fn: Callable[[int, float], None] | None = None, desc: str = "train",
              progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1) -> list[float]:
-    """The training loop every stage runs: steps ``start`` .. ``steps`` - 1 of ``step_loss(step)``
-    (the loss of that step's batch), each a gradient step (clipped to norm 1; fp16 through
-    ``scaler``) and a scheduler step; returns ``losses`` extended with each step's loss (the
-    mean over the DDP processes). ``checkpoint`` (rank 0) is saved every ``checkpoint_every``
-    steps and after the last, with ``extra_state()`` (state only the caller holds, such as its
-    data sampler's RNG). ``stop_after`` ends the loop early after that many steps of this call
-    (tests use it to play an interruption)."""
+    """The training loop: steps ``start`` .. ``steps`` - 1 of ``step_loss(step)``, each a gradient
+    step (clipped to norm 1; fp16 through ``scaler``) and a scheduler step; returns ``losses``
+    extended with each step's loss (the mean over the DDP processes). ``checkpoint`` (rank 0) is
+    saved every ``checkpoint_every`` steps and after the last, with ``extra_state()``;
+    ``stop_after`` ends this call after that many steps (tests play an interruption with it)."""
     from tqdm.auto import tqdm
 
     losses = [] if losses is None else losses

@@ -16,12 +16,10 @@ from rag.tasks import TASKS
 
 def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant: str, *, model_dir: str | Path,
                files: RetrievalFiles, test: str | Path, out: str | Path, decoded: str | Path | None = None) -> None:
-    """Figure 3: decode ``test`` at each test-time K of the sweep with the saved model; write the
-    task metric, answer recall and per-question results. A K larger than the corpus stops it,
-    naming its key, before the model is loaded. ``decoded``: the run's own test predictions (the
-    task's decoding, at its test-time K): that K is read from them instead of decoded again, the
-    same decoding of the same model. The other Ks are decoded together (``predict_sweep``: a
-    RAG-Sequence model searches and scores the largest K once)."""
+    """Figure 3: decode ``test`` at each test-time K of the sweep with the saved model (together:
+    ``predict_sweep``); write the task metric, answer recall and per-question results.
+    ``decoded``: the run's own test predictions, read for the task's test-time K instead of
+    decoding it again."""
     from rag.tracking import Run
 
     ev = cfg.decoding()

@@ -75,15 +75,10 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
               checkpoint_dir: str | Path, out: str | Path, files: RetrievalFiles, init_from: str | Path | None = None,
               config_hash: str = "", eval_io: dict[str, tuple[str, str, str]] | None = None) -> None:
     """Fine-tune one task x variant (``cfg``: the train_<task> section, carrying eval_<task> when
-    ``eval_io`` is given) from the ``generator`` folder, or from the model folder ``init_from``
-    (config key ``tasks.<task>.init_from``), over the retrieval ``files``; resumable from
-    ``checkpoint_dir``; write the model folder ``out`` and log the run to MLflow (tag
-    ``config_hash``). ``eval_io`` (split -> data, predictions, metrics files): then decode dev
-    and test with the saved model in this process (:func:`rag.stages.evaluation.evaluate_model`).
-
-    Before anything is built, every K it retrieves with is checked against the passages (naming
-    the key), and it takes the run's lock (``checkpoint_dir/run.lock``): a second process
-    fine-tuning the same run is refused at once."""
+    ``eval_io`` is given) from the ``generator`` folder or the model folder ``init_from``, over the
+    retrieval ``files``, resumable from ``checkpoint_dir`` (holding its lock); write the model folder
+    ``out`` and log the run to MLflow. ``eval_io`` (split -> data, predictions, metrics files): then
+    decode dev and test in this process (:func:`rag.stages.evaluation.evaluate_model`)."""
     from rag.io import run_lock
     from rag.training import ddp_setup
 
