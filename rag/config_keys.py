@@ -225,17 +225,15 @@ def main(argv: list[str] | None = None) -> int:
     """Write the schema file (``--check``: exit 1 when it differs from the declarations)."""
     argv = sys.argv[1:] if argv is None else argv
     text = schema_text()
-    current = SCHEMA_FILE.read_text(encoding="utf-8") if SCHEMA_FILE.exists() else None
-    if "--check" in argv:
-        if current != text or SCHEMA_FILE.is_symlink():
-            print(f"{SCHEMA_FILE} is stale: run python -m rag.config_keys", file=sys.stderr)
-            return 1
+    if not SCHEMA_FILE.is_symlink() and SCHEMA_FILE.is_file() and SCHEMA_FILE.read_text(encoding="utf-8") == text:
         return 0
-    if current != text or SCHEMA_FILE.is_symlink():
-        SCHEMA_FILE.parent.mkdir(parents=True, exist_ok=True)
-        SCHEMA_FILE.unlink(missing_ok=True)  # a link to another copy becomes the file itself
-        SCHEMA_FILE.write_text(text, encoding="utf-8")
-        print(f"wrote {SCHEMA_FILE}")
+    if "--check" in argv:
+        print(f"{SCHEMA_FILE} is stale: run python -m rag.config_keys", file=sys.stderr)
+        return 1
+    SCHEMA_FILE.parent.mkdir(parents=True, exist_ok=True)
+    SCHEMA_FILE.unlink(missing_ok=True)  # a link to another copy becomes the file itself
+    SCHEMA_FILE.write_text(text, encoding="utf-8")
+    print(f"wrote {SCHEMA_FILE}")
     return 0
 
 
