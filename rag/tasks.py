@@ -211,8 +211,8 @@ def declare_task(name: str, decl: dict, where: str = "config", without_metrics: 
     if kind not in KINDS:
         fail("kind", f"{kind!r} is no kind of task; a declared task needs one of {', '.join(KINDS)}")
     if decl.get("source") not in ("local", "download"):
-        fail("source", f"a declared task reads its own files (source: local or download); miniworld generates the tasks "
-                       f"of rag/tasks.py only")
+        fail("source", "a declared task reads its own files (source: local or download); miniworld generates the tasks "
+                       "of rag/tasks.py only")
     fmt = decl.get("format")
     if not isinstance(fmt, str) or not fmt:
         fail("format", "a declared task names its files' format: a parser of rag/data/parsers.py PARSERS or "

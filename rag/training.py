@@ -15,7 +15,7 @@ import math
 import os
 import random
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 
