@@ -74,6 +74,11 @@ class Node:
         return self
 
 
+def _set(**keywords) -> dict:
+    """The schema keywords given a value (not None)."""
+    return {k: v for k, v in keywords.items() if v is not None}
+
+
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Num(Node):
     """A number (an integer is one too)."""
@@ -86,9 +91,9 @@ class Num(Node):
     exclusive_maximum: float | None = None
 
     def _own_schema(self) -> dict:
-        bounds = {"minimum": self.minimum, "maximum": self.maximum, "exclusiveMinimum": self.exclusive_minimum,
-                  "exclusiveMaximum": self.exclusive_maximum}
-        return {"type": self.JSON_TYPE, **{k: v for k, v in bounds.items() if v is not None}}
+        return {"type": self.JSON_TYPE, **_set(minimum=self.minimum, maximum=self.maximum,
+                                               exclusiveMinimum=self.exclusive_minimum,
+                                               exclusiveMaximum=self.exclusive_maximum)}
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -105,7 +110,7 @@ class Str(Node):
     pattern: str | None = None
 
     def _own_schema(self) -> dict:
-        return {"type": "string", **({"pattern": self.pattern} if self.pattern else {})}
+        return {"type": "string", **_set(pattern=self.pattern or None)}
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -136,13 +141,8 @@ class List(Node):
     unique: bool = False
 
     def _own_schema(self) -> dict:
-        out: dict = {"type": "array"}
-        if self.min_items is not None:
-            out["minItems"] = self.min_items
-        if self.unique:
-            out["uniqueItems"] = True
-        out["items"] = self.items.schema()
-        return out
+        return {"type": "array", **_set(minItems=self.min_items, uniqueItems=self.unique or None),
+                "items": self.items.schema()}
 
     def _own_type(self) -> Any:
         return tuple[self.items.py_type(), ...]
@@ -158,14 +158,9 @@ class Map(Node):
     min_items: int | None = None
 
     def _own_schema(self) -> dict:
-        out: dict = {"type": "object"}
-        if self.min_items is not None:
-            out["minProperties"] = self.min_items
-        if self.names is not None:
-            out["propertyNames"] = self.names.schema()
-        if self.values is not None:
-            out["additionalProperties"] = self.values.schema()
-        return out
+        return {"type": "object", **_set(minProperties=self.min_items,
+                                         propertyNames=self.names.schema() if self.names else None,
+                                         additionalProperties=self.values.schema() if self.values else None)}
 
     def _own_type(self) -> Any:
         return Mapping[str, self.values.py_type() if self.values is not None else Any]
