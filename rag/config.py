@@ -255,7 +255,7 @@ def _check_references(cfg: dict) -> None:
             raise ConfigError(f"config key 'miniworld.people': {mw['people']} is fewer than twice "
                               f"miniworld.countries ({mw['countries']}); every country needs a leader")
         # every miniworld entity yields at least one passage; K larger than that is impossible
-        check_k(retrieval_ks(cfg), mw["countries"] + mw["people"] + mw["cities"], "the miniworld corpus is sure to have (one per entity)")
+        check_k(retrieval_ks(cfg), entities, "the miniworld corpus is sure to have (one per entity)")
 
 
 MINIWORLD_MAX_ENTITIES = 20_000  # the default world has 500; 2,400 take about 25 s to write
