@@ -163,16 +163,29 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 def read_json(path: str | os.PathLike) -> Any:
+    """One JSON document (gzip by suffix), strictly: errors name the file and the line."""
+    import zlib
+
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: {not_a_file(path)}")
     try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+        with _open_bytes(path) as fh:
+            raw = fh.read()
+    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
+        raise DataError(f"{path}: unreadable ({type(exc).__name__}: {exc}); truncated or corrupt file?") from None
+    if not raw.strip():
+        raise DataError(f"{path}: empty file (no records)")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        lineno = raw.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason})") from None
+    del raw
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DataError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+        raise DataError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})") from None
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:

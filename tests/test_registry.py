@@ -9,7 +9,8 @@ import pytest
 from rag import metrics as M
 from rag.config import schema
 from rag.data import paper_results
-from rag.data.formats import PARSERS, table7, table7_rows
+from rag.data.formats import PARSERS
+from rag.data.table7 import table7, table7_rows
 from rag.report import build
 from rag.retrieval import FILE_ROLES, Retriever
 from rag.tasks import RETRIEVERS, TASKS, VARIANTS, paper_column, variant_spec

@@ -79,6 +79,17 @@ class IdSet:
         return True
 
 
+def check_passage(where: str, seen: IdSet, pid: str, text: str) -> None:
+    """Refuse (DataError at ``where``) an empty passage id, an id in ``seen`` (else added) and a text of only
+    whitespace."""
+    if not pid.strip():
+        raise DataError(f"{where}: empty passage id")
+    if not seen.add(pid):
+        raise DataError(f"{where}: duplicate passage id {pid!r}")
+    if not text.strip():
+        raise DataError(f"{where}: {pid!r} has no text (empty or only whitespace)")
+
+
 def clean_field(field: str) -> str:
     """A field as written: tabs and line breaks (``\\t``, ``\\r``, ``\\n``) replaced by spaces."""
     return field.replace("\t", " ").replace("\r", " ").replace("\n", " ")
@@ -151,15 +162,9 @@ def iter_passages(path: str | Path, header: bool | None = True) -> Iterator[tupl
                 raise DataError(f"{path}:1: expected header 'id\\ttitle\\ttext', got {line[:80]!r}")
         if len(parts) != 3:
             raise DataError(f"{path}:{lineno}: expected 3 tab-separated columns (id, title, text), got {len(parts)}")
-        pid = parts[0]
-        if not pid.strip():
-            raise DataError(f"{path}:{lineno}: empty passage id")
-        if not seen.add(pid):
-            raise DataError(f"{path}:{lineno}: duplicate passage id {pid!r}")
-        if not parts[2].strip():
-            raise DataError(f"{path}:{lineno}: {pid!r} has no text (empty or only whitespace)")
+        check_passage(f"{path}:{lineno}", seen, parts[0], parts[2])
         n += 1
-        yield lineno, pid, parts[1], parts[2]
+        yield lineno, parts[0], parts[1], parts[2]
     if n == 0:
         raise DataError(f"{path}: empty file (no passages)")
 

@@ -4,40 +4,16 @@ A format's name is its parser's without ``parse_`` (:data:`PARSERS`; the corpus 
 :data:`CORPUS_FORMATS`, read by :func:`corpus_passages`). :mod:`rag.data.formats` converts
 files with them (``prepare_task``, ``prepare_corpus``).
 
-Task record (one JSON line each)::
-
-    {"id": str, "input": str, "targets": [str, ...], "meta": {...}}
-
-* FEVER: ``targets == [label]`` with label SUPPORTS / REFUTES / NOT ENOUGH INFO; the 2-way
-  variant drops NOT ENOUGH INFO claims.
-* CuratedTrec: targets are regular expressions (DrQA / DPR convention).
-
+Task record (one JSON line each): ``{"id": str, "input": str, "targets": [str, ...], "meta": {...}}``;
+FEVER's targets are ``[label]``, CuratedTrec's regular expressions (DrQA / DPR convention).
 Corpus record: ``{"id": str, "title": str, "text": str}`` (one passage).
 
 Every parser is a generator ``parse_<fmt>(path, ...)``. Parsing is strict: a malformed record
 raises :class:`DataError` naming ``file:line`` (or, for formats that are one JSON document,
 the file and the record's position in it) and what is wrong; an empty file raises; nothing is
 skipped silently. Sources without their own ids get ``f"{id_prefix}-{n}"`` (n counts from 0;
-``prepare_task`` passes ``id_prefix=f"{task}-{split}"``).
-
-Format facts (checked against public loaders, see each parser):
-
-* NQ-open: jsonl ``{"question": str, "answer": [str, ...]}``.
-* DPR ``*.qa.csv``: read by DPR with ``csv.reader(delimiter="\\t")``; column 0 the question,
-  column 1 a Python-literal list of answers (DPR uses ``eval``; here ``ast.literal_eval``).
-* DPR ``psgs_w100.tsv``: header ``id\\ttext\\ttitle``; written with csv quoting, so a text with
-  quotes is enclosed in ``"..."`` with inner quotes doubled.
-* TriviaQA: ``{"Data": [{"Question", "QuestionId", "Answer": {"Value", "Aliases", ...}}]}``.
-* WebQuestions: JSON list of ``{"url", "targetValue", "utterance"}``; ``targetValue`` is an
-  s-expression ``(list (description "Jazmine Sullivan") (description Jamaica))``.
-* CuratedTrec as distributed by DrQA (``CuratedTrec-{train,test}.txt``): JSON lines
-  ``{"question": str, "answer": [regex, ...]}``; the curators' ``curated-{train,test}.tsv``
-  (``id\\ttype\\tquestion\\tregex``) and a ``question\\tregex`` TSV are accepted too.
-* MS MARCO v2.1: one JSON object of columns (``query``, ``query_id``, ``answers``,
-  ``wellFormedAnswers``, ``query_type``, ``passages``) keyed by row number strings; an absent
-  well-formed answer is the *string* ``"[]"``.
-* FEVER: jsonl ``{"id": int, "verifiable", "label", "claim", "evidence"}``; NOT ENOUGH INFO
-  claims carry evidence like ``[[[annotation_id, null, null, null]]]``.
+``prepare_task`` passes ``id_prefix=f"{task}-{split}"``). Each parser's docstring gives the
+layout it reads, as the public loaders of that dataset read it.
 """
 
 from __future__ import annotations
@@ -49,11 +25,11 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
-from rag.data.corpus import IdSet, chunk_documents, iter_passages
+from rag.data.corpus import IdSet, check_passage, chunk_documents, iter_passages
 from rag.errors import ConfigError, DataError
-from rag.io import iter_jsonl, iter_lines, json_object
+from rag.io import iter_jsonl, iter_lines, json_object, read_json
 from rag.tasks import FEVER3_LABELS
 
 log = logging.getLogger(__name__)
@@ -62,10 +38,6 @@ FEVER_LABELS = FEVER3_LABELS
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _where(path: Path, lineno: int | None = None) -> str:
-    return f"{path}:{lineno}" if lineno is not None else f"{path}"
 
 
 def _default_prefix(path: Path) -> str:
@@ -107,55 +79,13 @@ def _targets(values: list[str], where: str, name: str) -> list[str]:
     for i, v in enumerate(values):
         if not v.strip():
             raise DataError(f"{where}: {name!r}[{i}] is an empty answer")
-    return _dedupe(values)
-
-
-def _dedupe(items: Iterable[str]) -> list[str]:
-    seen: set[str] = set()
-    out = []
-    for item in items:
-        if item not in seen:
-            seen.add(item)
-            out.append(item)
-    return out
-
-
-def _load_json(path: Path) -> Any:
-    """Load one JSON document (gzip by suffix) strictly; errors name the file and line."""
-    import gzip
-    import zlib
-
-    path = Path(path)
-    if not path.is_file():
-        from rag.io import not_a_file
-
-        raise DataError(f"{path}: {not_a_file(path)}")
-    try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as fh:
-                raw = fh.read()
-        else:
-            raw = path.read_bytes()
-    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
-        raise DataError(f"{path}: unreadable ({type(exc).__name__}: {exc}); truncated or corrupt file?") from None
-    if not raw.strip():
-        raise DataError(f"{path}: empty file (no records)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        lineno = raw.count(b"\n", 0, exc.start) + 1
-        raise DataError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason})") from None
-    del raw
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+    return list(dict.fromkeys(values))
 
 
 def _example_objects(path: Path, label: str) -> Iterator[tuple[int, str, dict]]:
     """(index, where, object) of a JSON file that is a list of example objects, strictly: a
     non-empty list, each item an object (``where``: ``<path>: <label>[i]``)."""
-    data = _load_json(path)
+    data = read_json(path)
     if not isinstance(data, list):
         raise DataError(f"{path}: expected a JSON list of examples, got {type(data).__name__}")
     if not data:
@@ -172,29 +102,15 @@ def _objects(items: list, path: Path, label: str) -> Iterator[tuple[int, str, di
             raise DataError(f"{where}: expected an object, got {type(item).__name__}")
         yield i, where, item
 
-def _tsv_rows(path: Path, quoting: bool) -> Iterator[tuple[int, list[str]]]:
-    """(lineno, fields) of a tab-separated file; ``quoting`` parses csv-style double quotes."""
-    path = Path(path)
+
+def _tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(lineno, fields) of a tab-separated file with csv-style double quotes."""
     for lineno, line in iter_lines(path):
-        if quoting:
-            try:
-                row = next(csv.reader([line], delimiter="\t", strict=True), [])
-            except csv.Error as exc:
-                raise DataError(f"{path}:{lineno}: malformed quoted field ({exc})") from None
-        else:
-            row = line.split("\t")
+        try:
+            row = next(csv.reader([line], delimiter="\t", strict=True), [])
+        except csv.Error as exc:
+            raise DataError(f"{path}:{lineno}: malformed quoted field ({exc})") from None
         yield lineno, row
-
-
-def _check_passage(path: Path, lineno: int, seen: IdSet, pid: str, title: str, text: str) -> dict:
-    where = _where(path, lineno)
-    if not pid.strip():
-        raise DataError(f"{where}: empty passage id")
-    if not seen.add(pid):
-        raise DataError(f"{where}: duplicate passage id {pid!r}")
-    if not text.strip():
-        raise DataError(f"{where}: {pid!r} has no text (empty or only whitespace)")
-    return {"id": pid, "title": title, "text": text}
 
 
 # --------------------------------------------------------------------------- QA tasks
@@ -204,7 +120,7 @@ def parse_nq_open(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
     """NQ-open jsonl (google-research-datasets/natural-questions, ``nq_open``)."""
     prefix = id_prefix or _default_prefix(path)
     for n, (lineno, obj) in enumerate(iter_jsonl(path)):
-        where = _where(path, lineno)
+        where = f"{path}:{lineno}"
         question = _question(_require(obj, "question", str, where), where)
         answers = _str_list(_require(obj, "answer", list, where), where, "answer")
         rid = obj.get("id")
@@ -221,8 +137,8 @@ def parse_dpr_qa_csv(path: Path, id_prefix: str | None = None) -> Iterator[dict]
     path = Path(path)
     prefix = id_prefix or _default_prefix(path)
     n = 0
-    for lineno, row in _tsv_rows(path, quoting=True):
-        where = _where(path, lineno)
+    for lineno, row in _tsv_rows(path):
+        where = f"{path}:{lineno}"
         if len(row) != 2:
             raise DataError(f"{where}: expected 2 tab-separated columns (question, answer list), got {len(row)}")
         question, literal = row
@@ -256,7 +172,7 @@ def parse_jsonl(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
 
     path = Path(path)
     for lineno, row in enumerate(read_jsonl(path, required=("input", "targets")), start=1):
-        where = _where(path, lineno)
+        where = f"{path}:{lineno}"
         if not isinstance(row["input"], str) or not row["input"].strip():
             raise DataError(f"{where}: 'input' must be a non-empty string")
         targets = _targets(_str_list(row["targets"], where, "targets"), where, "targets")
@@ -272,7 +188,7 @@ def parse_jsonl(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
 def parse_triviaqa(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
     """TriviaQA (unfiltered or rc) JSON; targets = Answer.Value + Answer.Aliases, deduplicated in order."""
     path = Path(path)
-    data = _load_json(path)
+    data = read_json(path)
     if not isinstance(data, dict):
         raise DataError(f"{path}: expected a JSON object with key 'Data', got {type(data).__name__}")
     items = _require(data, "Data", list, f"{path}", "top-level key")
@@ -376,7 +292,7 @@ def parse_curatedtrec(path: Path, id_prefix: str | None = None) -> Iterator[dict
     n = 0
     seen_ids: set[str] = set()
     for lineno, line in iter_lines(path):
-        where = _where(path, lineno)
+        where = f"{path}:{lineno}"
         if not line.strip():
             raise DataError(f"{where}: empty line")
         if line.lstrip().startswith("{"):
@@ -429,7 +345,7 @@ def parse_msmarco(path: Path, id_prefix: str | None = None, well_formed_only: bo
     examples match its size, not the 808,731 rows of train_v2.1).
     """
     path = Path(path)
-    data = _load_json(path)
+    data = read_json(path)
     if not isinstance(data, dict):
         raise DataError(f"{path}: expected a column-oriented JSON object (MS MARCO v2.1), got {type(data).__name__}")
     queries = _require(data, "query", dict, f"{path}", "column")
@@ -470,7 +386,7 @@ def parse_msmarco(path: Path, id_prefix: str | None = None, well_formed_only: bo
         }
         if isinstance(types_col.get(key), str):
             meta["query_type"] = types_col[key]
-        yield {"id": str(qid), "input": query, "targets": _dedupe(well_formed or answers), "meta": meta}
+        yield {"id": str(qid), "input": query, "targets": list(dict.fromkeys(well_formed or answers)), "meta": meta}
         n += 1
     if n == 0:
         raise DataError(f"{path}: no rows with well-formed answers" if well_formed_only else f"{path}: no records")
@@ -516,18 +432,11 @@ def parse_jeopardy(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
         files = sorted(p for p in path.iterdir() if p.name.endswith((".json", ".json.gz")))
         if not files:
             raise DataError(f"{path}: directory holds no .json files")
-        n = 0
         for f in files:
-            for rec in parse_jeopardy(f, id_prefix=f"{prefix}-{_default_prefix(f)}"):
-                yield rec
-                n += 1
+            yield from parse_jeopardy(f, id_prefix=f"{prefix}-{_default_prefix(f)}")
         return
     # JSON lines if the first line is a complete JSON object; otherwise one JSON document.
-    first = None
-    for _, line in iter_lines(path):
-        if line.strip():
-            first = line
-            break
+    first = next((line for _, line in iter_lines(path) if line.strip()), None)
     if first is None:
         raise DataError(f"{path}: empty file (no records)")
     try:
@@ -536,9 +445,9 @@ def parse_jeopardy(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
         first_obj = None
     if isinstance(first_obj, dict):
         for n, (lineno, obj) in enumerate(iter_jsonl(path)):
-            yield _jeopardy_record(obj, _where(path, lineno), f"{prefix}-{n}")
+            yield _jeopardy_record(obj, f"{path}:{lineno}", f"{prefix}-{n}")
         return
-    data = _load_json(path)
+    data = read_json(path)
     if isinstance(data, dict):
         yield _jeopardy_record(data, f"{path}", f"{prefix}-0")
     elif isinstance(data, list):
@@ -566,7 +475,7 @@ def _evidence_pages(evidence: Any, where: str) -> list[str]:
                 raise DataError(f"{where}: evidence page must be a string or null, got {page!r:.80}")
             if page is not None:
                 pages.append(page)
-    return _dedupe(pages)
+    return list(dict.fromkeys(pages))
 
 
 def parse_fever(path: Path, two_way: bool = False, id_prefix: str | None = None) -> Iterator[dict]:
@@ -574,7 +483,7 @@ def parse_fever(path: Path, two_way: bool = False, id_prefix: str | None = None)
     path = Path(path)
     n = dropped = 0
     for lineno, obj in iter_jsonl(path):
-        where = _where(path, lineno)
+        where = f"{path}:{lineno}"
         rid = _require(obj, "id", (int, str), where)
         claim = _require(obj, "claim", str, where)
         if "label" not in obj:
@@ -606,7 +515,7 @@ def parse_dpr_passages(path: Path) -> Iterator[dict]:
     path = Path(path)
     seen = IdSet()
     n = 0
-    for lineno, row in _tsv_rows(path, quoting=True):
+    for lineno, row in _tsv_rows(path):
         if lineno == 1:
             if row != ["id", "text", "title"]:
                 raise DataError(f"{path}:1: expected header 'id<TAB>text<TAB>title', got {'<TAB>'.join(row)!r:.80}")
@@ -614,7 +523,8 @@ def parse_dpr_passages(path: Path) -> Iterator[dict]:
         if len(row) != 3:
             raise DataError(f"{path}:{lineno}: expected 3 tab-separated columns (id, text, title), got {len(row)}")
         pid, text, title = row
-        yield _check_passage(path, lineno, seen, pid, title, text)
+        check_passage(f"{path}:{lineno}", seen, pid, text)
+        yield {"id": pid, "title": title, "text": text}
         n += 1
     if n == 0:
         raise DataError(f"{path}: empty file (no passages)")
@@ -632,11 +542,12 @@ def parse_corpus_jsonl(path: Path) -> Iterator[dict]:
     path = Path(path)
     seen = IdSet()
     for lineno, obj in iter_jsonl(path):
-        where = _where(path, lineno)
+        where = f"{path}:{lineno}"
         pid = _require(obj, "id", (str, int), where)
         title = _require(obj, "title", str, where)
         text = _require(obj, "text", str, where)
-        yield _check_passage(path, lineno, seen, str(pid), title, text)
+        check_passage(where, seen, str(pid), text)
+        yield {"id": str(pid), "title": title, "text": text}
 
 
 # format name -> parser: a format is named after its parser (parse_<format>)
@@ -651,7 +562,6 @@ def parser(fmt: str, key: str = "format") -> Callable[..., Iterator[dict]]:
     """The parser of format ``fmt``: a name of :data:`PARSERS`, or the user's function named by
     ``"path/to/file.py:function"`` / ``"module:function"`` (rag.tasks.load_object; ``key``: the config
     key naming it, for errors)."""
-    from rag.errors import ConfigError
     from rag.tasks import load_object
 
     if fmt in PARSERS:
