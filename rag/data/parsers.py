@@ -117,7 +117,7 @@ def _tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
 
 
 def parse_nq_open(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """NQ-open jsonl (google-research-datasets/natural-questions, ``nq_open``)."""
+    """NQ-open jsonl ``{"question": str, "answer": [str, ...]}`` (google-research-datasets/natural-questions)."""
     prefix = id_prefix or _default_prefix(path)
     for n, (lineno, obj) in enumerate(iter_jsonl(path)):
         where = f"{path}:{lineno}"
@@ -133,7 +133,8 @@ def parse_nq_open(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
 
 
 def parse_dpr_qa_csv(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """DPR ``*.qa.csv``: ``question<TAB>['answer', ...]`` without header (nq/trivia/webq/curatedtrec)."""
+    """DPR ``*.qa.csv``: ``question<TAB>['answer', ...]`` without header (nq/trivia/webq/curatedtrec), read
+    as DPR does (``csv.reader(delimiter="\\t")``, the answers a Python literal)."""
     path = Path(path)
     prefix = id_prefix or _default_prefix(path)
     n = 0
@@ -186,7 +187,8 @@ def parse_jsonl(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
 
 
 def parse_triviaqa(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """TriviaQA (unfiltered or rc) JSON; targets = Answer.Value + Answer.Aliases, deduplicated in order."""
+    """TriviaQA (unfiltered or rc) JSON ``{"Data": [{"Question", "QuestionId", "Answer": {"Value", "Aliases"}}]}``;
+    targets = Answer.Value + Answer.Aliases, deduplicated in order."""
     path = Path(path)
     data = read_json(path)
     if not isinstance(data, dict):
@@ -214,11 +216,9 @@ _WQ_ITEM = re.compile(r"\(description (.+?)\)(?=\s*\(description |\s*$)", re.DOT
 def webquestions_answers(target_value: str) -> list[str]:
     """Descriptions from a WebQuestions ``targetValue`` such as ``(list (description "A B") (description C))``.
 
-    Real files hold descriptions with unescaped inner quotes, ``(description "Temperance
-    "Tempie" Fitzgerald")`` (5 of 2,032 test and 5 of 3,778 train questions), which no
-    s-expression reader splits correctly. As DrQA's ``scripts/convert/webquestions.py``, an item
+    As DrQA's ``scripts/convert/webquestions.py`` (real files hold unescaped inner quotes), an item
     runs from ``(description `` to the ``)`` before the next ``(description`` or the end of the
-    list, and its double quotes are dropped: ``Temperance Tempie Fitzgerald``.
+    list, and its double quotes are dropped.
     """
     text = target_value.strip()
     if not (text.startswith("(list") and text.endswith(")")):
@@ -245,7 +245,8 @@ def webquestions_answers(target_value: str) -> list[str]:
 
 
 def parse_webquestions(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """WebQuestions JSON (list of {url, targetValue, utterance}); answers from the targetValue s-expression."""
+    """WebQuestions JSON (list of {url, targetValue, utterance}); answers from the targetValue s-expression
+    (:func:`webquestions_answers`)."""
     path = Path(path)
     prefix = id_prefix or _default_prefix(path)
     for i, where, item in _example_objects(path, "example "):
@@ -260,12 +261,7 @@ def parse_webquestions(path: Path, id_prefix: str | None = None) -> Iterator[dic
 
 
 def check_regex_targets(patterns: list[str], where: str) -> None:
-    """Refuse a CuratedTrec answer pattern that Python's ``re`` cannot compile, naming where it is.
-
-    One behaviour everywhere: the parsers, ``prepare_task`` (any format of the curatedtrec task),
-    the training-target search and ``rag score --metric em_regex`` all stop with a DataError on
-    such a pattern (DrQA would log it and count it as no match; here nothing is skipped silently).
-    """
+    """Refuse (DataError naming ``where``) a CuratedTrec answer pattern that Python's ``re`` cannot compile."""
     from rag.scoring.answer_match import compile_regex
 
     for pattern in patterns:
@@ -335,14 +331,13 @@ def parse_curatedtrec(path: Path, id_prefix: str | None = None) -> Iterator[dict
 
 
 def parse_msmarco(path: Path, id_prefix: str | None = None, well_formed_only: bool = False) -> Iterator[dict]:
-    """MS MARCO QnA v2.1 (column-oriented JSON, optionally gzipped).
+    """MS MARCO QnA v2.1: one JSON object of columns (``query``, ``query_id``, ``answers``,
+    ``wellFormedAnswers``, ``query_type``) keyed by row number strings, optionally gzipped.
 
     Targets are the ``wellFormedAnswers`` when the row has some (the column holds the string
-    ``"[]"`` when it has none), else the ``answers``. Rows whose answer is
-    ``["No Answer Present."]`` are KEPT (the RAG paper does not say it dropped them) and marked
-    ``meta["no_answer"] = True`` so a later step can filter them. With ``well_formed_only`` only
-    rows with well-formed answers are yielded (the NLGEN subset; Table 7's 153,726 training
-    examples match its size, not the 808,731 rows of train_v2.1).
+    ``"[]"`` when it has none), else the ``answers``. Rows answered ``["No Answer Present."]`` are
+    kept and marked ``meta["no_answer"] = True``. With ``well_formed_only`` only rows with
+    well-formed answers are yielded (the NLGEN subset, the size of Table 7's training split).
     """
     path = Path(path)
     data = read_json(path)
@@ -396,9 +391,8 @@ _HTML_TAG = re.compile(r"<[^>]*>")
 
 
 def clean_jeopardy_text(text: str) -> str:
-    """A J! Archive clue or answer as SearchQA has it: HTML tags removed, whitespace collapsed,
-    and the single quotes the raw dump wraps every clue in dropped (``'This man...'`` ->
-    ``This man...``). Text that is already clean (SearchQA's own files) is unchanged."""
+    """A J! Archive clue or answer as SearchQA has it: HTML tags removed, whitespace collapsed, the
+    raw dump's wrapping single quotes dropped; clean text (SearchQA's own files) is unchanged."""
     text = " ".join(_HTML_TAG.sub(" ", text).split())
     if len(text) >= 2 and text[0] == text[-1] == "'":
         text = text[1:-1].strip()
@@ -423,8 +417,7 @@ def parse_jeopardy(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
     Accepts JSON lines of ``{"question", "answer", ...}``, one SearchQA JSON file (an object
     with ``question``/``answer``/``search_results``), a JSON list of such objects (e.g. the raw
     J! Archive dump ``JEOPARDY_QUESTIONS1.json`` SearchQA links to), or a directory of SearchQA
-    ``*.json`` files (read in sorted name order). Clues and answers go through
-    ``clean_jeopardy_text`` (the raw dump's wrapping quotes and HTML removed, as SearchQA's loader).
+    ``*.json`` files (read in sorted name order), each text through :func:`clean_jeopardy_text`.
     """
     path = Path(path)
     prefix = id_prefix or _default_prefix(path)
@@ -479,7 +472,8 @@ def _evidence_pages(evidence: Any, where: str) -> list[str]:
 
 
 def parse_fever(path: Path, two_way: bool = False, id_prefix: str | None = None) -> Iterator[dict]:
-    """FEVER jsonl; targets = [label]. ``two_way`` drops NOT ENOUGH INFO claims (FEVER-2, logged)."""
+    """FEVER jsonl ``{"id", "verifiable", "label", "claim", "evidence"}``; targets = [label].
+    ``two_way`` drops NOT ENOUGH INFO claims (FEVER-2, logged)."""
     path = Path(path)
     n = dropped = 0
     for lineno, obj in iter_jsonl(path):
@@ -511,7 +505,8 @@ def parse_fever(path: Path, two_way: bool = False, id_prefix: str | None = None)
 
 
 def parse_dpr_passages(path: Path) -> Iterator[dict]:
-    """DPR ``psgs_w100.tsv`` (optionally .gz): header ``id\\ttext\\ttitle``, csv-quoted fields."""
+    """DPR ``psgs_w100.tsv`` (optionally .gz): header ``id\\ttext\\ttitle``, csv-quoted fields (a text
+    with quotes is enclosed in ``"..."``, inner quotes doubled)."""
     path = Path(path)
     seen = IdSet()
     n = 0
