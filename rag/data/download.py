@@ -16,7 +16,6 @@ Only ``https://`` URLs are accepted; ``http://`` only with ``allow_http=True`` (
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -41,20 +40,6 @@ def _check_scheme(url: str, allow_http: bool) -> None:
     raise ConfigError(f"refusing to download {url!r}: only https:// URLs are allowed{hint}")
 
 
-def sha256_file(path: Path, chunk_size: int = 1 << 20) -> tuple[int, str]:
-    """Return (size in bytes, hex SHA-256) of ``path``."""
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as fh:
-        while True:
-            block = fh.read(chunk_size)
-            if not block:
-                break
-            h.update(block)
-            size += len(block)
-    return size, h.hexdigest()
-
-
 def _read_record(record: Path) -> dict | None:
     if not record.exists():
         return None
@@ -75,7 +60,10 @@ def _write_record(record: Path, url: str, size: int, digest: str) -> None:
 
 def _verify(url: str, path: Path, sha256: str | None, record: Path, what: str) -> None:
     """Check ``path`` against ``sha256`` or, failing that, the record; record it when neither exists."""
-    size, digest = sha256_file(path)
+    from rag.manifest import PROGRESS_BYTES, sha256_file
+
+    size = path.stat().st_size
+    digest = sha256_file(path, progress=size >= PROGRESS_BYTES)
     if sha256 is not None:
         if digest != sha256.lower():
             raise DataError(f"{url}: checksum mismatch: expected {sha256.lower()}, got {digest} ({what} {path})")
@@ -94,21 +82,12 @@ def _verify(url: str, path: Path, sha256: str | None, record: Path, what: str) -
         )
 
 
-def _content_range_total(value: str | None) -> int | None:
-    """Total size from a Content-Range header ('bytes 0-9/100' or 'bytes */100')."""
-    if not value:
-        return None
-    m = re.match(r"\s*bytes\s+(?:\*|\d+-\d+)/(\d+|\*)\s*$", value)
-    if not m or m.group(1) == "*":
-        return None
-    return int(m.group(1))
-
-
-def _content_range_start(value: str | None) -> int | None:
-    if not value:
-        return None
-    m = re.match(r"\s*bytes\s+(\d+)-\d+/(?:\d+|\*)\s*$", value)
-    return int(m.group(1)) if m else None
+def _content_range(value: str | None) -> tuple[int | None, int | None]:
+    """(first byte, total size) of a Content-Range header ('bytes 0-9/100' or 'bytes */100'); None where absent."""
+    m = re.match(r"\s*bytes\s+(?:(\d+)-\d+|\*)/(\d+|\*)\s*$", value or "")
+    if not m:
+        return None, None
+    return (int(m.group(1)) if m.group(1) else None), (None if m.group(2) == "*" else int(m.group(2)))
 
 
 def _fetch(url: str, part: Path, chunk_size: int, timeout: float) -> None:
@@ -130,7 +109,7 @@ def _fetch(url: str, part: Path, chunk_size: int, timeout: float) -> None:
             response = urllib.request.urlopen(request, timeout=timeout)
         except urllib.error.HTTPError as exc:
             if exc.code == 416 and offset:
-                total = _content_range_total(exc.headers.get("Content-Range"))
+                total = _content_range(exc.headers.get("Content-Range"))[1]
                 exc.close()
                 if total == offset:
                     log.info("%s: %s already complete (%d bytes)", url, part, offset)
@@ -149,7 +128,7 @@ def _fetch(url: str, part: Path, chunk_size: int, timeout: float) -> None:
             length = response.headers.get("Content-Length")
             length = int(length) if length and length.isdigit() else None
             if status == 206 and offset:
-                start = _content_range_start(response.headers.get("Content-Range"))
+                start = _content_range(response.headers.get("Content-Range"))[0]
                 if start != offset:
                     raise DataError(
                         f"{url}: server answered the resume at byte {offset} with Content-Range "

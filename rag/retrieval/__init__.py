@@ -1,9 +1,9 @@
 """Retrieval behind one interface: ``Retriever.retrieve(questions, k) -> Retrieved``.
 
 Each kind of retriever (``rag/tasks.py`` RETRIEVERS: dense, bm25; the oracle's gold retriever)
-returns passage row numbers and doc scores in the same order, best first. A retriever is built
-from one description of the retrieval files (:class:`RetrievalFiles`); the registry entry names
-the file roles it reads, and the Snakemake rules and the CLI pass exactly those.
+returns passage row numbers and doc scores in the same order, best first (:mod:`rag.retrieval.base`,
+which needs torch; this module does not). A retriever is built from one description of the
+retrieval files (:class:`RetrievalFiles`): the roles its registry entry names.
 """
 
 from __future__ import annotations
@@ -38,16 +38,6 @@ class RetrievalFiles:
     def from_args(cls, args) -> "RetrievalFiles":
         return cls(**{role: getattr(args, role, None) or ([] if many else None)
                       for role, (_, many) in FILE_ROLES.items()})
-
-
-def __getattr__(name: str):
-    """``Retriever`` and ``Retrieved`` (rag.retrieval.base) on first use: they need torch, which the
-    file roles above (read by the CLI and the Snakefile) do not."""
-    if name in ("Retriever", "Retrieved"):
-        from rag.retrieval import base
-
-        return getattr(base, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def add_file_args(parser) -> None:
