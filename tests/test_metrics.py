@@ -317,11 +317,6 @@ def test_qbleu1_through_compute_uses_configured_weights():
     assert M.Scorer().compute("qbleu1", p, t) == M.Scorer(qbleu1=Q.QBLEU_DEFAULT_WEIGHTS).compute("qbleu1", p, t)
 
 
-def test_qbleu1_unknown_questions_type():
-    with pytest.raises(ConfigError, match="squad"):
-        Q.qbleu1_scores(["a"], [["a"]], questions_type="vqa")
-
-
 # ------------------------------------------------------------------------------ accuracy, distinct, recall
 
 

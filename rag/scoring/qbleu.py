@@ -56,10 +56,6 @@ QBLEU_STOP_WORDS = frozenset(
 )
 _QT = ("What", "Which", "Why", "Who", "Whom", "Whose", "Where", "When", "How")
 QUESTION_WORDS = frozenset(_QT) | frozenset(w.lower() for w in _QT)
-# answerability_score.py, data_type == 'wikimovies'
-WIKIMOVIES_RELEVANT = ("act", "write", "direct", "describ", "appear", "star", "genre", "language",
-                       "about", "appear", "cast")
-QUESTION_TYPES = ("squad", "wikimovies")
 
 
 def _qt_words(words: list[str]) -> list[str]:
@@ -73,18 +69,16 @@ def _qt_words(words: list[str]) -> list[str]:
     return out
 
 
-def qbleu_components(question: str, questions_type: str = "squad") -> dict[str, str]:
-    """Split a question into the four Q-BLEU word classes, as the authors' script: named entities are
+def qbleu_components(question: str) -> dict[str, str]:
+    """Split a question into the four Q-BLEU word classes, as the authors' script (its SQuAD question
+    type): named entities are
     the tokens with an upper-case first character after a leading question word (no NER model),
     numbers are relevant words. The order of the qt words may differ from theirs; BLEU-1 counts
     unigrams, so scores are the same."""
     words = question.split()
     qt = _qt_words(words)
-    if questions_type == "wikimovies":
-        imp = [w for w in words for j in WIKIMOVIES_RELEVANT if j.lower() in w]
-    else:
-        removed = set(qt)
-        imp = [w for w in words if w not in removed and not w[0].isupper() and w not in QBLEU_STOP_WORDS]
+    removed = set(qt)
+    imp = [w for w in words if w not in removed and not w[0].isupper() and w not in QBLEU_STOP_WORDS]
     ner_words = words[1:] if words and words[0].lower() in QUESTION_WORDS else words
     ner = [w for w in ner_words if w[0].isupper()]
     sw = [w.lower() for w in words if w.lower() in QBLEU_STOP_WORDS]
@@ -94,7 +88,6 @@ def qbleu_components(question: str, questions_type: str = "squad") -> dict[str, 
 def qbleu1_scores(
     predictions: Sequence[str],
     references: Sequence[Sequence[str]],
-    questions_type: str = "squad",
     tokenizer: str = "python",
     w_ner: float | None = None,
     w_qt: float | None = None,
@@ -108,8 +101,6 @@ def qbleu1_scores(
     (github.com/PrekshaNema25/Answerability-Metric at ec5cf5e) computes it; equal to that script run with
     Java's PTB tokenizer, within 1e-6, on ``tests/data/qbleu_head_vectors.json`` with either tokenizer.
     An empty prediction scores 0 (the authors' script stops with an IndexError on it)."""
-    if questions_type not in QUESTION_TYPES:
-        raise ConfigError(f"unknown questions_type {questions_type!r}; valid: {', '.join(QUESTION_TYPES)}")
     check_pairs(predictions, references)
     given = {k: v for k, v in {"w_ner": w_ner, "w_qt": w_qt, "w_re": w_re, "delta": delta}.items() if v is not None}
     W = check_qbleu_weights(given, "qbleu1 weights")
@@ -118,8 +109,8 @@ def qbleu1_scores(
 
     pairs = [(p, r) for p, refs in zip(predictions, references) for r in refs]
     keys = ("imp", "ner", "qt", "sw")
-    hyp_c = [qbleu_components(p, questions_type) for p, _ in pairs]
-    ref_c = [qbleu_components(r, questions_type) for _, r in pairs]
+    hyp_c = [qbleu_components(p) for p, _ in pairs]
+    ref_c = [qbleu_components(r) for _, r in pairs]
     n = len(pairs)
     texts = [p for p, _ in pairs] + [r for _, r in pairs]
     for k in keys:
