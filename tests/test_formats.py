@@ -324,7 +324,7 @@ def test_chunk_documents():
 # --------------------------------------------------------------------------- Table 7, prepare_task, CLI
 
 
-def test_table7_and_check_counts():
+def test_table7_and_check_counts(tmp_path):
     assert table7()["nq"] == {"train": 79169, "dev": 8758, "test": 3611}
     assert table7()["fever2"]["dev"] == 6666
     assert F.check_counts("nq", "test", 3611) is None
@@ -337,9 +337,9 @@ def test_table7_and_check_counts():
     assert F.check_counts("curatedtrec", "test", 634) is not None  # the offset is not general
     assert F.check_counts("webquestions", "train", 2474) is not None  # biencoder file: a real difference
     with pytest.raises(ConfigError, match="unknown task"):
-        F.check_counts("squad", "dev", 1)
+        F.prepare_task("nq_open", tmp_path / "nq.jsonl", tmp_path / "out.jsonl", "squad", "dev")
     with pytest.raises(ConfigError, match="unknown split"):
-        F.check_counts("nq", "val", 1)
+        F.prepare_task("nq_open", tmp_path / "nq.jsonl", tmp_path / "out.jsonl", "nq", "val")
 
 
 def test_prepare_task_writes_jsonl_and_warns(tmp_path, caplog):

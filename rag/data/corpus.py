@@ -28,20 +28,15 @@ log = logging.getLogger(__name__)
 HEADER = ["id", "title", "text"]
 
 
-def chunk_words(text: str, words: int) -> list[str]:
-    """Disjoint chunks of ``words`` whitespace words (the last one may be shorter), as DPR/RAG."""
-    toks = text.split()
-    return [" ".join(toks[i : i + words]) for i in range(0, len(toks), words)]
-
-
 def chunk_documents(docs: Iterable[tuple[str, str, str]], words: int = 100) -> Iterator[dict]:
     """Split (id, title, text) documents into disjoint passages of ``words`` whitespace words (DPR/RAG:
     100), with ids ``f"{doc_id}_{k}"`` (k from 0); a document without words yields nothing."""
     if not isinstance(words, int) or isinstance(words, bool) or words < 1:
         raise ConfigError(f"words: must be a positive integer, got {words!r}")
     for doc_id, title, text in docs:
-        for k, chunk in enumerate(chunk_words(text, words)):
-            yield {"id": f"{doc_id}_{k}", "title": title, "text": chunk}
+        toks = text.split()
+        for k in range(-(-len(toks) // words)):
+            yield {"id": f"{doc_id}_{k}", "title": title, "text": " ".join(toks[k * words: (k + 1) * words])}
 
 
 class IdSet:

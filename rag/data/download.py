@@ -52,30 +52,21 @@ def _read_record(record: Path) -> dict | None:
     return data
 
 
-def _write_record(record: Path, url: str, size: int, digest: str) -> None:
-    from rag.io import write_json
-
-    write_json(record, {"url": url, "size": size, "sha256": digest})
-
-
 def _verify(url: str, path: Path, sha256: str | None, record: Path, what: str) -> None:
     """Check ``path`` against ``sha256`` or, failing that, the record; record it when neither exists."""
+    from rag.io import write_json
     from rag.manifest import PROGRESS_BYTES, sha256_file
 
     size = path.stat().st_size
     digest = sha256_file(path, progress=size >= PROGRESS_BYTES)
-    if sha256 is not None:
-        if digest != sha256.lower():
-            raise DataError(f"{url}: checksum mismatch: expected {sha256.lower()}, got {digest} ({what} {path})")
-        if _read_record(record) is None:
-            _write_record(record, url, size, digest)
-        return
+    if sha256 is not None and digest != sha256.lower():
+        raise DataError(f"{url}: checksum mismatch: expected {sha256.lower()}, got {digest} ({what} {path})")
     rec = _read_record(record)
     if rec is None:
-        _write_record(record, url, size, digest)
+        write_json(record, {"url": url, "size": size, "sha256": digest})
         log.info("recorded %s: %d bytes, sha256 %s (in %s)", path, size, digest, record)
         return
-    if rec["size"] != size or rec["sha256"] != digest:
+    if sha256 is None and (rec["size"] != size or rec["sha256"] != digest):
         raise DataError(
             f"{url}: checksum mismatch: expected {rec['sha256']} ({rec['size']} bytes, recorded in {record}), "
             f"got {digest} ({size} bytes) for {what} {path}"
