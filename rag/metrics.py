@@ -30,6 +30,7 @@ from rag.scoring.answer_match import exact_match, regex_match
 from rag.scoring.coco import bleu1, check_pairs, cooked_bleu, rouge_l_mean, rouge_l_scores, tokenize_pairs
 from rag.scoring.qbleu import qbleu1_scores
 
+
 def trigram_distinct(texts: Sequence[str]) -> float:
     """Distinct / total word tri-grams over all texts, in percent (whitespace tokens, case kept;
     tri-grams never span two texts). 0.0 when there is no tri-gram."""

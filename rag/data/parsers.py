@@ -34,8 +34,6 @@ from rag.tasks import FEVER3_LABELS
 
 log = logging.getLogger(__name__)
 
-FEVER_LABELS = FEVER3_LABELS
-
 
 # --------------------------------------------------------------------------- helpers
 
@@ -483,8 +481,8 @@ def parse_fever(path: Path, two_way: bool = False, id_prefix: str | None = None)
         if "label" not in obj:
             raise DataError(f"{where}: missing field 'label' (unlabelled test file?)")
         label = _require(obj, "label", str, where)
-        if label not in FEVER_LABELS:
-            raise DataError(f"{where}: label must be one of {', '.join(FEVER_LABELS)}, got {label!r}")
+        if label not in FEVER3_LABELS:
+            raise DataError(f"{where}: label must be one of {', '.join(FEVER3_LABELS)}, got {label!r}")
         meta = {}
         if "verifiable" in obj:
             meta["verifiable"] = _require(obj, "verifiable", str, where)
