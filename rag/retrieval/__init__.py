@@ -8,7 +8,6 @@ retrieval files (:class:`RetrievalFiles`): the roles its registry entry names.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -51,7 +50,7 @@ def build_retriever(name: str | None, files: RetrievalFiles, options: QuestionEn
     """The registered retriever ``name`` (rag/tasks.py RETRIEVERS) over ``files``; None for None.
     ``options``: the question encoder's (a dense retriever's) configuration."""
     from rag.errors import ConfigError
-    from rag.tasks import retriever_spec
+    from rag.tasks import load_object, retriever_spec
 
     if name is None:
         return None
@@ -59,8 +58,4 @@ def build_retriever(name: str | None, files: RetrievalFiles, options: QuestionEn
     missing = [FILE_ROLES[role][0] for role in spec.files if not getattr(files, role)]
     if missing:
         raise ConfigError(f"retriever {name} needs {', '.join(missing)}")
-    module, _, attr = spec.factory.partition(":")
-    factory = importlib.import_module(module)
-    for part in attr.split("."):
-        factory = getattr(factory, part)
-    return factory(files, options, device, question_encoder_dir)
+    return load_object(spec.factory, "retriever")(files, options, device, question_encoder_dir)
