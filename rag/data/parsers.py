@@ -70,11 +70,9 @@ def _question(value: str, where: str, name: str = "question") -> str:
     return value
 
 
-def _targets(values: list[str], where: str, name: str) -> list[str]:
-    """Gold answers: non-empty list without empty or whitespace-only strings, deduplicated in order."""
-    if not values:
-        raise DataError(f"{where}: {name!r} is empty (no answers)")
-    for i, v in enumerate(values):
+def _targets(values: Any, where: str, name: str) -> list[str]:
+    """Gold answers: a non-empty list of strings none empty or whitespace only, deduplicated in order."""
+    for i, v in enumerate(_str_list(values, where, name)):
         if not v.strip():
             raise DataError(f"{where}: {name!r}[{i}] is an empty answer")
     return list(dict.fromkeys(values))
@@ -120,7 +118,7 @@ def parse_nq_open(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
     for n, (lineno, obj) in enumerate(iter_jsonl(path)):
         where = f"{path}:{lineno}"
         question = _question(_require(obj, "question", str, where), where)
-        answers = _str_list(_require(obj, "answer", list, where), where, "answer")
+        answers = _require(obj, "answer", list, where)
         rid = obj.get("id")
         yield {
             "id": str(rid) if rid is not None else f"{prefix}-{n}",
@@ -147,7 +145,6 @@ def parse_dpr_qa_csv(path: Path, id_prefix: str | None = None) -> Iterator[dict]
             answers = ast.literal_eval(literal)
         except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError) as exc:
             raise DataError(f"{where}: answer column is not a Python list literal ({type(exc).__name__}): {literal!r:.80}") from None
-        answers = _str_list(answers, where, "answers")
         yield {"id": f"{prefix}-{n}", "input": question, "targets": _targets(answers, where, "answers"), "meta": {}}
         n += 1
     if n == 0:
@@ -161,7 +158,7 @@ def parse_dpr_biencoder(path: Path, id_prefix: str | None = None) -> Iterator[di
     prefix = id_prefix or _default_prefix(path)
     for i, where, item in _example_objects(path, ""):
         question = _question(_require(item, "question", str, where), where)
-        answers = _str_list(_require(item, "answers", list, where), where, "answers")
+        answers = _require(item, "answers", list, where)
         yield {"id": f"{prefix}-{i}", "input": question, "targets": _targets(answers, where, "answers"), "meta": {}}
 
 
@@ -174,7 +171,7 @@ def parse_jsonl(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
         where = f"{path}:{lineno}"
         if not isinstance(row["input"], str) or not row["input"].strip():
             raise DataError(f"{where}: 'input' must be a non-empty string")
-        targets = _targets(_str_list(row["targets"], where, "targets"), where, "targets")
+        targets = _targets(row["targets"], where, "targets")
         rid = row.get("id", f"{id_prefix or _default_prefix(path)}-{lineno - 1}")
         if not isinstance(rid, (str, int)) or isinstance(rid, bool):
             raise DataError(f"{where}: 'id' must be a string or integer")
