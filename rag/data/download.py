@@ -1,17 +1,10 @@
 """Resumable, verified downloads (standard library only).
 
-``download(url, dest)`` fetches ``url`` into ``dest`` so that Snakemake never sees a file that
-is partial or unverified:
-
-* bytes go to ``<dest>.part``; a later call resumes it with ``Range: bytes=<size>-``
-  (206 appends, 200 restarts from scratch, 416 means the part is already complete);
-* the finished part is hashed; with ``sha256`` given a mismatch deletes the part and raises
-  :class:`DataError`; without it the size and SHA-256 of the first download are recorded in a
-  JSON sidecar (``<dest>.sha256.json``) and every later call checks ``dest`` against it;
-* only a verified part is renamed onto ``dest`` (``os.replace``), so ``dest`` is either absent
-  or complete and verified.
-
-Only ``https://`` URLs are accepted; ``http://`` only with ``allow_http=True`` (local tests).
+``download(url, dest)`` fetches ``url`` into ``<dest>.part``, resumed by a later call with
+``Range: bytes=<size>-`` (206 appends, 200 restarts, 416: the part is complete); the finished part
+is checked against ``sha256`` or, without it, against the size and SHA-256 the first download
+recorded in ``<dest>.sha256.json``, and only then renamed onto ``dest``. Only ``https://`` URLs are
+accepted; ``http://`` only with ``allow_http=True`` (local tests).
 """
 
 from __future__ import annotations
@@ -90,7 +83,7 @@ def _fetch(url: str, part: Path, chunk_size: int, timeout: float) -> None:
 
     from tqdm import tqdm
 
-    for attempt in range(2):  # a second attempt only after discarding an unusable part
+    for _ in range(2):  # a second attempt only after discarding an unusable part
         offset = part.stat().st_size if part.exists() else 0
         headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
         if offset:
