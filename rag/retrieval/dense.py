@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from rag import precision as P
-from rag.retrieval import RetrievalFiles, Retrieved, Retriever
+from rag.retrieval import RetrievalFiles
+from rag.retrieval.base import Retrieved, Retriever
 from rag.sections import QuestionEncoder
 
 
