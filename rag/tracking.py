@@ -17,7 +17,6 @@ import functools
 import json
 import logging
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -197,15 +196,6 @@ def _create_sqlite_store(db: Path) -> None:
             leftover.unlink(missing_ok=True)
 
 
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def _flatten(d: Any, prefix: str = "") -> dict[str, str]:
     out: dict[str, str] = {}
     if isinstance(d, dict):
@@ -284,7 +274,9 @@ class Run:
         if run_id is None:
             root = artifact_root(uri)
             exp_id = _experiment_id(self.client, experiment, str(root / experiment) if root is not None else None)
-            all_tags = {"mlflow.runName": run_name or "run", "git_commit": git_commit(),
+            from rag.manifest import git_state
+
+            all_tags = {"mlflow.runName": run_name or "run", "git_commit": git_state()["git_commit"] or "unknown",
                         "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""), **(tags or {})}
             run = self.client.create_run(exp_id, tags={k: str(v) for k, v in all_tags.items()}, run_name=run_name)
             self.run_id, self.experiment_id = run.info.run_id, exp_id
@@ -304,25 +296,21 @@ class Run:
         for i in range(0, len(flat), 100):
             self.client.log_batch(self.run_id, params=flat[i : i + 100])
 
-    @_store_errors
     def metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        import time
+        self._log([(k, step or 0, v) for k, v in metrics.items()])
 
-        from mlflow.entities import Metric
-
-        ts = int(time.time() * 1000)
-        items = [Metric(metric_key(k), float(v), ts, step or 0) for k, v in metrics.items()]
-        for i in range(0, len(items), 500):
-            self.client.log_batch(self.run_id, metrics=items[i : i + 500])
+    def curve(self, name: str, points: list[tuple[int, float]]) -> None:
+        self._log([(name, s, v) for s, v in points])
 
     @_store_errors
-    def curve(self, name: str, points: list[tuple[int, float]]) -> None:
+    def _log(self, points: list[tuple[str, int, float]]) -> None:
+        """(name, step, value) metrics, in batches of 500."""
         import time
 
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        items = [Metric(metric_key(name), float(v), ts, int(s)) for s, v in points]
+        items = [Metric(metric_key(k), float(v), ts, int(s)) for k, s, v in points]
         for i in range(0, len(items), 500):
             self.client.log_batch(self.run_id, metrics=items[i : i + 500])
 

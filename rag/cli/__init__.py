@@ -27,6 +27,13 @@ MODULES = (
 )
 
 
+def add_command(sub, name: str, func, help_: str, **kw) -> argparse.ArgumentParser:
+    """The subcommand ``name`` of ``sub`` that runs ``func(args)``."""
+    p = sub.add_parser(name, help=help_, **kw)
+    p.set_defaults(func=func)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rag", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -45,12 +46,6 @@ ROW_VARIANTS = {
                     "rag_sequence"),
 }
 TABLE_SPLIT = {"table1": "test", "table2": "test", "table5": "test", "table6": "dev"}
-TABLE_TITLES = {
-    "table1": "Table 1",
-    "table2": "Table 2",
-    "table5": "Table 5",
-    "table6": "Table 6",
-}
 EXTRA_ROWS = {"table1": [("BART (closed book)", "bart")]}
 TABLE_NOTES = {
     "table1": [
@@ -169,31 +164,18 @@ class Runs:
                for seed, data in sorted(runs.items())]
         return None if any(v is None for v in out) else out
 
-    def value(self, task: str, variant: str, split: str, metric: str, section: str = "metrics") -> float | None:
-        """The mean over seeds."""
-        vals = self.values(task, variant, split, metric, section)
-        return None if vals is None else float(sum(vals) / len(vals))
-
     def cell(self, task: str, variant: str, split: str, metric: str, paper: Any = None, section: str = "metrics") -> Cell:
         key = (task, variant, split)
         vals = self.values(task, variant, split, metric, section)
         v = None if vals is None else float(sum(vals) / len(vals))
-        pm = spread = None
-        if v is not None and len(vals) > 1:
-            spread = f"sd {_sd(vals):.1f}"
+        pm = None
+        spread = f"sd {statistics.stdev(vals):.1f}" if v is not None and len(vals) > 1 else None
         paths = self.predictions_paths(task, variant, split)
         if v is not None and section == "metrics" and paths and all(p.is_file() for p in paths):
             per_seed = [sorted(read_jsonl(p), key=lambda r: r["id"]) for p in paths]
             iv = cell_interval(metric, per_seed, self.metrics[key].get("metric_options"))
             pm = None if iv is None else f"±{iv.half_width:.1f}"
-        return Cell(
-            measured=_fmt(v),
-            href=self.link(key) if v is not None else None,
-            paper=_fmt(paper),
-            value=v,
-            pm=pm,
-            spread=spread,
-        )
+        return Cell(_fmt(v), self.link(key) if v is not None else None, _fmt(paper), v, pm, spread)
 
     def ran_without(self, task: str, variant: str, split: str) -> bool:
         """True when other variants of ``task`` were measured on ``split`` but ``variant`` was not
@@ -210,12 +192,6 @@ class Runs:
         """The first seed's predictions file (the samples section shows one fine-tune's answers)."""
         paths = self.predictions_paths(task, variant, split)
         return paths[0] if paths else None
-
-
-def _sd(values: list[float]) -> float:
-    import statistics
-
-    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def _ordered(present: set[str], canonical: Iterable[str]) -> list[str]:
@@ -279,7 +255,8 @@ def build_tables(runs: Runs, paper: dict) -> list[Table]:
         spec = paper[key]
         split = TABLE_SPLIT[key]
         columns = list(spec["columns"])
-        table = Table(key, TABLE_TITLES[key], spec.get("caption", ""), split, columns, notes=list(TABLE_NOTES[key]))
+        table = Table(key, f"Table {key.removeprefix('table')}", spec.get("caption", ""), split, columns,
+                      notes=list(TABLE_NOTES[key]))
         table.notes += [note for label, note in wnotes.items() if label in columns]
         row_variants = ROW_VARIANTS[key]
         not_run: dict[str, list[str]] = {}  # row label -> the columns of tasks run without that variant
@@ -351,11 +328,6 @@ def seeds_line(runs: Runs) -> str:
             "except where a run has one seed (the test sample only).")
 
 
-def _measured_rows(table: Table) -> list[tuple[str, list[Cell]]]:
-    """Rows that can hold a measured number (paper-only rows are left out of the CSVs)."""
-    return [(label, cells) for label, cells, kind in table.rows if kind != "paper-only"]
-
-
 def write_csvs(tables: list[Table], paths: dict[str, Path]) -> None:
     """Each table to the file ``paths`` names for its key (table1, table2, ...); tables without one are not written."""
     import pandas as pd
@@ -363,13 +335,9 @@ def write_csvs(tables: list[Table], paths: dict[str, Path]) -> None:
     for table in tables:
         if table.key not in paths:
             continue
-        rows = _measured_rows(table)
-        df = pd.DataFrame(
-            [[c.value for c in cells] for _, cells in rows],
-            index=pd.Index([label for label, _ in rows], name="model"),
-            columns=table.columns,
-            dtype="float64",
-        )
+        rows = [(label, cells) for label, cells, kind in table.rows if kind != "paper-only"]  # those measured
+        df = pd.DataFrame([[c.value for c in cells] for _, cells in rows], columns=table.columns, dtype="float64",
+                          index=pd.Index([label for label, _ in rows], name="model"))
         path = Path(paths[table.key])
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_open(path) as fh:
