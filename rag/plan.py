@@ -42,19 +42,13 @@ KNOWN_DIMS = {
     "facebook/dpr-question_encoder-single-nq-base": 768,
     "facebook/dpr-question_encoder-multiset-base": 768,
 }
-# Python memory of read_passages (train, evaluate, encode and the report hold every passage),
-# measured here: 200,000 synthetic passages of 100 and of 20 ASCII words (RSS after minus before
-# reading): 918 and 354 bytes a passage for 720 and 160 bytes a TSV line, i.e. 192 bytes a passage
-# plus the line's bytes; a 100-word line took 720 bytes. Text outside Latin-1 takes 2-4 bytes a
-# character in Python, so real corpora can take more.
+# Python memory of read_passages (the jobs that hold every passage): 192 bytes a passage plus its TSV
+# line's bytes, measured on synthetic ASCII passages (text outside Latin-1 takes more)
 PASSAGE_OVERHEAD = 192
 LINE_BYTES_PER_WORD = 7.2
-# A retrieving job's resident memory beyond its index: Python, torch, transformers, faiss, the question
-# encoder, the touched pages of the passages and the embeddings. Measured 0.68 GB with MiniLM
-# (benchmarks/bench_retrieval_job.py: peak RSS less the index's bytes, 2,000,000 passages x 384;
-# benchmarks/README.md); 1.5 GB leaves room for a bert-base question encoder (0.44 GB of fp32 weights).
+# a retrieving job's resident memory beyond its index (libraries, question encoder, touched pages):
+# 0.68 GB measured with MiniLM (benchmarks/bench_retrieval_job.py), room for a bert-base encoder
 RETRIEVING_PROCESS = 1_500_000_000
-CHUNK_BYTES_ROWS = 65_536  # rag.retrieval.index.CHUNK_ROWS: the build holds one chunk (and IVF-PQ its sample)
 
 # Throughputs measured on this project's machines, with the device they were measured on. A
 # (step, device) without an entry is "not measured". An entry with a precision matches only a config
@@ -153,12 +147,9 @@ def passages_of(cfg: dict, results: Path, override: int | None = None) -> dict:
 def embedding_dim(name: str) -> tuple[int | None, str]:
     """The context encoder's output size, from its config.json (a package's model folder, a local
     folder, the Hugging Face cache) or a published one; (None, why) when neither is here."""
-    import os
-
     folder: Path | None = None
     if name.startswith("package:"):
         from rag.config import package_model_folder
-        from rag.errors import ConfigError
 
         try:
             folder = package_model_folder(name)
@@ -167,9 +158,13 @@ def embedding_dim(name: str) -> tuple[int | None, str]:
     elif Path(name).is_dir():
         folder = Path(name)
     else:
-        hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", Path.home() / ".cache/huggingface")) / "hub")
-        snaps = sorted((hub / f"models--{name.replace('/', '--')}" / "snapshots").glob("*/config.json"))
-        folder = snaps[-1].parent if snaps else None
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(name, "config.json")
+        except ValueError:  # not a repository id
+            cached = None
+        folder = Path(cached).parent if isinstance(cached, str) else None
     if folder is not None and (folder / "config.json").is_file():
         c = json.loads((folder / "config.json").read_text())
         dim = c.get("projection_dim") or c.get("hidden_size") or c.get("d_model") or c.get("dim")
@@ -412,7 +407,9 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
             need.seconds_how = (f"not measured: no throughput of {r['context_encoder']} on {device} in "
                                 f"{cfg['precision']} has been measured")
     elif rule == "build_index" and index is not None:
-        extra = min(n, CHUNK_BYTES_ROWS) * d * 4 * (2 if r["index"] == "ivfpq" else 1)
+        from rag.retrieval.index import CHUNK_ROWS  # the build holds one chunk (and IVF-PQ its sample)
+
+        extra = min(n, CHUNK_ROWS) * d * 4 * (2 if r["index"] == "ivfpq" else 1)
         need.memory = index["memory"] + extra
         need.memory_how = f"the {index['label']} index + one chunk of 65,536 rows" + (" + its training sample" if r["index"] == "ivfpq" else "")
         t = throughput("index", {"index": r["index"], "hnsw_m": r["hnsw_m"] if r["index"] == "hnsw" else None,

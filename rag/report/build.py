@@ -396,7 +396,7 @@ def figure3(inputs: ReportInputs) -> list[dict]:
             if not files or any(not p.is_file() for p in files.values()):
                 continue
             ks = None
-            curves: dict[str, list] = {"em": [], "answer_recall": []}
+            curves: dict[str, list] = {"em": [], "answer_recall": []}  # metric -> per seed: its curve, or None
             for path in files.values():
                 data = read_json(path)
                 k = data.get("k") if isinstance(data, dict) else None
@@ -406,34 +406,23 @@ def figure3(inputs: ReportInputs) -> list[dict]:
                 if ks is not None and k != ks:
                     raise DataError(f"{path}: K values {k} differ from another seed's {ks}")
                 ks = k
-                for metric in curves:
+                for metric, rows in curves.items():
                     ys = data.get(metric)
-                    if ys is None:
-                        curves[metric] = None
-                        continue
-                    if not isinstance(ys, list) or len(ys) != len(ks):
+                    if ys is not None and (not isinstance(ys, list) or len(ys) != len(ks)):
                         raise DataError(f"{path}: '{metric}' must be a list as long as 'k'")
-                    if curves[metric] is not None:
-                        curves[metric].append([_number(y, f"{path}: {metric}") for y in ys])
+                    rows.append(None if ys is None else [_number(y, f"{path}: {metric}") for y in ys])
             name = VARIANT_NAMES[variant] + (f" (mean of {len(files)} seeds)" if len(files) > 1 else "")
             for metric, target in (("em", series_em), ("answer_recall", series_recall)):
-                if curves[metric]:
+                if curves[metric] and None not in curves[metric]:
                     target.append((name, ks, _seed_mean(curves[metric])))
         if not series_em and not series_recall:
             continue
         tname = _task_name(task)
         short = (TASKS[task].figure3_label if task in TASKS else "") or tname
-        panels = []
-        if series_em:
-            panels.append(
-                line_chart(series_em, title=f"{short}: exact match vs test-time K", xlabel="K retrieved documents",
-                           ylabel=f"{short} exact match (%)", ymax=100.0)
-            )
-        if series_recall:
-            panels.append(
-                line_chart(series_recall, title=f"{short}: answer recall@K", xlabel="K retrieved documents",
-                           ylabel="answer recall@K (%)", ymax=100.0)
-            )
+        panels = [line_chart(series, title=f"{short}: {title}", xlabel="K retrieved documents", ylabel=ylabel,
+                             ymax=100.0)
+                  for series, title, ylabel in ((series_em, "exact match vs test-time K", f"{short} exact match (%)"),
+                                                (series_recall, "answer recall@K", "answer recall@K (%)")) if series]
         figures.append({"task": tname, "panels": panels})
     return figures
 
@@ -480,19 +469,13 @@ def hotswap(inputs: ReportInputs, paper: dict) -> dict | None:
             per_seed.append([_number(data["cells"].get(k), f"{path}: cells.{k}") for k in HOTSWAP_PAPER_KEYS])
         cells = dict(zip(HOTSWAP_PAPER_KEYS, _seed_mean(per_seed)))
         one = len(per_seed) == 1
-        rows = []
-        for q in ("a", "b"):
-            row = []
-            for idx in ("a", "b"):
-                k = f"{q}|{idx}"
-                m = cells[k]
-                row.append(
-                    {
-                        "measured": DASH if m is None else f"{int(m) if one else round(m, 1)}/{n if n is not None else DASH}",
-                        "paper": DASH if paper_cells[k] is None else f"{paper_cells[k]}/{HOTSWAP_PAPER_N}",
-                    }
-                )
-            rows.append((f"questions {q}", row))
+
+        def shown(k: str) -> dict:
+            m, p, of = cells[k], paper_cells[k], n if n is not None else DASH
+            return {"measured": DASH if m is None else f"{int(m) if one else round(m, 1)}/{of}",
+                    "paper": DASH if p is None else f"{p}/{HOTSWAP_PAPER_N}"}
+
+        rows = [(f"questions {q}", [shown(f"{q}|{idx}") for idx in "ab"]) for q in "ab"]
         pct = [None if cells[k] is None or not n else 100.0 * cells[k] / n for k in HOTSWAP_PAPER_KEYS]
         variants.append({"variant": VARIANT_NAMES.get(variant, variant), "n": n, "seeds": len(per_seed), "rows": rows, "pct": pct})
     categories = ["Q a / index a", "Q a / index b", "Q b / index a", "Q b / index b"]
@@ -509,56 +492,27 @@ def hotswap(inputs: ReportInputs, paper: dict) -> dict | None:
 # ---------------------------------------------------------------- samples
 
 
-def read_passages(path: Path | None, wanted: set[str]) -> dict[str, tuple[str, str]]:
-    """Title and text of the ``wanted`` passage ids, streamed from ``passages.tsv`` (its one reader,
-    :func:`rag.data.corpus.iter_passages`), stopping once all are found."""
-    from rag.data.corpus import iter_passages
-
-    if path is None or not wanted:
-        return {}
-    path = Path(path)
-    if not path.is_file():
-        log.warning("passages file %s not found; showing titles only", path)
-        return {}
-    found: dict[str, tuple[str, str]] = {}
-    for _, pid, title, text in iter_passages(path):
-        if pid in wanted:
-            found[pid] = (title, text)
-            if len(found) == len(wanted):
-                break
-    return found
-
-
-def samples(runs: Runs, passages: Path | None, per_task: int) -> list[dict]:
+def samples(runs: Runs, passages, per_task: int) -> list[dict]:
+    """Up to ``per_task`` examples of each task (its test split, else dev): each variant's prediction and
+    retrieved passages, their title and text from ``passages`` (rag.data.corpus.Passages; None: titles only)."""
     out = []
     pending: list[dict] = []  # doc dicts waiting for passage text
     for task in runs.tasks:
-        split = None
-        for s in ("test", "dev"):
-            if any((p := runs.predictions_path(task, v, s)) is not None and p.is_file() for v in runs.variants):
-                split = s
-                break
+        split = next((s for s in ("test", "dev") if any((p := runs.predictions_path(task, v, s)) is not None
+                                                        and p.is_file() for v in runs.variants)), None)
         if split is None:
             continue
-        preds: dict[str, dict[str, dict]] = {}
-        order: list[str] = []
+        preds: dict[str, dict[str, dict]] = {}  # id -> variant -> prediction, ids in the order first seen
         variants = []
         for variant in runs.variants:
             path = runs.predictions_path(task, variant, split)
             if path is None or not path.is_file():
                 continue
             variants.append(variant)
-            by_id = {}
             for r in read_jsonl(path, required=("id", "input", "targets", "prediction")):
-                rid = str(r["id"])
-                by_id[rid] = r
-                if rid not in preds:
-                    preds[rid] = {}
-                    order.append(rid)
-                preds[rid][variant] = r
-            log.debug("%s: %d predictions", path, len(by_id))
+                preds.setdefault(str(r["id"]), {})[variant] = r
         examples = []
-        for rid in order[: max(per_task, 0)]:
+        for rid in list(preds)[: max(per_task, 0)]:
             entries = preds[rid]
             first = next(iter(entries.values()))
             targets = first.get("targets")
@@ -571,24 +525,19 @@ def samples(runs: Runs, passages: Path | None, per_task: int) -> list[dict]:
                 )
                 if r is None or not r.get("doc_ids"):
                     continue
-                docs = []
-                ids, titles, scores = r.get("doc_ids") or [], r.get("doc_titles") or [], r.get("doc_scores") or []
-                for i, did in enumerate(ids):
-                    score = scores[i] if i < len(scores) else None
-                    doc = {
-                        "rank": i + 1,
-                        "id": str(did),
-                        "title": str(titles[i]) if i < len(titles) else "",
-                        "text": None,
-                        "score": DASH if not isinstance(score, (int, float)) else f"{float(score):.3f}",
-                    }
-                    docs.append(doc)
-                    pending.append(doc)
+                titles, scores = r.get("doc_titles") or [], r.get("doc_scores") or []
+                docs = [{"rank": i + 1, "id": str(did), "title": str(titles[i]) if i < len(titles) else "",
+                         "text": None, "score": f"{float(scores[i]):.3f}"
+                         if i < len(scores) and isinstance(scores[i], (int, float)) else DASH}
+                        for i, did in enumerate(r["doc_ids"])]
+                pending += docs
                 ex["retrieved"].append({"variant": VARIANT_NAMES.get(variant, variant), "docs": docs})
             examples.append(ex)
         out.append({"task": _task_name(task), "split": split, "examples": examples,
                     "variants": [VARIANT_NAMES.get(v, v) for v in variants]})
-    found = read_passages(passages, {d["id"] for d in pending})
+    wanted = {d["id"] for d in pending}
+    found = {pid: (title, text) for pid, title, text in zip(passages.ids, passages.titles, passages.texts)
+             if pid in wanted} if passages is not None and wanted else {}
     for doc in pending:
         if doc["id"] in found:
             title, text = found[doc["id"]]
@@ -676,12 +625,14 @@ def build_report(
     write_csvs(tables, table_paths)
     retrieval_columns, retrieval_rows = retrieval_table(runs)
     scale = dict(scale or {})
-    from rag.data.corpus import read_passages as read_all_passages
+    from rag.data.corpus import read_passages
 
-    texts = None
+    read, texts = None, None  # the passages (the samples' titles and texts) and their texts by id (the claims')
     if passages is not None and Path(passages).is_file():
-        p = read_all_passages(passages)
-        texts = dict(zip(p.ids, p.texts))
+        read = read_passages(passages)
+        texts = dict(zip(read.ids, read.texts))
+    elif passages is not None:
+        log.warning("passages file %s not found; showing titles only", passages)
     context = {
         "seeds_line": seeds_line(runs),
         "claims": build_claims(inputs, texts, paper),
@@ -694,7 +645,7 @@ def build_report(
         "hotswap": hotswap(inputs, paper),
         "retrieval_columns": retrieval_columns,
         "retrieval_rows": retrieval_rows,
-        "samples": samples(runs, passages, samples_per_task),
+        "samples": samples(runs, read, samples_per_task),
         "manifests": manifest_table(runs),
         "tracking_url": runs.tracking_url,
         "n_runs": len(runs.metrics),
