@@ -115,6 +115,17 @@ def _read_only_error(where: Any, reason: str) -> RagError:
                     f"or set tracking.uri to a store this user can write")
 
 
+def _raise_full_or_read_only(exc: BaseException, where: Any, failed: str, read_only: bool = True) -> None:
+    """The one-line error for a full disk (``failed``: what failed, in its parentheses) or, where
+    ``read_only``, a store that cannot be written under ``exc``; nothing for another failure."""
+    full = disk_full_reason(exc)
+    if full:
+        raise DiskFullError(f"{where}: {full} ({failed}): free space and run again") from exc
+    reason = read_only_reason(exc) if read_only else None
+    if reason:
+        raise _read_only_error(where, reason) from exc
+
+
 def init_store(uri: str, marker: Path | None = None) -> None:
     """Create the tracking store (tables, migrations) once; safe to call again.
 
@@ -133,12 +144,7 @@ def init_store(uri: str, marker: Path | None = None) -> None:
     except Exception as exc:
         if db is None:
             raise _unanswered(uri, exc) or exc
-        full = disk_full_reason(exc)
-        if full:
-            raise DiskFullError(f"{db}: {full} (opening the MLflow store failed): free space and run again") from exc
-        read_only = read_only_reason(exc)
-        if read_only:
-            raise _read_only_error(db, read_only) from exc
+        _raise_full_or_read_only(exc, db, "opening the MLflow store failed")
         raise RagError(f"{db}: the MLflow store is unusable ({_reason(exc)}); move it aside (mv {db} {db}.broken) "
                        f"and run again: a new store is created (the runs in the old one are not carried over)") from exc
     if marker is not None:
@@ -183,13 +189,7 @@ def _create_sqlite_store(db: Path) -> None:
             if not db.exists():
                 os.replace(tmp, db)
     except Exception as exc:
-        full = disk_full_reason(exc)
-        if full:
-            raise DiskFullError(f"{db}: {full} (creating the MLflow store failed; nothing was left in its place): "
-                                f"free space and run again") from exc
-        read_only = read_only_reason(exc)
-        if read_only:
-            raise _read_only_error(db, read_only) from exc
+        _raise_full_or_read_only(exc, db, "creating the MLflow store failed; nothing was left in its place")
         raise RagError(f"{db}: creating the MLflow store failed ({_reason(exc)}); nothing was left in its place") from exc
     finally:
         for leftover in (tmp, Path(f"{tmp}-journal"), Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
@@ -243,15 +243,9 @@ def _store_errors(method):
             raise
         except Exception as exc:
             uri = getattr(self, "uri", "")
-            where = _sqlite_path(uri) or uri
-            full = disk_full_reason(exc)
-            if full is None:
-                read_only = read_only_reason(exc)
-                if read_only and _sqlite_path(uri) is not None:
-                    raise _read_only_error(where, read_only) from exc
-                raise _unanswered(uri, exc) or exc
-            raise DiskFullError(f"{where}: {full} (writing to the MLflow store or its artifacts failed): free space "
-                                f"and run again") from exc
+            _raise_full_or_read_only(exc, _sqlite_path(uri) or uri,
+                                     "writing to the MLflow store or its artifacts failed", _sqlite_path(uri) is not None)
+            raise _unanswered(uri, exc) or exc
 
     return wrapper
 
