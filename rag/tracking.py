@@ -3,12 +3,9 @@
 The train job creates the run (params = the resolved config it ran with, the training-loss
 curve as a stepped metric, tags for rule, config hash, git commit and SLURM job id) and leaves
 its id in the model folder; the evaluate job re-opens that run to add metrics and artifacts.
-The default store ``sqlite:///results/mlflow.db`` is created by one local rule
-(``init_store``) before any parallel job: two processes creating a fresh SQLite store at
-once can corrupt it. It is built in a temporary file beside and linked into place when complete,
-so a creation that fails (a full disk) leaves nothing behind. With a SQLite store, artifacts go
-to ``mlartifacts/<experiment>/`` beside the store file (``results/mlartifacts/<name>/<task>/``),
-not to MLflow's default ``./mlruns`` of the working directory.
+The default store ``sqlite:///results/mlflow.db`` is created by one local rule (``init_store``)
+before any parallel job, in a temporary file linked into place when complete. With a SQLite store,
+artifacts go to ``mlartifacts/<experiment>/`` beside the store file, not to ``./mlruns``.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rag.errors import DiskFullError, RagError, disk_full_reason
+from rag.errors import DiskFullError, RagError, chain, disk_full_reason
 
 log = logging.getLogger(__name__)
 
@@ -97,16 +94,12 @@ def read_only_reason(exc: BaseException | None) -> str | None:
     read-only (a read-only file or file system, no write permission); else None."""
     import errno
 
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-            return os.strerror(exc.errno)
-        text = str(exc)
+    for e in chain(exc):
+        if isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return os.strerror(e.errno)
         for marker in ("attempt to write a readonly database", "Read-only file system", "unable to open database file"):
-            if marker in text:
+            if marker in str(e):
                 return marker
-        exc = exc.__cause__ or exc.__context__
     return None
 
 
@@ -127,10 +120,7 @@ def _raise_full_or_read_only(exc: BaseException, where: Any, failed: str, read_o
 
 
 def init_store(uri: str, marker: Path | None = None) -> None:
-    """Create the tracking store (tables, migrations) once; safe to call again.
-
-    A SQLite store is built in a temporary file beside ``db`` and linked into place complete, so a
-    failed creation (a full disk) leaves nothing that later runs would trip over; an existing store
+    """Create the tracking store (tables, migrations) once; safe to call again. An existing store
     that cannot be opened stops with one line saying to move it aside."""
     _quiet()
     from mlflow.tracking import MlflowClient

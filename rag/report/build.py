@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from rag.errors import DataError
 from rag.io import atomic_open, read_json, read_jsonl
-from rag.report.claims import build_claims, cell_interval
+from rag.report.claims import Evidence, build_claims, cell_interval
 from rag.report.inputs import ReportInputs
 from rag.tasks import TASKS, VARIANTS, paper_column
 
@@ -116,6 +116,7 @@ class Runs:
 
     def __init__(self, inputs: ReportInputs, tracking_url: str, tasks: list[str] | None, variants: list[str] | None):
         self.inputs = inputs
+        self.evidence = Evidence(inputs, None)  # the predictions, read once
         self.tracking_url = tracking_url.rstrip("/")
         self.by_seed: dict[tuple[str, str, str], dict[int, dict]] = {}
         self.paths: dict[tuple[str, str, str], dict[int, Path]] = {}
@@ -170,10 +171,9 @@ class Runs:
         v = None if vals is None else float(sum(vals) / len(vals))
         pm = None
         spread = f"sd {statistics.stdev(vals):.1f}" if v is not None and len(vals) > 1 else None
-        paths = self.predictions_paths(task, variant, split)
-        if v is not None and section == "metrics" and paths and all(p.is_file() for p in paths):
-            per_seed = [sorted(read_jsonl(p), key=lambda r: r["id"]) for p in paths]
-            iv = cell_interval(metric, per_seed, self.metrics[key].get("metric_options"))
+        preds = self.evidence.predictions(task, variant, split) if v is not None and section == "metrics" else None
+        if preds:
+            iv = cell_interval(metric, list(preds.values()), self.metrics[key].get("metric_options"))
             pm = None if iv is None else f"±{iv.half_width:.1f}"
         return Cell(_fmt(v), self.link(key) if v is not None else None, _fmt(paper), v, pm, spread)
 
@@ -184,14 +184,10 @@ class Runs:
             return False
         return any(t == task and s == split for t, _, s in self.metrics)
 
-    def predictions_paths(self, task: str, variant: str, split: str) -> list[Path]:
-        """The run's predictions files, one per seed (in seed order), as the report was given them."""
-        return [p for _, p in sorted((self.inputs.predictions.get((task, variant, split)) or {}).items())]
-
     def predictions_path(self, task: str, variant: str, split: str) -> Path | None:
         """The first seed's predictions file (the samples section shows one fine-tune's answers)."""
-        paths = self.predictions_paths(task, variant, split)
-        return paths[0] if paths else None
+        files = self.inputs.predictions.get((task, variant, split))
+        return files[min(files)] if files else None
 
 
 def _ordered(present: set[str], canonical: Iterable[str]) -> list[str]:
