@@ -9,11 +9,11 @@ retrieve a batch of questions (the project's MiniLM question encoder), read the 
 titles and texts and their doc scores. Three ways:
 
 - ``in place``: this tree's ``DenseRetriever.from_files`` (the passages and the embeddings read in
-  place, the index in memory);
-- ``everything loaded`` (the reference): every passage parsed into lists (``read_passages``) and every
-  embedding in one array (``EmbeddingShards.load``), as a job held them before;
-- ``in place, index mapped``: as ``in place``, the index read with ``faiss.IO_FLAG_MMAP`` (what mapping
-  it from disk costs and saves).
+  place, the index's bulk mapped from its file: ``load_index(mapped=True)``);
+- ``everything loaded`` (the reference): every passage parsed into lists (``read_passages``), every
+  embedding in one array (``EmbeddingShards.load``) and the index read whole;
+- ``in place, index read whole``: as ``in place``, with the index read into memory (what mapping it
+  costs and saves).
 
 Reported: each process' peak RSS against the index's bytes, the time from the process' start to its
 first step's inputs and the part of it spent on the retrieval files, and the search time of the
@@ -40,7 +40,7 @@ D = 384
 BATCH = 8  # questions a step retrieves for
 K = 10
 HEADROOM = 1.5e9  # the bar: peak RSS <= the index's bytes + 1.5 GB
-MODES = ("everything loaded", "in place", "in place, index mapped")
+MODES = ("everything loaded", "in place, index read whole", "in place")
 
 
 def write_corpus(folder: Path, n: int, shards: int, kinds: list[str]) -> tuple[Path, list[Path], dict[str, Path]]:
@@ -83,7 +83,7 @@ def probe(argv: list[str]) -> None:
     p.add_argument("--index", required=True)
     p.add_argument("--batches", type=int, default=5)
     a = p.parse_args(argv)
-    import faiss
+    import faiss  # noqa: F401 (imported here to time it with the other imports)
     import torch
 
     from rag.retrieval import RetrievalFiles
@@ -115,10 +115,11 @@ def probe(argv: list[str]) -> None:
         qenc = encoders.Encoder.load(options.question_encoder, options.pooling, options.normalize, options.max_length)
         retriever = DenseRetriever(passages, qenc, emb, index, options.score_scale)
     else:
-        if a.mode == "in place, index mapped":
-            read = faiss.read_index  # IVF lists mapped by IO_FLAG_MMAP; flat and HNSW codes by IO_FLAG_MMAP_IFC
-            mapping = faiss.IO_FLAG_MMAP if Path(a.index).stem.startswith("ivf") else faiss.IO_FLAG_MMAP_IFC
-            faiss.read_index = lambda path, flags=0: read(path, flags | mapping)
+        if a.mode == "in place, index read whole":
+            from rag.retrieval import index as index_module
+
+            load_index = index_module.load_index
+            index_module.load_index = lambda *args, **kw: load_index(*args, **{**kw, "mapped": False})
         retriever = DenseRetriever.from_files(files, options, "cpu")
     built = time.perf_counter()
     searches = []

@@ -1,11 +1,9 @@
 """Load, validate and resolve the configuration.
 
-Every key is declared once, in :mod:`rag.config_keys` (type, default, bounds or choices,
-description); :func:`schema` is the JSON schema generated from those declarations (written out at
-``workflow/schemas/config.schema.yaml``). ``load_config`` validates a mapping against it, fills in
-the defaults and checks what a schema cannot (references between keys, input files); every problem
-becomes one :class:`~rag.errors.ConfigError` naming the key. :func:`sections` splits the resolved
-config into the pieces each stage reads (the typed classes of :mod:`rag.sections`).
+``load_config`` validates a mapping against the schema generated from :mod:`rag.config_keys`,
+fills in the defaults and checks what a schema cannot (references between keys, input files),
+each problem one :class:`~rag.errors.ConfigError` naming the key. :func:`sections` splits the
+resolved config into the pieces each stage reads (the typed classes of :mod:`rag.sections`).
 """
 
 from __future__ import annotations
@@ -14,7 +12,6 @@ import copy
 import hashlib
 import json
 import re
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -22,29 +19,17 @@ import yaml
 
 from rag import config_keys, keyspec
 from rag.config_keys import INDEX_PARAMS
+from rag.config_keys import json_schema as schema
 from rag.errors import ConfigError, DataError
 from rag.io import not_a_file, read_json
 from rag.sections import (ContextEncoder, CorpusOptions, GeneratorLengths, GeneratorOptions, MetricOptions, Miniworld,
                           QuestionEncoder, TaskData, TaskDeclaration, TaskOptions, Tracking, TrainOptions)
-from rag.tasks import BUILTIN_TASKS, TASKS, VARIANTS, declare_tasks
-
-
-def schema() -> dict:
-    """The config's JSON schema, generated from the declarations (:mod:`rag.config_keys`); its
-    task and variant enums (and the default variant list) come from the registry (rag/tasks.py),
-    so it is built again when the registry's names change."""
-    return _schema_of(tuple(TASKS), tuple(VARIANTS))
-
-
-@lru_cache(maxsize=None)
-def _schema_of(tasks: tuple, variants: tuple) -> dict:
-    return config_keys.json_schema()
+from rag.tasks import BUILTIN_TASKS, TASKS, declare_tasks
 
 
 def read_config_file(path: str | Path) -> dict:
-    """The mapping of config file ``path``, as written (no defaults filled, no key checked); a
-    missing file, bad UTF-8, bad YAML or a document that is not a mapping is one ConfigError naming
-    the file (and line)."""
+    """The mapping of config file ``path``, as written; a missing file, bad UTF-8, bad YAML or a
+    document that is not a mapping is one ConfigError naming the file (and line)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config {not_a_file(path)}")
@@ -75,7 +60,6 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     _check_expanded_size(data)
     declare_tasks(data.get("tasks"))  # the config's own tasks join the registry (and the schema's task names)
     cfg = copy.deepcopy(data)
-    _command_line_booleans(cfg, schema())
     err = keyspec.first_error(keyspec.validator_class(fill_defaults=True)(schema()), cfg)
     if err is not None:
         raise ConfigError(keyspec.describe(err, schema()))
@@ -93,8 +77,7 @@ MAX_CONFIG_VALUES = 100_000  # a config holds hundreds; YAML aliases repeating l
 
 def alias_bomb(data: Any, limit: int = MAX_CONFIG_VALUES) -> tuple[tuple, int] | None:
     """(the path of the first mapping or list, total) where YAML aliases (``&a`` / ``*a``) expand
-    ``data`` to more than ``limit`` values (an alias bomb), else None; linear in the loaded size (a
-    loaded mapping shares each aliased value, which every later walk would visit at each repetition)."""
+    ``data`` to more than ``limit`` values (an alias bomb), else None; linear in the loaded size."""
     sizes: dict[int, int] = {}
 
     class Found(Exception):
@@ -128,26 +111,6 @@ def _check_expanded_size(data: Any) -> None:
                           f"(more than {MAX_CONFIG_VALUES:,}: an alias bomb?); write the values out")
 
 
-_BOOLEAN_WORDS = {"true": True, "false": False}
-
-
-def _command_line_booleans(cfg: Any, node: dict) -> None:
-    """Boolean keys given as the words true / false (any case) become booleans, in place:
-    ``snakemake --config evaluate_in_train_job=false`` passes the string 'false' (it parses True/False only)."""
-    if not isinstance(cfg, dict):
-        return
-    for key, value in cfg.items():
-        sub = (node.get("properties") or {}).get(key, node.get("additionalProperties"))
-        if isinstance(sub, dict) and "$ref" in sub:
-            sub = schema()["definitions"][sub["$ref"].split("/")[-1]]
-        if not isinstance(sub, dict):
-            continue
-        if sub.get("type") == "boolean" and isinstance(value, str) and value.lower() in _BOOLEAN_WORDS:
-            cfg[key] = _BOOLEAN_WORDS[value.lower()]
-        elif isinstance(value, dict):
-            _command_line_booleans(value, sub)
-
-
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -166,10 +129,8 @@ def _check_control_characters(node: Any, path: tuple = ()) -> None:
 
 def input_files(cfg: dict) -> list[tuple[str, str]]:
     """(dotted config key, path) of every local input the resolved config names: the corpus file
-    of ``corpus.source: local``, the split files of ``source: local`` tasks and the files of the
-    user's parsers and metrics that a task's ``format`` / ``formats`` / ``metrics`` name
-    (``"path/to/file.py:name"``; ``tasks.<task>.metrics.<i>``).
-    (Downloaded files are outputs of the download rules, not inputs.)"""
+    of ``corpus.source: local``, the split files of ``source: local`` tasks and the user's parser
+    and metric files a task's ``format`` / ``formats`` / ``metrics`` name (``"path/to/file.py:name"``)."""
     out = []
     corpus = cfg["corpus"]
     if corpus["source"] == "local" and corpus.get("path") is not None:
@@ -198,11 +159,8 @@ def check_parsers(cfg: dict) -> None:
 
 
 def check_input_files(cfg: dict, base: str | Path | None = None) -> None:
-    """Raise ConfigError naming the key and the path of the first local input that does not exist.
-
-    Relative paths are taken from ``base`` (default: the working directory). Snakemake would not
-    notice a missing input whose outputs exist from an earlier run ("Nothing to be done"), so
-    this runs when the config is loaded, before any job is planned."""
+    """Raise ConfigError naming the key and the path of the first local input that does not exist
+    (relative paths from ``base``, default: the working directory)."""
     root = Path(base) if base is not None else Path.cwd()
     for key, value in input_files(cfg):
         path = root / value
@@ -297,7 +255,7 @@ def _check_references(cfg: dict) -> None:
             raise ConfigError(f"config key 'miniworld.people': {mw['people']} is fewer than twice "
                               f"miniworld.countries ({mw['countries']}); every country needs a leader")
         # every miniworld entity yields at least one passage; K larger than that is impossible
-        check_k(retrieval_ks(cfg), mw["countries"] + mw["people"] + mw["cities"], "the miniworld corpus is sure to have (one per entity)")
+        check_k(retrieval_ks(cfg), entities, "the miniworld corpus is sure to have (one per entity)")
 
 
 MINIWORLD_MAX_ENTITIES = 20_000  # the default world has 500; 2,400 take about 25 s to write
@@ -333,9 +291,8 @@ CHECK_LINE_BYTES = 16 << 20  # a corpus line longer than this is not read when t
 
 
 def check_local_corpus_k(cfg: dict, base: str | Path | None = None) -> None:
-    """``corpus.source: local``: count the passages of the corpus file (only as far as the largest
-    K) and check every K against them (:func:`retrieval_ks`), before any job runs. A file the
-    reader refuses is left to the corpus job, which names the line."""
+    """``corpus.source: local``: check every K (:func:`retrieval_ks`) against the passages of the
+    corpus file, counted as far as the largest K; a file the reader refuses is left to the corpus job."""
     from itertools import islice
 
     from rag.data.formats import corpus_passages
@@ -383,8 +340,7 @@ TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
 
 def _check_tracking_uri(uri: str) -> None:
     """The MLflow store is a SQLite file (``sqlite:///<file>``), an MLflow server (``http(s)://host``)
-    or a database server: a scheme MLflow does not serve, or one without its file or host, would
-    fail in the first job (or be retried for minutes) instead of here."""
+    or a database server, naming its file or host."""
     from urllib.parse import urlsplit
 
     key = "tracking.uri"
@@ -442,10 +398,8 @@ def encoder_slug(name: str) -> str:
 
 
 def package_model_folder(name: str) -> Path:
-    """The ``model/`` folder that the package of ``package:<module>`` ships, found without importing
-    anything: ``<module>`` must be a top-level package (finding a dotted name imports its parents)
-    whose folder holds ``model/config.json``; anything else is a ConfigError naming it. An installed
-    module is code: only one that ships an encoder is taken for one."""
+    """The ``model/`` folder that the top-level package of ``package:<module>`` ships (holding
+    ``model/config.json``), found without importing anything; anything else is a ConfigError."""
     import importlib.util
 
     mod = name.split(":", 1)[1]
@@ -477,20 +431,9 @@ def task_decode(cfg: dict, task: str, model: str) -> dict:
     return base
 
 
-def _canonical(obj: Any) -> Any:
-    """Dicts with recursively sorted keys: Snakemake compares params including key order."""
-    if isinstance(obj, dict):
-        return {k: _canonical(obj[k]) for k in sorted(obj)}
-    if isinstance(obj, list):
-        return [_canonical(v) for v in obj]
-    return obj
-
-
 def sections(cfg: dict) -> dict[str, dict]:
-    """Split the resolved config into the pieces each stage reads, and only those.
-
-    Snakemake writes each piece to ``results/<name>/config/<piece>.json`` with the piece as a rule
-    param, so an edit re-runs only the jobs whose piece it changes (and what follows them):
+    """Split the resolved config into the pieces each stage reads, and only those: Snakemake writes
+    each to ``results/<name>/config/<piece>.json`` (a rule param: an edit re-runs only its readers).
 
     ``corpus``        the corpus rule and the hot-swap questions (miniworld world, passage cut)
     ``encode``        passage encoding (context encoder, pooling, max length, batch, device)
@@ -502,85 +445,9 @@ def sections(cfg: dict) -> dict[str, dict]:
     ``experiments``   Figure 3's K sweep
     ``report``        the report's scale summary, samples, tasks and variants
 
-    The keys a consumer reads are the fields of its typed section (:mod:`rag.sections`), which a
-    command parses its file(s) into. Runtime knobs (``threads``, ``resources``) are in none: they
-    never invalidate an output (rules pass ``threads`` as ``RAG_THREADS``). ``tracking.ui_url`` is
-    the report rule's param.
-    Pieces are canonical (sorted keys), so the order of keys in a YAML file changes nothing.
+    A piece holds the keys of its typed section (:mod:`rag.sections`), sorted; runtime knobs
+    (``threads``, ``resources``) are in none.
     """
-    return _canonical(_sections(cfg))
-
-
-def check_section_files(folder: str | Path, pieces: dict[str, dict], rerun: Callable[[Path], bool]) -> None:
-    """Stop where an edit would be ignored without a word.
-
-    Snakemake re-runs a section whose value changed, and what reads it, by its record of the
-    ``config_section`` rule's params. Where it holds no record of a section file (a ``results/``
-    copied without ``.snakemake/``), it takes the file as up to date whatever it holds, and so every
-    output made from it (removing the file does not help: Snakemake does not re-run for a missing
-    intermediate file). Raises :class:`ConfigError` naming each section file in ``folder`` that
-    holds another value than ``pieces`` (an unreadable one counts) and that Snakemake does not
-    re-run by itself (``rerun(path)`` false: no record of it, and not forced), with the
-    ``--forcerun`` that writes it again and re-runs what reads it. A missing file is the rule's to write.
-    """
-    stale = []
-    for name, value in sorted(pieces.items()):
-        path = Path(folder) / f"{name}.json"
-        if not path.is_file() or rerun(path):
-            continue
-        try:
-            held = read_json(path)
-        except (DataError, OSError):  # unreadable: not the config's value
-            held = None
-        if held != json.loads(json.dumps(value)):
-            stale.append(str(path))
-    if stale:
-        names = ", ".join(Path(p).stem for p in stale)
-        raise ConfigError(f"config section(s) {names} differ from the file(s) in {folder}/, and Snakemake keeps no record "
-                          f"of the runs here (no .snakemake/metadata/: results/ copied without it?), so it would keep "
-                          f"every output made from the old value; run once with --forcerun {' '.join(stale)} "
-                          f"(it writes them again and re-runs what reads them)")
-
-
-def task_variants(cfg: dict, task: str) -> list[str]:
-    """The variants run on ``task``: ``tasks.<task>.variants``, else the top-level ``variants``
-    (in the top-level list's order)."""
-    chosen = cfg["tasks"][task].get("variants")
-    return [v for v in cfg["variants"] if chosen is None or v in chosen]
-
-
-def run_seeds(cfg: dict, task: str, variant: str) -> list[int]:
-    """The fine-tune seeds of ``task`` x ``variant``: ``tasks.<task>.seeds``, else the top-level
-    ``seeds``; the first of them alone for a variant of ``one_seed_variants``."""
-    chosen = cfg["tasks"][task].get("seeds") or cfg["seeds"]
-    return list(chosen[:1] if variant in cfg["one_seed_variants"] else chosen)
-
-
-def replicate_config(data: dict, seeds: Sequence[int]) -> tuple[dict, list[tuple[str, str, list[int], list[int]]]]:
-    """The config that replicates ``data``'s one-seed runs with fine-tune seeds ``seeds`` (for
-    ``rag bands --replicates``: their training spread), and what it changes.
-
-    ``data`` is a config as written; the copy returned is the same mapping with
-    ``one_seed_variants: []`` (those variants run every seed of their task) and ``seeds`` on each task
-    that runs one seed. Runs with several seeds keep theirs, and no config section a finished run of
-    ``data`` reads changes (the report's lists the seeds): run over a copy of that experiment, only
-    the new seeds' fine-tunes, what reads them and the report run. The change is ``(task, variant,
-    seeds before, seeds after)`` for each run whose seeds grow. A config that does not validate
-    raises ConfigError (a task's ``init_from`` needs each of its seeds on its source task)."""
-    before = load_config(data, check_files=False)
-    out = copy.deepcopy(data)
-    out["one_seed_variants"] = []
-    for task, spec in before["tasks"].items():
-        if len(spec.get("seeds") or before["seeds"]) == 1:
-            out["tasks"][task]["seeds"] = list(seeds)
-    after = load_config(out, check_files=False)
-    changes = [(task, variant, run_seeds(before, task, variant), run_seeds(after, task, variant))
-               for task in before["tasks"] for variant in task_variants(before, task)]
-    return out, [c for c in changes if c[2] != c[3]]
-
-
-def _sections(cfg: dict) -> dict[str, dict]:
-    # each piece holds the keys its typed section reads (Class.pick: the class' keys the config has)
     corpus, r, g = cfg["corpus"], cfg["retriever"], cfg["generator"]
     miniworld = corpus["source"] == "miniworld"
     run = {"name": cfg["name"], "seed": cfg["seed"], "device": cfg["device"], "precision": cfg["precision"]}
@@ -619,7 +486,62 @@ def _sections(cfg: dict) -> dict[str, dict]:
             own = {m: v for m, v in cfg["metrics"].get("options", {}).items() if m in TASKS[name].metrics}
             out[f"eval_{name}"]["metrics"] = {**MetricOptions.pick(cfg["metrics"], omit=("options",)),
                                               **({"options": own} if own else {})}
-    return out
+    return json.loads(json.dumps(out, sort_keys=True))
+
+
+def check_section_files(folder: str | Path, pieces: dict[str, dict], rerun: Callable[[Path], bool]) -> None:
+    """ConfigError naming each section file in ``folder`` that holds another value than ``pieces``
+    (an unreadable one counts) and that Snakemake does not re-run by itself (``rerun(path)`` false:
+    it keeps no record of it, e.g. a ``results/`` copied without ``.snakemake/``), with the
+    ``--forcerun`` that writes it again; an edit would otherwise be ignored without a word."""
+    stale = []
+    for name, value in sorted(pieces.items()):
+        path = Path(folder) / f"{name}.json"
+        if not path.is_file() or rerun(path):
+            continue
+        try:
+            held = read_json(path)
+        except (DataError, OSError):  # unreadable: not the config's value
+            held = None
+        if held != value:
+            stale.append(str(path))
+    if stale:
+        names = ", ".join(Path(p).stem for p in stale)
+        raise ConfigError(f"config section(s) {names} differ from the file(s) in {folder}/, and Snakemake keeps no record "
+                          f"of the runs here (no .snakemake/metadata/: results/ copied without it?), so it would keep "
+                          f"every output made from the old value; run once with --forcerun {' '.join(stale)} "
+                          f"(it writes them again and re-runs what reads them)")
+
+
+def task_variants(cfg: dict, task: str) -> list[str]:
+    """The variants run on ``task``: ``tasks.<task>.variants``, else the top-level ``variants``
+    (in the top-level list's order)."""
+    chosen = cfg["tasks"][task].get("variants")
+    return [v for v in cfg["variants"] if chosen is None or v in chosen]
+
+
+def run_seeds(cfg: dict, task: str, variant: str) -> list[int]:
+    """The fine-tune seeds of ``task`` x ``variant``: ``tasks.<task>.seeds``, else the top-level
+    ``seeds``; the first of them alone for a variant of ``one_seed_variants``."""
+    chosen = cfg["tasks"][task].get("seeds") or cfg["seeds"]
+    return list(chosen[:1] if variant in cfg["one_seed_variants"] else chosen)
+
+
+def replicate_config(data: dict, seeds: Sequence[int]) -> tuple[dict, list[tuple[str, str, list[int], list[int]]]]:
+    """The config (``data`` as written) that replicates its one-seed runs with fine-tune seeds
+    ``seeds`` (``rag bands --replicates``), and ``(task, variant, seeds before, seeds after)`` for
+    each run whose seeds grow: ``one_seed_variants: []`` and ``seeds`` on each task that runs one
+    seed, so no section a finished run reads changes but the report's."""
+    before = load_config(data, check_files=False)
+    out = copy.deepcopy(data)
+    out["one_seed_variants"] = []
+    for task, spec in before["tasks"].items():
+        if len(spec.get("seeds") or before["seeds"]) == 1:
+            out["tasks"][task]["seeds"] = list(seeds)
+    after = load_config(out, check_files=False)
+    changes = [(task, variant, run_seeds(before, task, variant), run_seeds(after, task, variant))
+               for task in before["tasks"] for variant in task_variants(before, task)]
+    return out, [c for c in changes if c[2] != c[3]]
 
 
 def _steps_by_task(cfg: dict) -> int | str:

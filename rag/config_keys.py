@@ -1,20 +1,15 @@
 """Every configuration key, declared once: its type, default, bounds or choices and description.
 
-This tree is the one source of the configuration's keys (docs/configuration.md):
-
-* :func:`json_schema` generates the JSON schema ``rag.config.load_config`` validates a config with
-  (defaults filled in); ``workflow/schemas/config.schema.yaml`` is that schema written out for
-  readers (``python -m rag.config_keys`` rewrites it; a test fails when it is stale);
-* the typed sections of :mod:`rag.sections` name the keys each stage reads (``read("train.k")``)
-  and take their types and checks from here;
-* ``config.yaml`` sets each key it names to the default declared here (a test checks it).
-
-The task and variant names come from the registry, :mod:`rag.tasks`.
+:func:`json_schema` is the JSON schema ``rag.config.load_config`` validates with (written out for
+readers as ``workflow/schemas/config.schema.yaml`` by ``python -m rag.config_keys``); the typed
+sections of :mod:`rag.sections` name the keys each stage reads (``read("train.k")``). The task and
+variant names come from the registry, :mod:`rag.tasks` (docs/configuration.md).
 """
 
 from __future__ import annotations
 
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 from rag.keyspec import NO_DEFAULT, AnyOf, Bool, Definitions, Enum, Group, Int, List, Map, Num, Str, at
@@ -189,7 +184,13 @@ def key(path: str):
 
 
 def json_schema() -> dict:
-    """The configuration's JSON schema (Draft 7), generated from :data:`CONFIG`."""
+    """The configuration's JSON schema (Draft 7), generated from :data:`CONFIG`; built again when
+    the registry's names change (its task and variant enums read them)."""
+    return _json_schema(tuple(TASKS), tuple(VARIANTS))
+
+
+@lru_cache(maxsize=None)
+def _json_schema(tasks: tuple, variants: tuple) -> dict:
     root = CONFIG.schema()
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
@@ -224,17 +225,15 @@ def main(argv: list[str] | None = None) -> int:
     """Write the schema file (``--check``: exit 1 when it differs from the declarations)."""
     argv = sys.argv[1:] if argv is None else argv
     text = schema_text()
-    current = SCHEMA_FILE.read_text(encoding="utf-8") if SCHEMA_FILE.exists() else None
-    if "--check" in argv:
-        if current != text or SCHEMA_FILE.is_symlink():
-            print(f"{SCHEMA_FILE} is stale: run python -m rag.config_keys", file=sys.stderr)
-            return 1
+    if not SCHEMA_FILE.is_symlink() and SCHEMA_FILE.is_file() and SCHEMA_FILE.read_text(encoding="utf-8") == text:
         return 0
-    if current != text or SCHEMA_FILE.is_symlink():
-        SCHEMA_FILE.parent.mkdir(parents=True, exist_ok=True)
-        SCHEMA_FILE.unlink(missing_ok=True)  # a link to another copy becomes the file itself
-        SCHEMA_FILE.write_text(text, encoding="utf-8")
-        print(f"wrote {SCHEMA_FILE}")
+    if "--check" in argv:
+        print(f"{SCHEMA_FILE} is stale: run python -m rag.config_keys", file=sys.stderr)
+        return 1
+    SCHEMA_FILE.parent.mkdir(parents=True, exist_ok=True)
+    SCHEMA_FILE.unlink(missing_ok=True)  # a link to another copy becomes the file itself
+    SCHEMA_FILE.write_text(text, encoding="utf-8")
+    print(f"wrote {SCHEMA_FILE}")
     return 0
 
 

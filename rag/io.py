@@ -1,11 +1,8 @@
 """Atomic file output, strict line-oriented input, and the run lock of a checkpoint folder.
 
-Every output of the pipeline is written to a temporary file in the destination directory and
-renamed into place, so an interrupted job never leaves a half-written file that Snakemake
-would take as finished. Before the rename the temporary file (created 0600 by ``mkstemp``) or
-directory (0700 by ``mkdtemp``, and every file and folder in it, where libraries write some files
-0600) gets the mode a plain ``open`` / ``mkdir`` gives under the process umask, so outputs are as
-readable by the group and others as the user asks for.
+Every output is written to a temporary file or folder beside its destination and renamed into
+place, with the mode a plain ``open`` / ``mkdir`` gives under the process umask (``mkstemp`` makes
+0600), so an interrupted job never leaves a half-written file that Snakemake would take as finished.
 """
 
 from __future__ import annotations
@@ -48,12 +45,9 @@ def _file_system_full(folder: Path) -> bool:
 
 @contextlib.contextmanager
 def disk_full_names(path: str | os.PathLike, folder: str | os.PathLike | None = None) -> Iterator[None]:
-    """A write of ``path`` that fails for want of space raises DiskFullError, one line naming it.
-
-    Libraries report a full disk in their own words: OSError(ENOSPC), "os error 28" (safetensors,
-    tokenizers), faiss' "write error ... (No space left on device)", and torch.save's "unexpected
-    pos 576 vs 534" or numpy's "300000 requested and 51184 written", which only the file system
-    (``folder``, no block left) tells apart from other faults."""
+    """A write of ``path`` that fails for want of space raises DiskFullError, one line naming it:
+    the libraries' own words for it (:func:`rag.errors.disk_full_reason`), or a failed write while
+    ``folder``'s file system has no block left (torch.save's and numpy's short writes)."""
     try:
         yield
     except RagError:
@@ -104,9 +98,8 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
 
 
 def _plain_modes(folder: Path) -> None:
-    """Give ``folder``, every folder and every file in it the mode a plain ``mkdir`` / ``open`` gives
-    under the process umask: libraries write some files as 0600 (safetensors' model.safetensors, a
-    file made with mkstemp and renamed), which other users of the group could not read."""
+    """Give ``folder`` and everything in it the mode a plain ``mkdir`` / ``open`` gives under the
+    process umask (libraries write some files 0600)."""
     umask = current_umask()
     os.chmod(folder, 0o777 & ~umask)
     for root, dirs, files in os.walk(folder):
@@ -163,16 +156,29 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 def read_json(path: str | os.PathLike) -> Any:
+    """One JSON document (gzip by suffix), strictly: errors name the file and the line."""
+    import zlib
+
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: {not_a_file(path)}")
     try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+        with _open_bytes(path) as fh:
+            raw = fh.read()
+    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
+        raise DataError(f"{path}: unreadable ({type(exc).__name__}: {exc}); truncated or corrupt file?") from None
+    if not raw.strip():
+        raise DataError(f"{path}: empty file (no records)")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        lineno = raw.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason})") from None
+    del raw
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DataError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+        raise DataError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})") from None
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
@@ -210,11 +216,7 @@ def long_line(path: str | os.PathLike, limit: int, lines: int | None = None) -> 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     """Yield (line number, line without newline), turning decoding and gzip faults into DataError.
-
-    Lines are read as bytes (split on ``\\n`` only) and each one is decoded on its own, so bad
-    UTF-8 is reported on the exact line that holds it: a buffered text reader would raise at the
-    start of its next block, i.e. on the line after the last one it returned.
-    """
+    Each line is decoded on its own, so bad UTF-8 is reported on the line that holds it."""
     import zlib
 
     path = Path(path)
@@ -278,11 +280,9 @@ LOCK = "run.lock"
 @contextlib.contextmanager
 def run_lock(folder: str | os.PathLike, what: str) -> Iterator[Path]:
     """Hold an exclusive lock on ``folder/run.lock`` (``fcntl.flock``) while the block runs: one
-    writer per checkpoint folder, whatever Snakemake's own locks say (``snakemake --unlock`` of
-    another experiment removed a running one's). A second process is refused at once with one
-    line naming ``what`` (the run), the process holding the lock and the file. The lock ends
-    with its process however that ends (no stale lock after a kill); the file stays, naming the
-    last holder."""
+    writer per checkpoint folder, whatever Snakemake's own locks say. A second process is refused
+    at once with one line naming ``what`` (the run), the lock's holder and the file. The lock ends
+    with its process; the file stays, naming the last holder."""
     import fcntl
     import socket
 
@@ -312,9 +312,8 @@ def _holder(fd: int) -> str:
 
 
 def lock_holder(folder: str | os.PathLike) -> str | None:
-    """Who holds ``folder/run.lock`` (:func:`run_lock`) now: its holder line ("pid N on host")
-    while a live process holds it; None when none does (no file, a lock that ended with its
-    process, a file system without locks). Takes the lock for an instant when it is free."""
+    """The holder line ("pid N on host") of ``folder/run.lock`` (:func:`run_lock`) while a live
+    process holds it, else None. Takes the lock for an instant when it is free."""
     import fcntl
 
     try:

@@ -1,17 +1,10 @@
 """How a configuration key is declared, and the one validator of declared keys.
 
-A declaration (:class:`Int`, :class:`Num`, :class:`Str`, :class:`Bool`, :class:`Enum`, :class:`List`,
-:class:`Map`, :class:`Group`, :class:`AnyOf`, or a :class:`Ref` to a named :class:`Definitions`
-entry) holds everything about a key: its type, default, bounds or choices, pattern and description.
-From it come the key's JSON schema (:meth:`Node.schema`: the config schema of
-:mod:`rag.config_keys` is generated from these) and its Python type (:meth:`Node.py_type`: the
-field type of the typed sections of :mod:`rag.sections`).
-
-:func:`first_error` validates a value against a JSON schema made of these (jsonschema, Draft 7;
-``fill_defaults`` fills absent keys in place) and :func:`describe` turns the error into the one line
-of a :class:`~rag.errors.ConfigError`. ``load_config`` (the whole config) and ``Section.from_dict``
-(a section file) both validate this way, so a rule is checked by one piece of code wherever a
-value comes from.
+A declaration (:class:`Int`, :class:`Str`, :class:`Group`, ... or a :class:`Ref` to a named
+:class:`Definitions` entry) gives the key's JSON schema (:meth:`Node.schema`) and its Python type
+(:meth:`Node.py_type`, the field type of :mod:`rag.sections`). :func:`first_error` validates a
+value against such a schema (jsonschema, Draft 7) and :func:`describe` makes the error the one line
+of a :class:`~rag.errors.ConfigError`, for the whole config and a section file alike.
 """
 
 from __future__ import annotations
@@ -21,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 
 class _NoDefault:
@@ -38,6 +31,7 @@ class Node:
     """One declared key. ``default``: the value an absent key gets (none: it stays absent);
     ``nullable``: ``null`` is a value too; ``description``: what it means (the schema's words)."""
 
+    PY: ClassVar[Any] = None  # the Python type of a value (a composite's: its _own_type)
     default: Any = NO_DEFAULT
     description: str | None = None
     nullable: bool = False
@@ -54,7 +48,7 @@ class Node:
         raise NotImplementedError
 
     def _own_type(self) -> Any:
-        raise NotImplementedError
+        return self.PY
 
     def schema(self) -> dict:
         """The key's JSON schema (Draft 7)."""
@@ -64,6 +58,9 @@ class Node:
             out["default"] = copy.deepcopy(self.default_value())
         if self.description:
             out["description"] = self.description
+        for last in ("properties", "required"):  # a group's keys after its default and description
+            if last in out:
+                out[last] = out.pop(last)
         return out
 
     def py_type(self) -> Any:
@@ -77,75 +74,62 @@ class Node:
         return self
 
 
-def _bounds(**named) -> dict:
-    names = {"minimum": "minimum", "maximum": "maximum", "exclusive_minimum": "exclusiveMinimum",
-             "exclusive_maximum": "exclusiveMaximum"}
-    return {names[k]: v for k, v in named.items() if v is not None}
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class Int(Node):
-    minimum: int | None = None
-    maximum: int | None = None
-
-    def _own_schema(self) -> dict:
-        return {"type": "integer", **_bounds(minimum=self.minimum, maximum=self.maximum)}
-
-    def _own_type(self) -> Any:
-        return int
+def _set(**keywords) -> dict:
+    """The schema keywords given a value (not None)."""
+    return {k: v for k, v in keywords.items() if v is not None}
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Num(Node):
     """A number (an integer is one too)."""
 
+    PY: ClassVar[Any] = float
+    JSON_TYPE: ClassVar[str] = "number"
     minimum: float | None = None
     maximum: float | None = None
     exclusive_minimum: float | None = None
     exclusive_maximum: float | None = None
 
     def _own_schema(self) -> dict:
-        return {"type": "number", **_bounds(minimum=self.minimum, maximum=self.maximum,
-                                            exclusive_minimum=self.exclusive_minimum,
-                                            exclusive_maximum=self.exclusive_maximum)}
+        return {"type": self.JSON_TYPE, **_set(minimum=self.minimum, maximum=self.maximum,
+                                               exclusiveMinimum=self.exclusive_minimum,
+                                               exclusiveMaximum=self.exclusive_maximum)}
 
-    def _own_type(self) -> Any:
-        return float
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Int(Num):
+    PY: ClassVar[Any] = int
+    JSON_TYPE: ClassVar[str] = "integer"
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Str(Node):
     """A string; ``pattern``: a regular expression the whole value must match."""
 
+    PY: ClassVar[Any] = str
     pattern: str | None = None
 
     def _own_schema(self) -> dict:
-        return {"type": "string", **({"pattern": self.pattern} if self.pattern else {})}
-
-    def _own_type(self) -> Any:
-        return str
+        return {"type": "string", **_set(pattern=self.pattern or None)}
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Bool(Node):
+    PY: ClassVar[Any] = bool
+
     def _own_schema(self) -> dict:
         return {"type": "boolean"}
-
-    def _own_type(self) -> Any:
-        return bool
 
 
 @dataclass(frozen=True, eq=False)
 class Enum(Node):
     """One of the strings ``values`` (a callable: read when the schema is built)."""
 
+    PY: ClassVar[Any] = str
     values: tuple[str, ...] | Callable[[], Iterable[str]]
 
     def _own_schema(self) -> dict:
         return {"enum": list(self.values() if callable(self.values) else self.values)}
-
-    def _own_type(self) -> Any:
-        return str
 
 
 @dataclass(frozen=True, eq=False)
@@ -157,13 +141,8 @@ class List(Node):
     unique: bool = False
 
     def _own_schema(self) -> dict:
-        out: dict = {"type": "array"}
-        if self.min_items is not None:
-            out["minItems"] = self.min_items
-        if self.unique:
-            out["uniqueItems"] = True
-        out["items"] = self.items.schema()
-        return out
+        return {"type": "array", **_set(minItems=self.min_items, uniqueItems=self.unique or None),
+                "items": self.items.schema()}
 
     def _own_type(self) -> Any:
         return tuple[self.items.py_type(), ...]
@@ -179,14 +158,9 @@ class Map(Node):
     min_items: int | None = None
 
     def _own_schema(self) -> dict:
-        out: dict = {"type": "object"}
-        if self.min_items is not None:
-            out["minProperties"] = self.min_items
-        if self.names is not None:
-            out["propertyNames"] = self.names.schema()
-        if self.values is not None:
-            out["additionalProperties"] = self.values.schema()
-        return out
+        return {"type": "object", **_set(minProperties=self.min_items,
+                                         propertyNames=self.names.schema() if self.names else None,
+                                         additionalProperties=self.values.schema() if self.values else None)}
 
     def _own_type(self) -> Any:
         return Mapping[str, self.values.py_type() if self.values is not None else Any]
@@ -197,6 +171,7 @@ class Group(Node):
     """A fixed set of keys (``keys``: name -> declaration, in the order a reader meets them); an
     unknown key is an error. Absent, a group is ``{}``: every key of it takes its default."""
 
+    PY: ClassVar[Any] = Mapping[str, Any]
     keys: dict[str, Node]
     required: tuple[str, ...] = ()
     default: Any = field(default_factory=dict, kw_only=True)
@@ -208,15 +183,6 @@ class Group(Node):
             out["required"] = list(self.required)
         return out
 
-    def _own_type(self) -> Any:
-        return Mapping[str, Any]
-
-    def schema(self) -> dict:
-        out = super().schema()
-        for last in ("properties", "required"):  # after default and description: easier to read
-            if last in out:
-                out[last] = out.pop(last)
-        return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -249,26 +215,20 @@ class Ref(Node):
         return self.definitions[self.name].target()
 
 
-class Definitions:
+class Definitions(dict):
     """Named declarations a schema refers to (``#/definitions/<name>``): a type several keys share."""
 
-    def __init__(self) -> None:
-        self._nodes: dict[str, Node] = {}
-
     def define(self, name: str, node: Node) -> Definition:
-        if name in self._nodes:
+        if name in self:
             raise ValueError(f"definition {name!r} declared twice")
-        self._nodes[name] = node
+        self[name] = node
         return Definition(name, self)
 
-    def __getitem__(self, name: str) -> Node:
-        return self._nodes[name]
-
     def schema(self) -> dict:
-        return {name: node.schema() for name, node in self._nodes.items()}
+        return {name: node.schema() for name, node in self.items()}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Definition:
     name: str
     definitions: Definitions
@@ -281,36 +241,28 @@ class Definition:
         return self.definitions[self.name]
 
 
-def lookup(root: Node, path: str) -> Node:
+def at(root: Node, path: str) -> Node:
     """The declaration at the dotted ``path`` under ``root`` ("retriever.batch_size"; ``*`` stands
-    for any name of a :class:`Map`: "tasks.*.source")."""
-    node = root.target()
+    for any name of a :class:`Map`: "tasks.*.source"), as written there (a :class:`Ref` stays one)."""
+    node = root
     for part in path.split("."):
-        if isinstance(node, Group) and part in node.keys:
-            node = node.keys[part].target()
-        elif isinstance(node, Map) and part == "*" and node.values is not None:
-            node = node.values.target()
+        parent = node.target()
+        if isinstance(parent, Group) and part in parent.keys:
+            node = parent.keys[part]
+        elif isinstance(parent, Map) and part == "*" and parent.values is not None:
+            node = parent.values
         else:
             raise KeyError(f"no config key {path!r} is declared (at {part!r})")
     return node
-
-
-def at(root: Node, path: str) -> Node:
-    """Like :func:`lookup`, but the declaration as written there (a :class:`Ref` stays one)."""
-    *parents, last = path.split(".")
-    parent = lookup(root, ".".join(parents)) if parents else root.target()
-    if isinstance(parent, Group) and last in parent.keys:
-        return parent.keys[last]
-    if isinstance(parent, Map) and last == "*" and parent.values is not None:
-        return parent.values
-    raise KeyError(f"no config key {path!r} is declared (at {last!r})")
 
 
 # ------------------------------------------------------------------------------------ validation
 @lru_cache(maxsize=2)
 def validator_class(fill_defaults: bool):
     """Draft 7, where a pattern must match the whole string; with ``fill_defaults`` an absent key
-    that has a default gets it (a copy), in place, as the value is validated."""
+    that has a default gets it (a copy) and a boolean key given as the word true / false (any case:
+    ``snakemake --config evaluate_in_train_job=false`` passes a string) becomes the boolean, in
+    place, as the value is validated."""
     from jsonschema import Draft7Validator, ValidationError, validators
 
     def set_defaults(validator, properties, instance, sch):
@@ -318,6 +270,9 @@ def validator_class(fill_defaults: bool):
             for key, sub in properties.items():
                 if isinstance(sub, dict) and "default" in sub and key not in instance:
                     instance[key] = copy.deepcopy(sub["default"])
+                word = instance.get(key)
+                if isinstance(word, str) and isinstance(sub, dict) and sub.get("type") == "boolean":
+                    instance[key] = {"true": True, "false": False}.get(word.lower(), word)
         yield from Draft7Validator.VALIDATORS["properties"](validator, properties, instance, sch)
 
     def full_pattern(validator, pattern, instance, sch):

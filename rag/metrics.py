@@ -14,15 +14,9 @@ name               definition
 ``trigram_distinct`` Table 5: distinct / total word tri-grams over all predictions
 =================  ===========================================================================
 
-Each is a :class:`Metric` class in :data:`METRICS`, found by name (:func:`metric_spec`): its
-corpus-level score, its per-example scores where it is their mean, whether it reads the metric
-options (tokenizer, Q-BLEU weights) and whether a report cell's interval resamples it. A new metric
-is one such class, decorated with ``@register_metric``.
-
-Tokenization for the coco-caption scorers (``bleu1``, ``rougeL``, ``qbleu1``): see
-:mod:`rag.scoring.ptb_tokenizer` (``tokenizer="python"``, the default, or ``"ptb"``, Java's).
-The scorers live in :mod:`rag.scoring`; this module names the metrics and scores with them
-(:class:`Scorer`: the metrics with a run's options).
+Each is a :class:`Metric` class in :data:`METRICS` (``@register_metric``), found by name
+(:func:`metric_spec`); :class:`Scorer` holds them with a run's options. The scorers live in
+:mod:`rag.scoring` (the coco-caption tokenization: :mod:`rag.scoring.ptb_tokenizer`).
 """
 
 from __future__ import annotations
@@ -36,10 +30,6 @@ from rag.scoring.answer_match import exact_match, regex_match
 from rag.scoring.coco import bleu1, check_pairs, cooked_bleu, rouge_l_mean, rouge_l_scores, tokenize_pairs
 from rag.scoring.qbleu import qbleu1_scores
 
-# ---------------------------------------------------------------------------------------------
-# Tri-gram diversity
-# ---------------------------------------------------------------------------------------------
-
 
 def trigram_distinct(texts: Sequence[str]) -> float:
     """Distinct / total word tri-grams over all texts, in percent (whitespace tokens, case kept;
@@ -52,27 +42,15 @@ def trigram_distinct(texts: Sequence[str]) -> float:
     return 100.0 * len(grams) / total if total else 0.0
 
 
-# ---------------------------------------------------------------------------------------------
-# The metrics, by name
-# ---------------------------------------------------------------------------------------------
-
-
 class Metric:
     """A metric: the score of predictions against their golds (one list per example), in percent.
 
-    A subclass is found by its ``name`` in :data:`METRICS` (``@register_metric``); what the harness
-    asks of a metric it reads here, never from the metric's name:
-
-    * ``display``: its name for readers (the report's notes);
-    * ``reads_tokenizer`` / ``reads_weights``: it reads config key ``metrics.tokenizer`` (coco-caption
-      tokenization) / ``metrics.qbleu1`` (Q-BLEU weights); a task's eval_<task> section carries the
-      metrics options only when one of its metrics reads them, and metrics.json records them;
-    * ``bootstrap``: a report cell's interval scores bootstrap resamples (:meth:`subset`); False:
-      the score is the mean of per-example 0/100 scores (one example scored alone), whose interval
-      is a mean's;
-    * ``needs_targets``: it compares with the golds (False: it reads the predictions alone);
-    * ``options``: its own options and their defaults (config key ``metrics.options.<name>``; an
-      instance's ``options`` holds the run's values, recorded in metrics.json under its name).
+    What the harness asks of a metric it reads here, never from the metric's name: ``display``
+    (its name for readers); ``reads_tokenizer`` / ``reads_weights`` (it reads config key
+    ``metrics.tokenizer`` / ``metrics.qbleu1``); ``bootstrap`` (a report cell's interval scores
+    resamples, :meth:`subset`; False: a mean of 0/100 scores, whose interval is a mean's);
+    ``needs_targets`` (False: it reads the predictions alone); ``options`` (its own options and their
+    defaults, config key ``metrics.options.<name>``; an instance holds the run's values).
     """
 
     name: ClassVar[str] = ""
@@ -113,14 +91,12 @@ class Metric:
         raise NotImplementedError
 
     def subset(self, predictions: Sequence[str], targets: Sequence[Sequence[str]]) -> Callable[[Sequence[int]], float]:
-        """``fn(indices)``: :meth:`score` of the examples at ``indices`` (repeats allowed), to the last
-        bit; here scored afresh each time (a metric counted over the whole resample)."""
+        """``fn(indices)``: :meth:`score` of the examples at ``indices`` (repeats allowed), to the last bit."""
         return lambda ix: self.score([predictions[i] for i in ix], [targets[i] for i in ix])
 
 
 class MeanMetric(Metric):
-    """A metric that is the mean of per-example scores: each example is scored once (:meth:`each`),
-    a subset averages its examples' scores (:meth:`mean`, summed in order as the score sums them)."""
+    """The mean of per-example scores (:meth:`each`, scored once; a subset averages its examples')."""
 
     def each(self, predictions: Sequence[str], targets: Sequence[Sequence[str]]) -> list:
         raise NotImplementedError
@@ -246,11 +222,9 @@ class TrigramDistinct(Metric):
 
 @dataclass(frozen=True)
 class Scorer:
-    """The metrics with a run's metric options: ``tokenizer`` (python|ptb) for the metrics that read
-    it (``reads_tokenizer``: bleu1, rougeL, qbleu1), ``qbleu1`` (Q-BLEU weights, keys of
-    ``QBLEU_WEIGHT_KEYS``; None: ``QBLEU_DEFAULT_WEIGHTS``) for those that read weights (qbleu1).
-    A run builds one from its config (``rag.predictions.scorer``), a report from the options its
-    metrics.json recorded (:meth:`of`); ``Scorer()`` holds the defaults."""
+    """The metrics with a run's options: ``tokenizer`` (python|ptb), ``qbleu1`` (Q-BLEU weights; None:
+    the defaults) and each metric's own options. A run builds one from its config
+    (``rag.predictions.scorer``), a report from its metrics.json (:meth:`of`)."""
 
     tokenizer: str = "python"
     qbleu1: dict | None = None
@@ -258,8 +232,7 @@ class Scorer:
 
     @classmethod
     def of(cls, options: dict | None) -> "Scorer":
-        """The scorer of a metrics.json's ``metric_options`` (its keys ``tokenizer``, ``qbleu1`` and
-        a metric's name for its own options; a key it lacks, as for metrics that read no options: the default)."""
+        """The scorer of a metrics.json's ``metric_options`` (a key it lacks: the default)."""
         options = options or {}
         own = {k: v for k, v in options.items() if k not in ("tokenizer", "qbleu1")}
         return cls(options.get("tokenizer", "python"), options.get("qbleu1"), own)
@@ -276,10 +249,8 @@ class Scorer:
         return m.score(predictions, targets)
 
     def subset(self, metric: str, predictions: Sequence[str], targets: Sequence[Sequence[str]]) -> Callable[[Sequence[int]], float]:
-        """``fn(indices)``: :meth:`compute` of the examples at ``indices`` (repeats allowed), equal to
-        it to the last bit, with what each example costs on its own done once (the metric's
-        :meth:`Metric.subset`: tokenizing, BLEU's n-gram counts, the per-example scores a mean
-        averages). A bootstrap scores hundreds of resamples of the same predictions (the report's ± cells)."""
+        """``fn(indices)``: :meth:`compute` of the examples at ``indices`` (repeats allowed), to the last
+        bit, with each example's own cost paid once (:meth:`Metric.subset`): for the report's bootstrap."""
         m = self.metric(metric)
         if len(predictions) == 0:
             raise DataError(f"metric {metric}: no predictions to score (empty list)")

@@ -1,22 +1,14 @@
 """The config sections as typed, frozen objects: what each stage function takes.
 
-Snakemake writes each section of the resolved config (:func:`rag.config.sections`) to
-``results/<name>/config/<section>.json``; a command reads its file(s) into the section's class
-here (:func:`read_section`, :func:`read_task_sections`) and calls its stage function.
+Snakemake writes each section of the resolved config (:func:`rag.config.sections`, built from the
+classes' keys: ``pick``) to ``results/<name>/config/<section>.json``; a command reads its file(s)
+into the section's class (:func:`read_section`, :func:`read_task_sections`).
 
-A class is a projection of the declared config (:mod:`rag.config_keys`), not a second declaration:
-it names the keys its stage reads (``batch_size = read("retriever.batch_size")``, or
-``every_key_of="train"``) and the nested sections it holds (``corpus: CorpusOptions``); each key's
-type, bounds, choices and description come from its declaration. A key with a default is always in
-the section file, one without may be absent (``read(..., optional=...)`` says otherwise where the
-section leaves a defaulted key out or always fills one in). Parsing validates a file against the
-JSON schema of the class (built from the same declarations, :mod:`rag.keyspec`) and raises
-:class:`~rag.errors.ConfigError` with one line naming the file and the dotted key of a missing key,
-an unknown key or a wrong value. Lists become tuples and objects read-only mappings; ``to_dict``
-gives back the section's mapping exactly as it was read (a key absent stays absent, an explicit
-``null`` stays ``null``).
-
-:func:`rag.config.sections` builds each section from the classes' keys (``pick``).
+A class names the declared keys its stage reads (``batch_size = read("retriever.batch_size")``, or
+``every_key_of="train"``) and its nested sections (``corpus: CorpusOptions``); types and checks
+come from the declarations (:mod:`rag.config_keys`). Parsing validates a file against the class'
+JSON schema, each problem one :class:`~rag.errors.ConfigError` naming the file and the dotted key.
+Lists become tuples and objects read-only mappings; ``to_dict`` gives back the mapping as read.
 """
 
 import dataclasses
@@ -53,8 +45,7 @@ class Read:
 def read(key: "str | config_keys.Definition", *, optional: bool | None = None) -> Any:
     """The section field holding the config key ``key`` (dotted, "train.k"; or a definition of
     :mod:`rag.config_keys` for a key only sections have). ``optional``: whether the section may
-    leave it out (default: a config key without default, which the resolved config may lack; a key
-    only sections have is always written)."""
+    leave it out (default: a config key without default may be absent)."""
     if isinstance(key, str):
         return Read(key, config_keys.key(key), optional)
     return Read(None, key.ref(), False if optional is None else optional)
@@ -62,10 +53,9 @@ def read(key: "str | config_keys.Definition", *, optional: bool | None = None) -
 
 @dataclass(frozen=True)
 class Section:
-    """Base of the typed sections. A subclass lists its keys as ``name = read("dotted.key")`` (or
-    ``every_key_of="group"``, less ``exclude``) and its nested sections as annotations
-    (``corpus: CorpusOptions``; ``X | None = None``: may be absent); it becomes a frozen,
-    keyword-only dataclass whose field types are the declared ones."""
+    """Base of the typed sections: a subclass lists its keys (``name = read("dotted.key")``, or
+    ``every_key_of="group"`` less ``exclude``) and its nested sections as annotations
+    (``X | None = None``: may be absent); it becomes a frozen, keyword-only dataclass."""
 
     _given: frozenset = field(default=frozenset(), kw_only=True, repr=False, compare=False, metadata=_ATTACHED)
 
@@ -74,7 +64,7 @@ class Section:
         own = dict(cls.__dict__.get("__annotations__", {}))
         keys: dict[str, Read] = {n: v for n, v in cls.__dict__.items() if isinstance(v, Read)}
         if every_key_of is not None:
-            group = keyspec.lookup(config_keys.CONFIG, every_key_of)
+            group = config_keys.key(every_key_of).target()
             if not isinstance(group, keyspec.Group) or set(exclude) - set(group.keys):
                 raise TypeError(f"{cls.__name__}: {every_key_of} is no group of keys, or lacks one of {exclude}")
             known = {f.name for f in fields(cls)} | set(keys) | set(own)
@@ -130,8 +120,10 @@ class Section:
     @classmethod
     def from_dict(cls: type[S], data: Any, where: str, prefix: str = "") -> S:
         """Parse the mapping ``data`` read from ``where`` (``prefix``: its dotted key in there)."""
-        sch = _schema(cls)
-        err = keyspec.first_error(_validator(cls), data)
+        from rag.tasks import TASKS, VARIANTS
+
+        sch, validator = _validator(cls, (tuple(TASKS), tuple(VARIANTS)))
+        err = keyspec.first_error(validator, data)
         if err is not None:
             raise ConfigError(f"{where}: {keyspec.describe(err, sch, prefix)}")
         return cls._build(data, where, prefix)
@@ -143,7 +135,7 @@ class Section:
             if f.metadata.get("key", True) and f.name in data:
                 part = f.metadata.get("part")
                 value = data[f.name]
-                values[f.name] = part._build(value, where, _dotted(prefix, f.name)) if part else _frozen(value)
+                values[f.name] = part._build(value, where, keyspec.dotted([f.name], prefix)) if part else _frozen(value)
         obj = cls(**values, _given=frozenset(values))
         obj._check(where, prefix)
         return obj
@@ -152,8 +144,7 @@ class Section:
         """Checks between keys (a subclass' own)."""
 
     def to_dict(self) -> dict:
-        """The section's mapping (sorted keys): the keys it was read with, or (built directly)
-        the required ones and those set."""
+        """The section's mapping (sorted keys): the keys it was read with, or the required and set ones."""
         out = {}
         for f in fields(self):
             if f.metadata.get("key", True):
@@ -174,24 +165,12 @@ def _part(tp) -> type | None:
     return None
 
 
-def _schema(cls) -> dict:
-    return {**cls.json_schema(), "definitions": config_keys.D.schema()}
-
-
-def _validator(cls):
-    """The section's validator, built again when the registry's names change (its enums read them)."""
-    from rag.tasks import TASKS, VARIANTS
-
-    return _validator_of(cls, tuple(TASKS), tuple(VARIANTS))
-
-
 @lru_cache(maxsize=None)
-def _validator_of(cls, tasks: tuple, variants: tuple):
-    return keyspec.validator_class(fill_defaults=False)(_schema(cls))
-
-
-def _dotted(prefix: str, key: str) -> str:
-    return f"{prefix}.{key}" if prefix else str(key)
+def _validator(cls, names: tuple):
+    """The section's schema and validator, built again when the registry's names change (``names``:
+    its enums read them)."""
+    sch = {**cls.json_schema(), "definitions": config_keys.json_schema()["definitions"]}
+    return sch, keyspec.validator_class(fill_defaults=False)(sch)
 
 
 def _required(f) -> bool:
@@ -267,7 +246,7 @@ class IndexOptions(Section):
     def _check(self, where: str, prefix: str) -> None:
         for name in INDEX_PARAMS[self.index]:
             if name not in self._given:
-                raise ConfigError(f"{where}: config key {_dotted(prefix, name)!r} is missing")
+                raise ConfigError(f"{where}: config key {keyspec.dotted([name], prefix)!r} is missing")
 
     def build_params(self) -> dict:
         """The keyword arguments of rag.retrieval.index.build_index for the set parameters."""
@@ -288,9 +267,7 @@ class GeneratorOptions(GeneratorLengths, every_key_of="generator"):
 
 
 class TaskKind(Section):
-    """What the data and training of a task the config declares (``tasks.<task>.kind`` set;
-    rag.tasks.declare_task) read of its declaration; reading a section with it (:class:`TaskSection`)
-    declares the task without its metrics."""
+    """What the data and training of a task the config declares (``tasks.<task>.kind``) read of its declaration."""
 
     source = read("tasks.*.source")
     format = read("tasks.*.format")
@@ -409,11 +386,8 @@ class GeneratorSection(Section):
 
 
 class TaskSection(Section):
-    """A section of one task (``task_name``), whose ``task`` holds the declaration of a task the
-    config declares (the whole of it in eval_<task>; its kind, labels and format in data_<task> and
-    train_<task>, so that an edit of its metrics re-runs its scoring alone): parsing it declares
-    that task first, in the process that reads it, as :func:`rag.config.load_config` does where the
-    DAG is planned."""
+    """A section of one task (``task_name``); parsing it declares a task the config declares (its
+    ``task`` holds the declaration: whole in eval_<task>, without metrics elsewhere) in this process."""
 
     @classmethod
     def from_dict(cls: type[S], data: Any, where: str, prefix: str = "") -> S:

@@ -1,17 +1,13 @@
-"""The registry: every task, variant, retriever, generator family and metric the harness knows, declared once.
+"""The registry: every task, variant, retriever and generator family the harness knows, declared once.
 
-The config schema's enums (``rag.config.schema``), the Snakemake wildcard constraints, the CLI
-choices, the report's labels and tables, the claims, the parsers a task's files are read with and
-the Table 7 checks are all read from here (tests/test_registry.py walks every entry). Logic asks an
-entry what it needs (a task's format, regex targets, labels, paper columns; the tasks the paper's
-experiments use, :data:`ROLES`), never compares task names. Adding a task, a variant, a retriever
-or a generator family means adding an entry here (plus its data, its parser or its class); a
-metric is a class in ``rag.metrics.METRICS``.
+The config schema's enums, the wildcard constraints, the CLI choices, the report's labels and
+tables, the claims, the parsers and the Table 7 checks read it; logic asks an entry what it needs
+(a task's format, labels, paper columns; the tasks of the paper's experiments, :data:`ROLES`),
+never compares task names. A metric is a class in ``rag.metrics.METRICS``.
 
 A user's own task needs no entry: the config declares it (``tasks.<task>.kind``, ``metrics``,
-``format``: :func:`declare_task`), and it joins :data:`TASKS` for that run. Its parser and its
-metrics may be code outside the package, named ``"module:attr"`` or ``"path/to/file.py:attr"``
-(:func:`load_object`). Such a task has no miniworld generator, no Table 7 row and no paper column.
+``format``: :func:`declare_task`) and it joins :data:`TASKS` for that run; its parser and metrics
+may be code of the user's, ``"module:attr"`` or ``"path/to/file.py:attr"`` (:func:`load_object`).
 """
 
 from __future__ import annotations
@@ -194,16 +190,10 @@ def declare_tasks(tasks) -> None:
 
 
 def declare_task(name: str, decl: dict, where: str = "config", without_metrics: bool = False) -> TaskSpec:
-    """Register the task the config declares under ``tasks.<name>`` (``decl``: its keys) in
-    :data:`TASKS` and return its entry; one ConfigError naming the key for a bad declaration.
-
-    ``kind`` (one of :data:`KINDS`) sets its decoding defaults and how answers are matched;
-    ``metrics`` names rag.metrics.METRICS or metric classes of the user's (``"file.py:Class"``);
-    ``primary`` (default: the first metric) is the metric the tables report; ``labels`` are a
-    classification task's answers; ``format`` is a parser of rag.data.parsers.PARSERS or the user's
-    (``"file.py:parse"``); ``display`` its name in the report (default: ``name``).
-    ``without_metrics``: ``decl`` is what a data or train section holds (no metrics, primary,
-    display): the entry has no metrics."""
+    """Register the task the config declares under ``tasks.<name>`` (``decl``: its keys, as
+    rag/config_keys.py describes them) in :data:`TASKS` and return its entry; one ConfigError naming
+    the key for a bad declaration. ``without_metrics``: ``decl`` is what a data or train section
+    holds (no metrics, primary, display): the entry has no metrics."""
     from rag.errors import ConfigError
 
     key = f"config key 'tasks.{name}"
@@ -221,8 +211,8 @@ def declare_task(name: str, decl: dict, where: str = "config", without_metrics: 
     if kind not in KINDS:
         fail("kind", f"{kind!r} is no kind of task; a declared task needs one of {', '.join(KINDS)}")
     if decl.get("source") not in ("local", "download"):
-        fail("source", f"a declared task reads its own files (source: local or download); miniworld generates the tasks "
-                       f"of rag/tasks.py only")
+        fail("source", "a declared task reads its own files (source: local or download); miniworld generates the tasks "
+                       "of rag/tasks.py only")
     fmt = decl.get("format")
     if not isinstance(fmt, str) or not fmt:
         fail("format", "a declared task names its files' format: a parser of rag/data/parsers.py PARSERS or "
@@ -369,28 +359,22 @@ GENERATOR_FAMILIES: dict[str, FamilySpec] = {f.name: f for f in (
 )}
 
 
-def family_spec(name: str) -> FamilySpec:
+def _spec(registry: dict, what: str, name: str):
     from rag.errors import ConfigError
 
     try:
-        return GENERATOR_FAMILIES[name]
+        return registry[name]
     except KeyError:
-        raise ConfigError(f"unknown generator family {name!r} (known: {', '.join(GENERATOR_FAMILIES)})") from None
+        raise ConfigError(f"unknown {what} {name!r} (known: {', '.join(registry)})") from None
+
+
+def family_spec(name: str) -> FamilySpec:
+    return _spec(GENERATOR_FAMILIES, "generator family", name)
 
 
 def variant_spec(name: str) -> VariantSpec:
-    from rag.errors import ConfigError
-
-    try:
-        return VARIANTS[name]
-    except KeyError:
-        raise ConfigError(f"unknown variant {name!r} (known: {', '.join(VARIANTS)})") from None
+    return _spec(VARIANTS, "variant", name)
 
 
 def retriever_spec(name: str) -> RetrieverSpec:
-    from rag.errors import ConfigError
-
-    try:
-        return RETRIEVERS[name]
-    except KeyError:
-        raise ConfigError(f"unknown retriever {name!r} (known: {', '.join(RETRIEVERS)})") from None
+    return _spec(RETRIEVERS, "retriever", name)

@@ -1,15 +1,11 @@
 """The training loop (:func:`optimize`) that fine-tuning (:func:`train`, negative marginal
-log-likelihood) and generator pretraining (:func:`pretrain`, on :mod:`rag.models.pretraining_data`)
-run, and its one checkpoint rule (:class:`Checkpoint`); the DDP set-up (the run lock: :func:`rag.io.run_lock`).
+log-likelihood) and generator pretraining (:func:`pretrain`) run, its one checkpoint rule
+(:class:`Checkpoint`) and the DDP set-up.
 
-Fine-tuning's data order is a pure function of (seed, step) (pretraining's sampler RNG state
-goes into the checkpoint), and the checkpoint holds model, optimizer,
-scheduler and RNG states (and the fp16 gradient scaler's; the one saved after the last step, the
-trained weights and RNG state alone), so a run stopped at any point and
-resumed ends with the same weights as an uninterrupted run. ``precision`` (bf16 | fp16 | fp32):
-the forward runs under autocast (``RagSystem.precision``), the loss is fp32, fp16 scales the loss
-with a ``torch.amp.GradScaler``. With ``torchrun`` (DDP) each process takes its slice of the
-global batch; gradients are averaged by DistributedDataParallel.
+The data order is a pure function of (seed, step) or a sampler whose RNG state is checkpointed,
+so a run stopped at any point and resumed ends with the weights of an uninterrupted run. The
+forward runs under the ``precision``'s autocast, the loss in fp32 (fp16: a gradient scaler). Under
+``torchrun`` each process takes its slice of the global batch.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ import math
 import os
 import random
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 
@@ -78,18 +74,11 @@ class Checkpoint:
     """The one checkpoint rule of every resumable loop (fine-tuning, pretraining).
 
     ``path`` holds the step, the losses so far, the state of each of ``modules`` (name -> module,
-    None for an absent one or one the run does not train), the optimizer's, scheduler's, gradient
-    scaler's and torch RNG states, any ``extra`` state the loop adds, and ``identity``: what the run
-    was configured with. The save after the last step leaves the optimizer, scheduler and scaler out
-    (``final``): a run resumed there has no step left to take, since its identity holds its step
-    count; with a frozen question encoder left out too, a finished run's checkpoint holds its trained
-    weights and little else. A
-    checkpoint whose identity differs from this run's was written under another configuration:
-    it is not resumed (a warning names the differences) and the run starts from step 0, its first
-    save replacing the file. Snakemake re-runs a job when its config section changes, so this is
-    how an edited configuration retrains while an interrupted job of the same one resumes.
-    A checkpoint that cannot be read (empty, truncated, corrupt) is set aside as
-    ``checkpoint.pt.corrupt-<n>`` and the run starts from step 0, saying so in one warning line.
+    None for one the run does not train), the optimizer's, scheduler's, gradient scaler's and torch
+    RNG states (the save after the last step, ``final``, leaves the optimizer, scheduler and scaler
+    out), any ``extra`` state of the loop, and ``identity``: what the run was configured with. A
+    checkpoint of another identity is not resumed (a warning names the differences): the run starts
+    from step 0. An unreadable one is set aside as ``checkpoint.pt.corrupt-<n>`` (:meth:`load`).
     """
 
     def __init__(self, path: str | Path, identity: dict, modules: dict[str, torch.nn.Module | None]):
@@ -170,13 +159,11 @@ def optimize(step_loss: Callable[[int], torch.Tensor], params: list, opt, sched,
              checkpoint_every: int = 100, extra_state: Callable[[], dict] | None = None,
              log_every: int = 50, log_fn: Callable[[int, float], None] | None = None, desc: str = "train",
              progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1) -> list[float]:
-    """The training loop every stage runs: steps ``start`` .. ``steps`` - 1 of ``step_loss(step)``
-    (the loss of that step's batch), each a gradient step (clipped to norm 1; fp16 through
-    ``scaler``) and a scheduler step; returns ``losses`` extended with each step's loss (the
-    mean over the DDP processes). ``checkpoint`` (rank 0) is saved every ``checkpoint_every``
-    steps and after the last, with ``extra_state()`` (state only the caller holds, such as its
-    data sampler's RNG). ``stop_after`` ends the loop early after that many steps of this call
-    (tests use it to play an interruption)."""
+    """The training loop: steps ``start`` .. ``steps`` - 1 of ``step_loss(step)``, each a gradient
+    step (clipped to norm 1; fp16 through ``scaler``) and a scheduler step; returns ``losses``
+    extended with each step's loss (the mean over the DDP processes). ``checkpoint`` (rank 0) is
+    saved every ``checkpoint_every`` steps and after the last, with ``extra_state()``;
+    ``stop_after`` ends this call after that many steps (tests play an interruption with it)."""
     from tqdm.auto import tqdm
 
     losses = [] if losses is None else losses
@@ -221,13 +208,9 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
           progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1,
           ddp_module=None, precision: str | None = None, identity: dict | None = None) -> list[float]:
     """Train ``system`` for ``steps`` steps; resume from ``ckpt_dir/checkpoint.pt`` when it was
-    written under the same settings and ``identity`` (:class:`Checkpoint`).
-
-    ``stop_after`` ends the loop early after that many steps of this call (tests use it to play
-    an interruption); ``ddp_module`` is the DistributedDataParallel wrapper when running under
-    torchrun, whose forward is ``system.loss``. ``precision`` (default: the system's) sets
-    ``system.precision``, the autocast its forward runs under; fp16 adds a gradient scaler.
-    ``identity``: what else must match for a resume (the CLI passes its configuration's hash).
+    written under the same settings and ``identity`` (:class:`Checkpoint`). ``ddp_module``: the
+    DistributedDataParallel wrapper under torchrun, whose forward is ``system.loss``;
+    ``precision`` (default: the system's) sets ``system.precision``; ``stop_after`` as :func:`optimize`.
     """
     from rag import precision as P
 
@@ -281,23 +264,14 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
              checkpoint_every: int = PRETRAIN_CHECKPOINT_EVERY, stop_after: int | None = None,
              generator=None) -> list[float]:
     """Pretrain ``model`` (on the device it is on) with the cloze objective, and a share
-    ``restatement_share`` of each batch from ``restatements`` when given, of which a share
-    ``claim_share`` are claims to label (:meth:`Restatements.claim`, FEVER's three labels) and a
-    share ``sentence_share`` facts to restate as a sentence (:meth:`Restatements.sentence`) and a
-    share ``absent_share`` facts asked of a passage that does not state them (:meth:`Restatements.absent`). ``precision``: the forward
-    runs under that autocast (fp16 with a gradient scaler), the loss in fp32; ``chunk_overhead``:
-    generator.chunk_overhead (None: the device's default).
-
-    The loop is the fine-tuning loop (:func:`optimize`); with ``ckpt_path`` it is
-    resumable like fine-tuning (:class:`Checkpoint`, written under ``identity`` and
-    these arguments): the checkpoint also holds the batch sampler's RNG state, so a run stopped
-    and resumed ends with the weights and losses of an uninterrupted one. ``stop_after`` ends
-    this call after that many steps (tests use it to play an interruption).
-
-    ``model`` is a seq2seq model (source in, span out) unless ``generator`` is given: a
-    :class:`rag.models.interface.Generator` holding ``model`` (the causal LM) that tokenizes each
-    example (the source its prompt, the span its target) and scores it
-    (:meth:`~rag.models.interface.Generator.target_logprobs`)."""
+    ``restatement_share`` of each batch from ``restatements`` when given, of which shares
+    ``claim_share``, ``sentence_share`` and ``absent_share`` are claims to label, facts to restate
+    as a sentence and facts asked of a passage that does not state them (:class:`Restatements`).
+    ``chunk_overhead``: generator.chunk_overhead (None: the device's default). With ``ckpt_path``
+    it is resumable (:class:`Checkpoint`, also holding the batch sampler's RNG state);
+    ``stop_after`` ends this call after that many steps. ``model`` is a seq2seq model unless
+    ``generator`` is given: a :class:`rag.models.interface.Generator` holding ``model`` (a causal
+    LM) that tokenizes and scores each example."""
     from rag import precision as P
     from rag.models.seq2seq import chunk_overhead_for, target_logprobs
 

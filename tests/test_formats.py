@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from rag.data import formats as F
+from rag.data import parsers as P
+from rag.data.table7 import table7
 from rag.tasks import SPLITS
 from rag.data.corpus import IdSet, chunk_documents
 from rag.errors import ConfigError, DataError
@@ -33,7 +35,7 @@ def test_nq_open(tmp_path):
         {"question": "who sings does he love me with reba", "answer": ["Linda Davis"]},
         {"question": "when was the last time", "answer": ["1996", "1996"], "id": "x7"},
     ])
-    recs = list(F.parse_nq_open(p, id_prefix="nq-dev"))
+    recs = list(P.parse_nq_open(p, id_prefix="nq-dev"))
     assert recs[0] == {"id": "nq-dev-0", "input": "who sings does he love me with reba",
                        "targets": ["Linda Davis"], "meta": {}}
     assert recs[1]["id"] == "x7" and recs[1]["targets"] == ["1996"]
@@ -42,13 +44,13 @@ def test_nq_open(tmp_path):
 def test_nq_open_wrong_type_and_missing(tmp_path):
     p = _jsonl(tmp_path / "a.jsonl", [{"question": "q", "answer": ["a"]}, {"question": "q", "answer": "a"}])
     with pytest.raises(DataError, match=r"a\.jsonl:2: .*'answer' must be list"):
-        list(F.parse_nq_open(p))
+        list(P.parse_nq_open(p))
     p = _jsonl(tmp_path / "b.jsonl", [{"question": "q"}])
     with pytest.raises(DataError, match=r"b\.jsonl:1: missing field 'answer'"):
-        list(F.parse_nq_open(p))
+        list(P.parse_nq_open(p))
     p = _write(tmp_path / "c.jsonl", '{"question": "q", "answer": ["a"]}\n{"question": \n')
     with pytest.raises(DataError, match=r"c\.jsonl:2: invalid JSON"):
-        list(F.parse_nq_open(p))
+        list(P.parse_nq_open(p))
 
 
 def test_dpr_qa_csv_quoting(tmp_path):
@@ -56,7 +58,7 @@ def test_dpr_qa_csv_quoting(tmp_path):
     p = _write(tmp_path / "nq-test.qa.csv",
                "who got the first nobel prize in physics\t['Wilhelm Conrad Röntgen']\n"
                '"who sang ""i will always love you"""\t"[\'Dolly Parton\', \'Whitney Houston\', ""Dolly\'s""]"\n')
-    recs = list(F.parse_dpr_qa_csv(p, id_prefix="nq-test"))
+    recs = list(P.parse_dpr_qa_csv(p, id_prefix="nq-test"))
     assert recs[0]["targets"] == ["Wilhelm Conrad Röntgen"]
     assert recs[1]["input"] == 'who sang "i will always love you"'
     assert recs[1]["targets"] == ["Dolly Parton", "Whitney Houston", "Dolly's"]
@@ -65,16 +67,16 @@ def test_dpr_qa_csv_quoting(tmp_path):
 
 def test_dpr_qa_csv_curatedtrec_regex_and_errors(tmp_path):
     p = _write(tmp_path / "curatedtrec-test.qa.csv", "what is the capital of kenya\t['Nairobi|Nayrobi']\n")
-    assert list(F.parse_dpr_qa_csv(p))[0]["targets"] == ["Nairobi|Nayrobi"]
+    assert list(P.parse_dpr_qa_csv(p))[0]["targets"] == ["Nairobi|Nayrobi"]
     bad = _write(tmp_path / "bad.qa.csv", "q\t['a']\nonly a question\n")
     with pytest.raises(DataError, match=r"bad\.qa\.csv:2: expected 2 tab-separated columns"):
-        list(F.parse_dpr_qa_csv(bad))
+        list(P.parse_dpr_qa_csv(bad))
     evil = _write(tmp_path / "evil.qa.csv", "q\t__import__('os').system('true')\n")
     with pytest.raises(DataError, match=r"evil\.qa\.csv:1: answer column is not a Python list literal"):
-        list(F.parse_dpr_qa_csv(evil))
+        list(P.parse_dpr_qa_csv(evil))
     notlist = _write(tmp_path / "nl.qa.csv", "q\t[1, 2]\n")
     with pytest.raises(DataError, match=r"nl\.qa\.csv:1: .*list of strings"):
-        list(F.parse_dpr_qa_csv(notlist))
+        list(P.parse_dpr_qa_csv(notlist))
 
 
 def test_triviaqa(tmp_path):
@@ -91,14 +93,14 @@ def test_triviaqa(tmp_path):
     p = tmp_path / "unfiltered-web-dev.json.gz"
     with gzip.open(p, "wt", encoding="utf-8") as fh:
         json.dump(data, fh)
-    (rec,) = F.parse_triviaqa(p)
+    (rec,) = P.parse_triviaqa(p)
     assert rec["id"] == "tc_33"
     assert rec["targets"] == ["Sunset Boulevard", "Sunset Blvd", "West Sunset Boulevard"]
     assert rec["meta"]["normalized_aliases"] == ["sunset blvd", "sunset boulevard"]
     del data["Data"][0]["Answer"]
     q = _write(tmp_path / "test-without-answers.json", json.dumps(data))
     with pytest.raises(DataError, match=r"Data\[0\]: missing field 'Answer'"):
-        list(F.parse_triviaqa(q))
+        list(P.parse_triviaqa(q))
 
 
 def test_webquestions_sexpressions(tmp_path):
@@ -110,7 +112,7 @@ def test_webquestions_sexpressions(tmp_path):
          "utterance": "what character did natalie portman play in star wars?"},
     ]
     p = _write(tmp_path / "webquestions.examples.train.json", json.dumps(data))
-    recs = list(F.parse_webquestions(p, id_prefix="webquestions-train"))
+    recs = list(P.parse_webquestions(p, id_prefix="webquestions-train"))
     assert recs[0]["targets"] == ["Jazmine Sullivan"]
     assert recs[1]["targets"] == ["Padmé Amidala", "Jamaica", "1945"]
     assert recs[1]["id"] == "webquestions-train-1"
@@ -118,7 +120,7 @@ def test_webquestions_sexpressions(tmp_path):
     data[1]["targetValue"] = '(list (description "unterminated)'
     q = _write(tmp_path / "bad.json", json.dumps(data))
     with pytest.raises(DataError, match=r"bad\.json: example \[1\]: bad targetValue"):
-        list(F.parse_webquestions(q))
+        list(P.parse_webquestions(q))
 
 
 def test_curatedtrec_drqa_jsonl_and_tsv(tmp_path):
@@ -126,13 +128,13 @@ def test_curatedtrec_drqa_jsonl_and_tsv(tmp_path):
         {"question": "What U.S. state's motto is \"Live free or Die\"?", "answer": ["New Hampshire"]},
         {"question": "How many years did Sleeping Beauty sleep?", "answer": ["100|hundred"]},
     ])
-    recs = list(F.parse_curatedtrec(p))
+    recs = list(P.parse_curatedtrec(p))
     assert recs[1]["targets"] == ["100|hundred"] and recs[1]["meta"] == {"regex": True}
     t = _write(tmp_path / "ct.tsv", "Who wrote Hamlet?\tShakespeare\nWhat is 2+2\t4|four\n")
-    assert [r["targets"] for r in F.parse_curatedtrec(t)] == [["Shakespeare"], ["4|four"]]
+    assert [r["targets"] for r in P.parse_curatedtrec(t)] == [["Shakespeare"], ["4|four"]]
     bad = _write(tmp_path / "ct_bad.tsv", "Who wrote Hamlet?\tShakespeare\nno answer column\n")
     with pytest.raises(DataError, match=r"ct_bad\.tsv:2: expected 2 tab-separated columns"):
-        list(F.parse_curatedtrec(bad))
+        list(P.parse_curatedtrec(bad))
 
 
 def test_msmarco_columns(tmp_path):
@@ -148,18 +150,18 @@ def test_msmarco_columns(tmp_path):
     p = tmp_path / "dev_v2.1.json.gz"
     with gzip.open(p, "wt", encoding="utf-8") as fh:
         json.dump(data, fh)
-    recs = list(F.parse_msmarco(p))
+    recs = list(P.parse_msmarco(p))
     assert [r["id"] for r in recs] == ["1102432", "19699", "5"]
     assert recs[0]["targets"] == ["The immediate impact was X."]
     assert recs[0]["meta"]["answer_source"] == "answers"
     assert recs[1]["targets"] == ["RBA stands for Results-Based Accountability."]
     assert recs[1]["meta"]["answer_source"] == "wellFormedAnswers"
     assert recs[2]["targets"] == ["No Answer Present."] and recs[2]["meta"]["no_answer"] is True
-    assert [r["id"] for r in F.parse_msmarco(p, well_formed_only=True)] == ["19699"]
+    assert [r["id"] for r in P.parse_msmarco(p, well_formed_only=True)] == ["19699"]
     del data["answers"]["1"]
     q = _write(tmp_path / "broken.json", json.dumps(data))
     with pytest.raises(DataError, match=r"broken\.json: row '1': missing in column 'answers'"):
-        list(F.parse_msmarco(q))
+        list(P.parse_msmarco(q))
 
 
 def test_jeopardy_jsonl_searchqa_file_and_dir(tmp_path):
@@ -167,7 +169,7 @@ def test_jeopardy_jsonl_searchqa_file_and_dir(tmp_path):
         {"question": "For the last 8 years of his life, Galileo was under house arrest for espousing this man's theory",
          "answer": "Copernicus", "category": "HISTORY"},
     ])
-    (rec,) = F.parse_jeopardy(p, id_prefix="jeopardy-train")
+    (rec,) = P.parse_jeopardy(p, id_prefix="jeopardy-train")
     assert rec["input"] == "Copernicus" and rec["targets"][0].startswith("For the last 8 years")
     assert rec["id"] == "jeopardy-train-0" and rec["meta"] == {"category": "HISTORY"}
     d = tmp_path / "searchqa"
@@ -177,12 +179,12 @@ def test_jeopardy_jsonl_searchqa_file_and_dir(tmp_path):
           "search_results": [{"urls": "u", "snippets": "s", "titles": "t", "related_links": None}]}
     (d / "b.json").write_text(json.dumps(sq, indent=2))
     (d / "a.json").write_text(json.dumps(dict(sq, answer="Copernicus")))
-    recs = list(F.parse_jeopardy(d))
+    recs = list(P.parse_jeopardy(d))
     assert [r["input"] for r in recs] == ["Copernicus", "Jim Thorpe"]
     assert recs[1]["meta"]["show_number"] == "4680"
     bad = _jsonl(tmp_path / "bad.jsonl", [{"question": "q", "answer": "a"}, {"question": "q"}])
     with pytest.raises(DataError, match=r"bad\.jsonl:2: missing field 'answer'"):
-        list(F.parse_jeopardy(bad))
+        list(P.parse_jeopardy(bad))
 
 
 FEVER_ROWS = [
@@ -198,18 +200,18 @@ FEVER_ROWS = [
 
 def test_fever_three_and_two_way(tmp_path):
     p = _jsonl(tmp_path / "paper_dev.jsonl", FEVER_ROWS)
-    recs = list(F.parse_fever(p))
+    recs = list(P.parse_fever(p))
     assert [r["targets"] for r in recs] == [["SUPPORTS"], ["REFUTES"], ["NOT ENOUGH INFO"]]
     assert recs[0]["id"] == "75397"
     assert recs[0]["meta"]["evidence_pages"] == ["Nikolaj_Coster-Waldau", "Fox_Broadcasting_Company"]
     assert recs[2]["meta"] == {"verifiable": "NOT VERIFIABLE", "evidence_pages": []}
-    assert [r["id"] for r in F.parse_fever(p, two_way=True)] == ["75397", "150448"]
+    assert [r["id"] for r in P.parse_fever(p, two_way=True)] == ["75397", "150448"]
     bad = _jsonl(tmp_path / "bad.jsonl", [dict(FEVER_ROWS[0], label="MAYBE")])
     with pytest.raises(DataError, match=r"bad\.jsonl:1: label must be one of"):
-        list(F.parse_fever(bad))
+        list(P.parse_fever(bad))
     unlabelled = _jsonl(tmp_path / "test.jsonl", [{"id": 1, "claim": "c"}])
     with pytest.raises(DataError, match=r"test\.jsonl:1: missing field 'label'"):
-        list(F.parse_fever(unlabelled))
+        list(P.parse_fever(unlabelled))
 
 
 # --------------------------------------------------------------------------- corpus
@@ -224,12 +226,12 @@ DPR_TSV = (
 
 def test_dpr_passages_plain_and_gzip(tmp_path):
     p = _write(tmp_path / "psgs_w100.tsv", DPR_TSV)
-    recs = list(F.parse_dpr_passages(p))
+    recs = list(P.parse_dpr_passages(p))
     assert recs[0] == {"id": "1", "title": "Aaron",
                        "text": 'Aaron Aaron ( or ; "Ahärôn") is a prophet, high priest, and the brother of Moses'}
     g = tmp_path / "psgs_w100.tsv.gz"
     g.write_bytes(gzip.compress(DPR_TSV.encode()))
-    assert list(F.parse_dpr_passages(g)) == recs
+    assert list(P.parse_dpr_passages(g)) == recs
 
 
 def test_dpr_passages_truncated_gzip(tmp_path):
@@ -238,38 +240,38 @@ def test_dpr_passages_truncated_gzip(tmp_path):
     g = tmp_path / "psgs_w100.tsv.gz"
     g.write_bytes(blob[: len(blob) // 2])
     with pytest.raises(DataError, match=r"psgs_w100\.tsv\.gz:\d+: .*truncated"):
-        list(F.parse_dpr_passages(g))
+        list(P.parse_dpr_passages(g))
 
 
 def test_dpr_passages_errors(tmp_path):
     p = _write(tmp_path / "noheader.tsv", "1\ttext\ttitle\n")
     with pytest.raises(DataError, match=r"noheader\.tsv:1: expected header"):
-        list(F.parse_dpr_passages(p))
+        list(P.parse_dpr_passages(p))
     p = _write(tmp_path / "missing.tsv", "id\ttext\ttitle\n1\tsome text\tT\n2\tno title column\n")
     with pytest.raises(DataError, match=r"missing\.tsv:3: expected 3 tab-separated columns"):
-        list(F.parse_dpr_passages(p))
+        list(P.parse_dpr_passages(p))
     p = _write(tmp_path / "dup.tsv", "id\ttext\ttitle\n1\ta\tT\n2\tb\tT\n1\tc\tT\n")
     with pytest.raises(DataError, match=r"dup\.tsv:4: duplicate passage id '1'"):
-        list(F.parse_dpr_passages(p))
+        list(P.parse_dpr_passages(p))
     p = _write(tmp_path / "quote.tsv", 'id\ttext\ttitle\n1\t"unterminated\tT\n')
     with pytest.raises(DataError, match=r"quote\.tsv:2: malformed quoted field"):
-        list(F.parse_dpr_passages(p))
+        list(P.parse_dpr_passages(p))
     p = _write(tmp_path / "headeronly.tsv", "id\ttext\ttitle\n")
     with pytest.raises(DataError, match=r"headeronly\.tsv: empty file"):
-        list(F.parse_dpr_passages(p))
+        list(P.parse_dpr_passages(p))
 
 
 def test_corpus_tsv_and_jsonl(tmp_path):
     p = _write(tmp_path / "c.tsv", 'id\ttitle\ttext\nd1\tT "q"\tsome "quoted" text\nd2\tU\tmore\n')
-    assert list(F.parse_corpus_tsv(p))[0] == {"id": "d1", "title": 'T "q"', "text": 'some "quoted" text'}
+    assert list(P.parse_corpus_tsv(p))[0] == {"id": "d1", "title": 'T "q"', "text": 'some "quoted" text'}
     j = _jsonl(tmp_path / "c.jsonl", [{"id": 7, "title": "T", "text": "x"}, {"id": "a", "title": "U", "text": "y"}])
-    assert [r["id"] for r in F.parse_corpus_jsonl(j)] == ["7", "a"]
+    assert [r["id"] for r in P.parse_corpus_jsonl(j)] == ["7", "a"]
     dup = _jsonl(tmp_path / "dup.jsonl", [{"id": "a", "title": "T", "text": "x"}, {"id": "a", "title": "U", "text": "y"}])
     with pytest.raises(DataError, match=r"dup\.jsonl:2: duplicate passage id 'a'"):
-        list(F.parse_corpus_jsonl(dup))
+        list(P.parse_corpus_jsonl(dup))
     wrong = _jsonl(tmp_path / "w.jsonl", [{"id": "a", "title": None, "text": "x"}])
     with pytest.raises(DataError, match=r"w\.jsonl:1: field 'title' must be str"):
-        list(F.parse_corpus_jsonl(wrong))
+        list(P.parse_corpus_jsonl(wrong))
 
 
 def test_id_set_bitmap_and_strings():
@@ -278,9 +280,9 @@ def test_id_set_bitmap_and_strings():
     assert not s.add("21015324") and not s.add("1") and not s.add("01") and not s.add("abc")
 
 
-@pytest.mark.parametrize("parser", [F.parse_nq_open, F.parse_dpr_qa_csv, F.parse_curatedtrec, F.parse_fever,
-                                    F.parse_corpus_tsv, F.parse_corpus_jsonl, F.parse_dpr_passages,
-                                    F.parse_triviaqa, F.parse_webquestions, F.parse_msmarco, F.parse_jeopardy])
+@pytest.mark.parametrize("parser", [P.parse_nq_open, P.parse_dpr_qa_csv, P.parse_curatedtrec, P.parse_fever,
+                                    P.parse_corpus_tsv, P.parse_corpus_jsonl, P.parse_dpr_passages,
+                                    P.parse_triviaqa, P.parse_webquestions, P.parse_msmarco, P.parse_jeopardy])
 def test_empty_file_raises(tmp_path, parser):
     p = _write(tmp_path / "empty.txt", "")
     with pytest.raises(DataError, match=r"empty\.txt"):
@@ -288,9 +290,9 @@ def test_empty_file_raises(tmp_path, parser):
 
 
 @pytest.mark.parametrize("parser, content", [
-    (F.parse_nq_open, b'{"question": "ok", "answer": ["a"]}\n{"question": "caf\xe9", "answer": ["a"]}\n'),
-    (F.parse_corpus_tsv, b"id\ttitle\ttext\nb\tB\tcaf\xe9\n"),
-    (F.parse_dpr_qa_csv, b"q\t['a']\nq2\t['caf\xe9']\n"),
+    (P.parse_nq_open, b'{"question": "ok", "answer": ["a"]}\n{"question": "caf\xe9", "answer": ["a"]}\n'),
+    (P.parse_corpus_tsv, b"id\ttitle\ttext\nb\tB\tcaf\xe9\n"),
+    (P.parse_dpr_qa_csv, b"q\t['a']\nq2\t['caf\xe9']\n"),
 ])
 def test_non_utf8_raises_with_line(tmp_path, parser, content):
     # line 1 is valid in each format: the error must name line 2, where the bad byte is
@@ -304,7 +306,7 @@ def test_non_utf8_json_document_raises(tmp_path):
     p = tmp_path / "latin1.txt"
     p.write_bytes(b'{"Data": [{"Question": "caf\xe9"}]}\n')
     with pytest.raises(DataError, match=r"latin1\.txt:1: not valid UTF-8"):
-        list(F.parse_triviaqa(p))
+        list(P.parse_triviaqa(p))
 
 
 def test_chunk_documents():
@@ -322,9 +324,9 @@ def test_chunk_documents():
 # --------------------------------------------------------------------------- Table 7, prepare_task, CLI
 
 
-def test_table7_and_check_counts():
-    assert F.TABLE7["nq"] == {"train": 79169, "dev": 8758, "test": 3611}
-    assert F.TABLE7["fever2"]["dev"] == 6666
+def test_table7_and_check_counts(tmp_path):
+    assert table7()["nq"] == {"train": 79169, "dev": 8758, "test": 3611}
+    assert table7()["fever2"]["dev"] == 6666
     assert F.check_counts("nq", "test", 3611) is None
     # Table 7 is one more than DPR's files for every NQ / TriviaQA / WebQuestions split
     for task, split, n in (("nq", "test", 3610), ("triviaqa", "test", 11313), ("webquestions", "test", 2032),
@@ -335,9 +337,9 @@ def test_table7_and_check_counts():
     assert F.check_counts("curatedtrec", "test", 634) is not None  # the offset is not general
     assert F.check_counts("webquestions", "train", 2474) is not None  # biencoder file: a real difference
     with pytest.raises(ConfigError, match="unknown task"):
-        F.check_counts("squad", "dev", 1)
+        F.prepare_task("nq_open", tmp_path / "nq.jsonl", tmp_path / "out.jsonl", "squad", "dev")
     with pytest.raises(ConfigError, match="unknown split"):
-        F.check_counts("nq", "val", 1)
+        F.prepare_task("nq_open", tmp_path / "nq.jsonl", tmp_path / "out.jsonl", "nq", "val")
 
 
 def test_prepare_task_writes_jsonl_and_warns(tmp_path, caplog):
@@ -420,7 +422,7 @@ def test_cli_prepare_corpus(tmp_path):
     lines = out.read_text(encoding="utf-8").splitlines()
     assert lines[0] == "id\ttitle\ttext"
     assert lines[1] == '1\tAaron\tAaron Aaron ( or ; "Ahärôn") is a prophet, high priest, and the brother of Moses'
-    assert list(F.parse_corpus_tsv(out))[1]["id"] == "2"
+    assert list(P.parse_corpus_tsv(out))[1]["id"] == "2"
 
     docs = _jsonl(tmp_path / "docs.jsonl", [
         {"id": "D1", "title": "Tab\tTitle", "text": " ".join(["x"] * 250)},
@@ -429,7 +431,7 @@ def test_cli_prepare_corpus(tmp_path):
     out2 = tmp_path / "p2.tsv"
     assert main(["prepare-corpus", "--format", "documents", "--input", str(docs), "--output", str(out2),
                  "--words", "100"]) == 0
-    recs = list(F.parse_corpus_tsv(out2))
+    recs = list(P.parse_corpus_tsv(out2))
     assert [r["id"] for r in recs] == ["D1_0", "D1_1", "D1_2", "D2_0"]
     assert recs[0]["title"] == "Tab Title" and recs[3]["text"] == "line one line two"
     assert [len(r["text"].split()) for r in recs[:3]] == [100, 100, 50]
@@ -439,7 +441,7 @@ def test_dpr_biencoder_json_gz(tmp_path):
     import gzip
     import json
 
-    from rag.data.formats import parse_dpr_biencoder
+    from rag.data.parsers import parse_dpr_biencoder
 
     p = tmp_path / "biencoder-webquestions-train.json.gz"
     rows = [{"dataset": "webq", "question": "what is the capital of france?", "answers": ["Paris", "Paris"],
@@ -467,6 +469,6 @@ def test_one_passage_writer_and_reader(tmp_path):
     p = read_passages(out)
     assert p.ids == ["a_0", "7"] and p.titles == ['T "q"', "U"]
     assert p.texts == ['"quoted" start and  breaks', "two  spaces kept"]
-    assert [r["text"] for r in F.parse_corpus_tsv(out)] == p.texts
+    assert [r["text"] for r in P.parse_corpus_tsv(out)] == p.texts
     with pytest.raises(DataError, match="duplicate passage id 'a_0'"):
         write_passages(tmp_path / "dup.tsv", [("a_0", "T", "x"), ("a_0", "T", "y")])

@@ -96,6 +96,31 @@ def test_approximate_index_from_shards_with_recall_stats(tmp_path, kind, params)
     assert 0.0 <= stats["recall@10_vs_flat"] <= 1.0
 
 
+@pytest.mark.parametrize("kind, params", [("flat", {}), ("hnsw", {"hnsw_m": 16, "hnsw_ef_search": 64}),
+                                          ("ivfpq", {"ivf_lists": 16, "pq_m": 8})])
+def test_a_jobs_index_is_mapped_and_searches_as_one_read_whole(tmp_path, kind, params):
+    """A retrieving job maps the index's bulk from the file instead of reading it (IVF lists on disk,
+    flat and HNSW vectors left in the file) and finds the same rows with the same scores."""
+    import faiss
+
+    from rag.retrieval.index import load_index
+    from rag.stages.indexing import build_faiss_index
+
+    x = _vectors(3_000, 32)
+    paths = _shards(tmp_path, x, [1_500, 1_500])
+    build_faiss_index(_index_section(tmp_path, kind, **params), paths, tmp_path / "i.faiss", tmp_path / "s.json")
+    read, mapped = (load_index(tmp_path / "i.faiss", rows=3_000, dim=32, mapped=m) for m in (False, True))
+    if kind == "ivfpq":
+        lists = [type(faiss.downcast_InvertedLists(faiss.extract_index_ivf(i).invlists)).__name__ for i in (read, mapped)]
+        assert lists == ["ArrayInvertedLists", "OnDiskInvertedLists"]
+    else:
+        codes = [faiss.downcast_index(i.storage if kind == "hnsw" else i).codes for i in (read, mapped)]
+        assert [c.is_owned for c in codes] == [True, False]
+    q = x[:40] + 0.01
+    got_read, got_mapped = read.search(q, 10), mapped.search(q, 10)
+    assert np.array_equal(got_read[1], got_mapped[1]) and np.array_equal(got_read[0], got_mapped[0])
+
+
 def test_ivfpq_trains_on_a_sample(tmp_path, monkeypatch):
     from rag.retrieval import index as I
 

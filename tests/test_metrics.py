@@ -187,6 +187,14 @@ def test_bleu1_agrees_with_sacrebleu():
 # ------------------------------------------------------------------------------ ROUGE-L
 
 
+def rouge_l(predictions, references):
+    return M.Scorer().compute("rougeL", predictions, references)
+
+
+def qbleu1(predictions, references, **weights):
+    return M.Scorer(qbleu1=weights or None).compute("qbleu1", predictions, references)
+
+
 def _f_beta(p, r, beta=1.2):
     return 0.0 if p == 0 or r == 0 else (1 + beta**2) * p * r / (r + beta**2 * p)
 
@@ -194,19 +202,19 @@ def _f_beta(p, r, beta=1.2):
 def test_rouge_l_hand_computed():
     # hyp "the cat sat" vs ref "the cat sat on the mat": LCS 3, P = 3/3, R = 3/6
     # F = 2.44 * 1 * 0.5 / (0.5 + 1.44 * 1) = 1.22 / 1.94
-    assert coco.rouge_l(["The cat sat."], [["the cat sat on the mat"]]) == pytest.approx(100 * 1.22 / 1.94)
+    assert rouge_l(["The cat sat."], [["the cat sat on the mat"]]) == pytest.approx(100 * 1.22 / 1.94)
 
 
 def test_rouge_l_max_precision_and_recall_separately():
     # coco-caption takes max P and max R over refs independently:
     # ref1 "a b": LCS 2 -> P 2/4, R 1 ; ref2 "a b c d e f g h": LCS 4 -> P 1, R 4/8 ; -> P 1, R 1
-    assert coco.rouge_l(["a b c d"], [["a b", "a b c d e f g h"]]) == pytest.approx(100.0)
+    assert rouge_l(["a b c d"], [["a b", "a b c d e f g h"]]) == pytest.approx(100.0)
 
 
 def test_rouge_l_empty_prediction_and_mean():
-    assert coco.rouge_l([""], [["an answer"]]) == 0.0
+    assert rouge_l([""], [["an answer"]]) == 0.0
     # mean over examples: (100 + 0) / 2
-    assert coco.rouge_l(["x y", "z"], [["x y"], ["w"]]) == pytest.approx(50.0)
+    assert rouge_l(["x y", "z"], [["x y"], ["w"]]) == pytest.approx(50.0)
 
 
 def test_rouge_l_agrees_with_rouge_score_lcs():
@@ -219,7 +227,7 @@ def test_rouge_l_agrees_with_rouge_score_lcs():
     for p, r in zip(preds, refs):
         s = sc.score(r, p)["rougeL"]
         expected.append(_f_beta(s.precision, s.recall))
-    assert coco.rouge_l(preds, [[r] for r in refs]) == pytest.approx(100 * sum(expected) / len(expected))
+    assert rouge_l(preds, [[r] for r in refs]) == pytest.approx(100 * sum(expected) / len(expected))
 
 
 # ------------------------------------------------------------------------------ Q-BLEU-1
@@ -254,7 +262,7 @@ def test_qbleu1_reproduces_authors_test_vector():
     # 0.765); imp "great question?"/"good question?" -> 0.5; sw "is this a" both -> 1.
     # Answerability = 0.6*1 + 0.2*1 + 0.1*0.5 + 0.1*1 = 0.95; BLEU-1 = 4/5 = 0.8
     # Q-BLEU-1 = 0.7*0.95 + 0.3*0.8 = 0.905 (BLEU's 1e-9 smoothing moves it by ~1e-9)
-    got = Q.qbleu1(["Is this a great question?"], [["Is this a good question?"]], **README_WEIGHTS)
+    got = qbleu1(["Is this a great question?"], [["Is this a good question?"]], **README_WEIGHTS)
     assert got == pytest.approx(90.5, abs=1e-4)
 
 
@@ -263,23 +271,23 @@ def test_qbleu1_hand_computed_mean_and_edges():
     # question word, dropped) "Hamlet?"/"Macbeth?" -> 0; imp "wrote"/"wrote" -> 1; sw both empty -> 1.
     # Answerability = 0.1*1 + 0.6*0 + 0.2*1 + 0.1*1 = 0.4 ; BLEU-1 = 2/3
     # Q-BLEU-1 = 0.7*0.4 + 0.3*2/3 = 0.48
-    assert Q.qbleu1(["Who wrote Hamlet?"], [["Who wrote Macbeth?"]], **README_WEIGHTS) == pytest.approx(48.0, abs=1e-4)
-    assert Q.qbleu1(
+    assert qbleu1(["Who wrote Hamlet?"], [["Who wrote Macbeth?"]], **README_WEIGHTS) == pytest.approx(48.0, abs=1e-4)
+    assert qbleu1(
         ["Who wrote Hamlet?", "Is this a great question?"],
         [["Who wrote Macbeth?"], ["Is this a good question?"]], **README_WEIGHTS,
     ) == pytest.approx((48.0 + 90.5) / 2, abs=1e-4)
     # identical question -> 1.0, also for a clue with no question word (qt empty on both sides)
     q = "What is the capital of France?"
     clue = "This 'Father of Our Country' never chopped down a cherry tree"
-    assert Q.qbleu1([q], [[q]]) == pytest.approx(100.0, abs=1e-4)
-    assert Q.qbleu1([clue], [[clue]]) == pytest.approx(100.0, abs=1e-4)
+    assert qbleu1([q], [[q]]) == pytest.approx(100.0, abs=1e-4)
+    assert qbleu1([clue], [[clue]]) == pytest.approx(100.0, abs=1e-4)
     # an empty prediction scores 0 (the authors' script crashes on it), even where components
     # would be empty on both sides
-    assert Q.qbleu1([""], [[q]]) == 0.0
-    assert Q.qbleu1(["  "], [[clue]]) == 0.0
-    assert Q.qbleu1(["?"], [[q]]) == pytest.approx(0.0, abs=1e-4)
+    assert qbleu1([""], [[q]]) == 0.0
+    assert qbleu1(["  "], [[clue]]) == 0.0
+    assert qbleu1(["?"], [[q]]) == pytest.approx(0.0, abs=1e-4)
     # several references: the best one counts
-    assert Q.qbleu1(["Who wrote Hamlet?"], [["Who wrote Macbeth?", q]], **README_WEIGHTS) == pytest.approx(48.0, abs=1e-4)
+    assert qbleu1(["Who wrote Hamlet?"], [["Who wrote Macbeth?", q]], **README_WEIGHTS) == pytest.approx(48.0, abs=1e-4)
 
 
 @pytest.mark.parametrize("tokenizer", [
@@ -306,12 +314,7 @@ def test_qbleu1_equals_authors_head_script(tokenizer, weights):
 def test_qbleu1_through_compute_uses_configured_weights():
     p, t = ["Who wrote Hamlet?"], [["Who wrote Macbeth?"]]
     assert M.Scorer(qbleu1=README_WEIGHTS).compute("qbleu1", p, t) == pytest.approx(48.0, abs=1e-4)
-    assert M.Scorer().compute("qbleu1", p, t) == pytest.approx(Q.qbleu1(p, t, **Q.QBLEU_DEFAULT_WEIGHTS))
-
-
-def test_qbleu1_unknown_questions_type():
-    with pytest.raises(ConfigError, match="squad"):
-        Q.qbleu1(["a"], [["a"]], questions_type="vqa")
+    assert M.Scorer().compute("qbleu1", p, t) == M.Scorer(qbleu1=Q.QBLEU_DEFAULT_WEIGHTS).compute("qbleu1", p, t)
 
 
 # ------------------------------------------------------------------------------ accuracy, distinct, recall

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rag.data import formats as F
+from rag.data import parsers as P
 from rag.errors import DataError
 from rag.io import read_jsonl
 from rag.tasks import SPLITS
@@ -152,7 +153,7 @@ CURATED_TSV = (  # brmson/dataset-factoid-curated curated-train.tsv: id, type, q
 
 def test_curatedtrec_curators_tsv(tmp_path):
     p = write_sample(tmp_path / "curated-train.tsv", CURATED_TSV)
-    rows = list(F.parse_curatedtrec(p))
+    rows = list(P.parse_curatedtrec(p))
     assert rows[0] == {"id": "1669", "input": "How tall is Mount McKinley?",
                        "targets": ["20\\s?,?320|20,?\\s?320\\s?(feet|ft\\.?)"], "meta": {"regex": True, "type": "factoid"}}
     assert rows[1]["input"] == "Where is the Smithsonian Institute located?"
@@ -167,7 +168,7 @@ def test_curatedtrec_curators_tsv(tmp_path):
 def test_curatedtrec_other_layouts_refused(tmp_path, text, message):
     p = write_sample(tmp_path / "curated.tsv", text)
     with pytest.raises(DataError, match=message):
-        list(F.parse_curatedtrec(p))
+        list(P.parse_curatedtrec(p))
 
 
 # --------------------------------------------------------------------------- point 3: WebQuestions quotes
@@ -184,13 +185,13 @@ def test_webquestions_unescaped_inner_quotes(tmp_path):
          "utterance": "what does jamaican people speak?"},
     ]
     p = write_sample(tmp_path / "webquestions.examples.test.json", data)
-    rows = list(F.parse_webquestions(p))
+    rows = list(P.parse_webquestions(p))
     assert rows[0]["targets"] == ["Jazmyn Bieber", "Jaxon Bieber"]
     assert rows[1]["targets"] == ["Temperance Tempie Fitzgerald"]  # DrQA's conversion gives the same
     assert rows[2]["targets"] == ["Jamaican English", "Jamaican Creole English Language"]
     bad = write_sample(tmp_path / "bad.json", [dict(data[0], targetValue="(list (name x))")])
     with pytest.raises(DataError, match=r"bad\.json: example \[0\]: bad targetValue"):
-        list(F.parse_webquestions(bad))
+        list(P.parse_webquestions(bad))
 
 
 # --------------------------------------------------------------------------- point 4: J! Archive dump
@@ -206,15 +207,15 @@ def test_jeopardy_raw_j_archive_dump_cleaned(tmp_path):
          "value": "$2,000", "answer": "<i>Isaac Newton</i>", "round": "Double Jeopardy!", "show_number": "4680"},
     ]
     p = write_sample(tmp_path / "JEOPARDY_QUESTIONS1.json", dump)
-    rows = list(F.parse_jeopardy(p))
+    rows = list(P.parse_jeopardy(p))
     assert rows[0]["targets"] == ["For the last 8 years of his life, Galileo was under house arrest for espousing this man's theory"]
     assert rows[1]["targets"] == ["This guy is buried in Westminster Abbey"]
     assert rows[1]["input"] == "Isaac Newton"
     # SearchQA's own (already clean) text is unchanged
-    assert F.clean_jeopardy_text("'Tis the season") == "'Tis the season"
+    assert P.clean_jeopardy_text("'Tis the season") == "'Tis the season"
     empty = write_sample(tmp_path / "e.json", [dict(dump[0], question="'<i></i>'")])
     with pytest.raises(DataError, match=r"e\.json: item \[0\]: empty 'question'"):
-        list(F.parse_jeopardy(empty))
+        list(P.parse_jeopardy(empty))
 
 
 # --------------------------------------------------------------------------- point 5: uncompilable regex
@@ -227,7 +228,7 @@ def test_uncompilable_regex_one_behaviour_everywhere(tmp_path):
     bad = "1671\tfactoid\tWhat is (unclosed?\t(1,932\n"
     p = write_sample(tmp_path / "curated-test.tsv", CURATED_TSV + bad)
     with pytest.raises(DataError, match=r"curated-test\.tsv:3: invalid gold regular expression '\(1,932'"):
-        list(F.parse_curatedtrec(p))
+        list(P.parse_curatedtrec(p))
     # DPR's qa.csv layout for the curatedtrec task: prepare_task checks every pattern
     csv = write_sample(tmp_path / "curatedtrec-test.qa.csv", "How deep is Crater Lake?\t['(1,932']\n")
     with pytest.raises(DataError, match=r"curatedtrec-test\.qa\.csv: record 0 \(id 'curatedtrec-test-0'\): invalid gold"):

@@ -9,9 +9,11 @@ import pytest
 from rag import metrics as M
 from rag.config import schema
 from rag.data import paper_results
-from rag.data.formats import PARSERS, table7, table7_rows
+from rag.data.formats import PARSERS
+from rag.data.table7 import table7, table7_rows
 from rag.report import build
-from rag.retrieval import FILE_ROLES, Retriever
+from rag.retrieval import FILE_ROLES
+from rag.retrieval.base import Retriever
 from rag.tasks import RETRIEVERS, TASKS, VARIANTS, paper_column, variant_spec
 from tests.conftest import ROOT
 
@@ -128,7 +130,8 @@ def test_a_toy_retriever_is_one_class_and_one_registry_entry(monkeypatch, tmp_pa
     import torch
 
     from rag.data.corpus import Passages
-    from rag.retrieval import RetrievalFiles, Retrieved, build_retriever
+    from rag.retrieval import RetrievalFiles, build_retriever
+    from rag.retrieval.base import Retrieved
     from rag.tasks import RetrieverSpec, VariantSpec
 
     class FirstK(Retriever):  # the toy: always the first k passages, equal scores

@@ -1,15 +1,10 @@
-"""Passages: chunks of ``corpus.passage_words`` words of articles (DPR/RAG: 100; the miniworld default: 60),
-stored as ``passages.tsv`` (id, title, text).
+"""Passages: chunks of ``corpus.passage_words`` words of articles, stored as ``passages.tsv``: a
+header line ``id<TAB>title<TAB>text``, then one passage per line, fields never quoted (the writer
+replaces tabs and line breaks inside a field by spaces).
 
 The one chunker (:func:`chunk_documents`), writer (:func:`write_passages`) and readers of that file:
-a header line ``id<TAB>title<TAB>text``, then one passage per line, fields never quoted (the writer
-replaces tabs and line breaks inside a field by spaces, so a line splits on its tabs into exactly
-three fields).
-
-Two readers: :func:`iter_passages` / :func:`read_passages` parse every line (what needs the whole
-corpus: pretraining, the BM25 index, a user's file checked strictly); :class:`PassageStore` reads
-the file in place, a row at a time, through the row table the writer puts beside it
-(:func:`rows_path`), so a job that retrieves holds only the passages it touches.
+:func:`iter_passages` / :func:`read_passages` parse every line; :class:`PassageStore` reads the file
+in place, a row at a time, through the row table the writer puts beside it (:func:`rows_path`).
 """
 
 from __future__ import annotations
@@ -33,24 +28,15 @@ log = logging.getLogger(__name__)
 HEADER = ["id", "title", "text"]
 
 
-def chunk_words(text: str, words: int) -> list[str]:
-    """Disjoint chunks of ``words`` whitespace words (the last one may be shorter), as DPR/RAG."""
-    toks = text.split()
-    return [" ".join(toks[i : i + words]) for i in range(0, len(toks), words)]
-
-
 def chunk_documents(docs: Iterable[tuple[str, str, str]], words: int = 100) -> Iterator[dict]:
-    """Split (id, title, text) documents into disjoint passages of ``words`` whitespace words (DPR/RAG: 100).
-
-    Passage ids are ``f"{doc_id}_{k}"`` (k from 0, also for a document of one passage, as the
-    miniworld corpus names its passages); the last passage of a document may be shorter; a
-    document without words yields nothing.
-    """
+    """Split (id, title, text) documents into disjoint passages of ``words`` whitespace words (DPR/RAG:
+    100), with ids ``f"{doc_id}_{k}"`` (k from 0); a document without words yields nothing."""
     if not isinstance(words, int) or isinstance(words, bool) or words < 1:
         raise ConfigError(f"words: must be a positive integer, got {words!r}")
     for doc_id, title, text in docs:
-        for k, chunk in enumerate(chunk_words(text, words)):
-            yield {"id": f"{doc_id}_{k}", "title": title, "text": chunk}
+        toks = text.split()
+        for k in range(-(-len(toks) // words)):
+            yield {"id": f"{doc_id}_{k}", "title": title, "text": " ".join(toks[k * words: (k + 1) * words])}
 
 
 class IdSet:
@@ -77,6 +63,17 @@ class IdSet:
             return False
         self.other.add(pid)
         return True
+
+
+def check_passage(where: str, seen: IdSet, pid: str, text: str) -> None:
+    """Refuse (DataError at ``where``) an empty passage id, an id in ``seen`` (else added) and a text of only
+    whitespace."""
+    if not pid.strip():
+        raise DataError(f"{where}: empty passage id")
+    if not seen.add(pid):
+        raise DataError(f"{where}: duplicate passage id {pid!r}")
+    if not text.strip():
+        raise DataError(f"{where}: {pid!r} has no text (empty or only whitespace)")
 
 
 def clean_field(field: str) -> str:
@@ -134,12 +131,9 @@ def write_passages(path: str | Path, passages: Iterable[dict | tuple[str, str, s
 
 
 def iter_passages(path: str | Path, header: bool | None = True) -> Iterator[tuple[int, str, str, str]]:
-    """(line number, id, title, text) of every passage of a ``passages.tsv``, strictly: three
-    tab-separated fields a line, a non-empty id, no id twice, a text that is not only whitespace,
-    at least one passage.
-
-    ``header``: True, the first line must be ``id<TAB>title<TAB>text``; None, it may be (a
-    user's corpus in this layout)."""
+    """(line number, id, title, text) of every passage of a ``passages.tsv``, strictly (three fields a
+    line, :func:`check_passage`, at least one passage). ``header``: True, the first line must be
+    ``id<TAB>title<TAB>text``; None, it may be (a user's corpus in this layout)."""
     seen = IdSet()
     n = 0
     for lineno, line in iter_lines(path):
@@ -151,15 +145,9 @@ def iter_passages(path: str | Path, header: bool | None = True) -> Iterator[tupl
                 raise DataError(f"{path}:1: expected header 'id\\ttitle\\ttext', got {line[:80]!r}")
         if len(parts) != 3:
             raise DataError(f"{path}:{lineno}: expected 3 tab-separated columns (id, title, text), got {len(parts)}")
-        pid = parts[0]
-        if not pid.strip():
-            raise DataError(f"{path}:{lineno}: empty passage id")
-        if not seen.add(pid):
-            raise DataError(f"{path}:{lineno}: duplicate passage id {pid!r}")
-        if not parts[2].strip():
-            raise DataError(f"{path}:{lineno}: {pid!r} has no text (empty or only whitespace)")
+        check_passage(f"{path}:{lineno}", seen, parts[0], parts[2])
         n += 1
-        yield lineno, pid, parts[1], parts[2]
+        yield lineno, parts[0], parts[1], parts[2]
     if n == 0:
         raise DataError(f"{path}: empty file (no passages)")
 
@@ -202,11 +190,9 @@ class PassageStore:
     """A ``passages.tsv`` read in place: what :class:`Passages` offers (``ids[j]``, ``titles[j]``,
     ``texts[j]``, ``index_of()``, ``doc_entity(j)``), each row read from the file when asked.
 
-    The row table (:func:`rows_path`, written with the file by :func:`write_passages`) is an int64
-    array [3, n + 1], memory-mapped: the byte offset of each row (and the file's size last), the
-    ids' 64-bit keys (:func:`id_hash`) sorted, and the row of each key. A job then holds the pages
-    of the rows and keys it touches, not the corpus (8 bytes a row on disk for the offsets, 16 for
-    the id keys)."""
+    The row table (:func:`rows_path`) is an int64 array [3, n + 1], memory-mapped: the byte offset of
+    each row (and the file's size last), the ids' 64-bit keys (:func:`id_hash`) sorted, and the row
+    of each key."""
 
     CACHED_ROWS = 65_536
 

@@ -1,22 +1,14 @@
 """Resumable, verified downloads (standard library only).
 
-``download(url, dest)`` fetches ``url`` into ``dest`` so that Snakemake never sees a file that
-is partial or unverified:
-
-* bytes go to ``<dest>.part``; a later call resumes it with ``Range: bytes=<size>-``
-  (206 appends, 200 restarts from scratch, 416 means the part is already complete);
-* the finished part is hashed; with ``sha256`` given a mismatch deletes the part and raises
-  :class:`DataError`; without it the size and SHA-256 of the first download are recorded in a
-  JSON sidecar (``<dest>.sha256.json``) and every later call checks ``dest`` against it;
-* only a verified part is renamed onto ``dest`` (``os.replace``), so ``dest`` is either absent
-  or complete and verified.
-
-Only ``https://`` URLs are accepted; ``http://`` only with ``allow_http=True`` (local tests).
+``download(url, dest)`` fetches ``url`` into ``<dest>.part``, resumed by a later call with
+``Range: bytes=<size>-`` (206 appends, 200 restarts, 416: the part is complete); the finished part
+is checked against ``sha256`` or, without it, against the size and SHA-256 the first download
+recorded in ``<dest>.sha256.json``, and only then renamed onto ``dest``. Only ``https://`` URLs are
+accepted; ``http://`` only with ``allow_http=True`` (local tests).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -41,20 +33,6 @@ def _check_scheme(url: str, allow_http: bool) -> None:
     raise ConfigError(f"refusing to download {url!r}: only https:// URLs are allowed{hint}")
 
 
-def sha256_file(path: Path, chunk_size: int = 1 << 20) -> tuple[int, str]:
-    """Return (size in bytes, hex SHA-256) of ``path``."""
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as fh:
-        while True:
-            block = fh.read(chunk_size)
-            if not block:
-                break
-            h.update(block)
-            size += len(block)
-    return size, h.hexdigest()
-
-
 def _read_record(record: Path) -> dict | None:
     if not record.exists():
         return None
@@ -67,48 +45,33 @@ def _read_record(record: Path) -> dict | None:
     return data
 
 
-def _write_record(record: Path, url: str, size: int, digest: str) -> None:
-    from rag.io import write_json
-
-    write_json(record, {"url": url, "size": size, "sha256": digest})
-
-
 def _verify(url: str, path: Path, sha256: str | None, record: Path, what: str) -> None:
     """Check ``path`` against ``sha256`` or, failing that, the record; record it when neither exists."""
-    size, digest = sha256_file(path)
-    if sha256 is not None:
-        if digest != sha256.lower():
-            raise DataError(f"{url}: checksum mismatch: expected {sha256.lower()}, got {digest} ({what} {path})")
-        if _read_record(record) is None:
-            _write_record(record, url, size, digest)
-        return
+    from rag.io import write_json
+    from rag.manifest import PROGRESS_BYTES, sha256_file
+
+    size = path.stat().st_size
+    digest = sha256_file(path, progress=size >= PROGRESS_BYTES)
+    if sha256 is not None and digest != sha256.lower():
+        raise DataError(f"{url}: checksum mismatch: expected {sha256.lower()}, got {digest} ({what} {path})")
     rec = _read_record(record)
     if rec is None:
-        _write_record(record, url, size, digest)
+        write_json(record, {"url": url, "size": size, "sha256": digest})
         log.info("recorded %s: %d bytes, sha256 %s (in %s)", path, size, digest, record)
         return
-    if rec["size"] != size or rec["sha256"] != digest:
+    if sha256 is None and (rec["size"] != size or rec["sha256"] != digest):
         raise DataError(
             f"{url}: checksum mismatch: expected {rec['sha256']} ({rec['size']} bytes, recorded in {record}), "
             f"got {digest} ({size} bytes) for {what} {path}"
         )
 
 
-def _content_range_total(value: str | None) -> int | None:
-    """Total size from a Content-Range header ('bytes 0-9/100' or 'bytes */100')."""
-    if not value:
-        return None
-    m = re.match(r"\s*bytes\s+(?:\*|\d+-\d+)/(\d+|\*)\s*$", value)
-    if not m or m.group(1) == "*":
-        return None
-    return int(m.group(1))
-
-
-def _content_range_start(value: str | None) -> int | None:
-    if not value:
-        return None
-    m = re.match(r"\s*bytes\s+(\d+)-\d+/(?:\d+|\*)\s*$", value)
-    return int(m.group(1)) if m else None
+def _content_range(value: str | None) -> tuple[int | None, int | None]:
+    """(first byte, total size) of a Content-Range header ('bytes 0-9/100' or 'bytes */100'); None where absent."""
+    m = re.match(r"\s*bytes\s+(?:(\d+)-\d+|\*)/(\d+|\*)\s*$", value or "")
+    if not m:
+        return None, None
+    return (int(m.group(1)) if m.group(1) else None), (None if m.group(2) == "*" else int(m.group(2)))
 
 
 def _fetch(url: str, part: Path, chunk_size: int, timeout: float) -> None:
@@ -120,7 +83,7 @@ def _fetch(url: str, part: Path, chunk_size: int, timeout: float) -> None:
 
     from tqdm import tqdm
 
-    for attempt in range(2):  # a second attempt only after discarding an unusable part
+    for _ in range(2):  # a second attempt only after discarding an unusable part
         offset = part.stat().st_size if part.exists() else 0
         headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
         if offset:
@@ -130,7 +93,7 @@ def _fetch(url: str, part: Path, chunk_size: int, timeout: float) -> None:
             response = urllib.request.urlopen(request, timeout=timeout)
         except urllib.error.HTTPError as exc:
             if exc.code == 416 and offset:
-                total = _content_range_total(exc.headers.get("Content-Range"))
+                total = _content_range(exc.headers.get("Content-Range"))[1]
                 exc.close()
                 if total == offset:
                     log.info("%s: %s already complete (%d bytes)", url, part, offset)
@@ -149,7 +112,7 @@ def _fetch(url: str, part: Path, chunk_size: int, timeout: float) -> None:
             length = response.headers.get("Content-Length")
             length = int(length) if length and length.isdigit() else None
             if status == 206 and offset:
-                start = _content_range_start(response.headers.get("Content-Range"))
+                start = _content_range(response.headers.get("Content-Range"))[0]
                 if start != offset:
                     raise DataError(
                         f"{url}: server answered the resume at byte {offset} with Content-Range "

@@ -3,7 +3,7 @@
 the count against the paper's Table 7) and a corpus (``prepare_corpus``: ``passages.tsv``).
 
 The parsers are :mod:`rag.data.parsers` (a format is named after its parser); the Table 7 checks
-:mod:`rag.data.table7`. Both are read from here too, under the names callers use.
+:mod:`rag.data.table7`.
 """
 
 from __future__ import annotations
@@ -13,23 +13,13 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from rag.data.corpus import write_passages
-from rag.data.parsers import (CORPUS_FORMATS, PARSERS, check_regex_targets, corpus_passages, parser,  # noqa: F401
-                              takes_option)
-from rag.data.parsers import (FEVER_LABELS, clean_jeopardy_text, parse_corpus_jsonl, parse_corpus_tsv,  # noqa: F401
-                              parse_curatedtrec, parse_dpr_biencoder, parse_dpr_passages, parse_dpr_qa_csv, parse_fever,
-                              parse_jeopardy, parse_jsonl, parse_msmarco, parse_nq_open, parse_triviaqa,
-                              parse_webquestions, webquestions_answers)
-from rag.data.table7 import check_counts, table7, table7_rows  # noqa: F401
+from rag.data.parsers import (CORPUS_FORMATS, PARSERS, check_regex_targets, corpus_passages,  # noqa: F401
+                              parse_corpus_jsonl, parse_corpus_tsv, parse_dpr_passages, parser, takes_option)
+from rag.data.table7 import check_counts
 from rag.errors import ConfigError, DataError
 from rag.tasks import SPLITS, TASKS
 
 log = logging.getLogger(__name__)
-
-
-def __getattr__(name: str):  # lazy module attribute TABLE7 (reads the YAML on first use)
-    if name == "TABLE7":
-        return table7()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _unique_ids(records: Iterable[dict], src: Path) -> Iterator[dict]:
@@ -57,7 +47,6 @@ def _checked_regexes(records: Iterable[dict], src: Path) -> Iterator[dict]:
     for n, rec in enumerate(records):
         check_regex_targets(rec["targets"], f"{src}: record {n} (id {rec['id']!r})")
         yield rec
-
 
 
 def prepare_task(fmt: str, src: Path, out: Path, task: str, split: str, **kw) -> int:

@@ -1,28 +1,12 @@
 """miniworld: a seeded fictional world, its encyclopedia, and every paper task built from it.
 
-Entities have invented names, so no pretrained model can know them; test questions are about
-entities disjoint from training ones, so closed-book memorization cannot answer them: the
-knowledge has to come from the index. Snapshot ``b`` changes the leaders of some countries
-(the paper's 2016 -> 2018 index hot-swap experiment, Section 4.5).
-
-The world is built so that the paper's effects have room to appear:
-
-- **Long articles, many passages per entity.** Each article states its facts among filler
-  sentences (trade treaties, festivals, mountains, schools that also teach another language,
-  elections without a name...) and is cut into sentence-aligned passages of at most
-  ``passage_words`` words, so the passage that answers must be found among several passages
-  titled and filled with the same entity name.
-- **Paraphrase.** Each fact is written in one of several phrasings per relation ("is governed
-  by", "heads the government of", "the head of state of"), none of them the questions'
-  wording ("who is the leader of"): BM25 matches the name and little else, a dense encoder
-  matches meaning, and fine-tuning the question encoder teaches it which phrasing answers.
-- **Look-alike names.** A share of countries and cities have a twin whose name differs in one
-  letter.
-- **Distractors of the answer's type** in other sentences (another language taught in schools,
-  treaty years beside independence years), so the reader has to read, not grab.
-
-Every fact knows the passage that states it (``gold_docs`` of a question), which gives
-passage-level recall and the oracle (gold passage) evaluation.
+Entities have invented names, so no pretrained model can know them, and test questions are about
+entities disjoint from training ones: the knowledge has to come from the index. Snapshot ``b``
+changes the leaders of some countries (the paper's index hot-swap, Section 4.5). Each article
+states its facts among filler sentences with distractors of the answer's type, in one of several
+phrasings per relation (never the questions' wording), cut into sentence-aligned passages of at
+most ``passage_words`` words; a share of countries and cities have a look-alike name one letter
+apart. Every fact knows the passage that states it (a question's ``gold_docs``).
 """
 
 from __future__ import annotations

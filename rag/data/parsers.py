@@ -4,40 +4,16 @@ A format's name is its parser's without ``parse_`` (:data:`PARSERS`; the corpus 
 :data:`CORPUS_FORMATS`, read by :func:`corpus_passages`). :mod:`rag.data.formats` converts
 files with them (``prepare_task``, ``prepare_corpus``).
 
-Task record (one JSON line each)::
-
-    {"id": str, "input": str, "targets": [str, ...], "meta": {...}}
-
-* FEVER: ``targets == [label]`` with label SUPPORTS / REFUTES / NOT ENOUGH INFO; the 2-way
-  variant drops NOT ENOUGH INFO claims.
-* CuratedTrec: targets are regular expressions (DrQA / DPR convention).
-
+Task record (one JSON line each): ``{"id": str, "input": str, "targets": [str, ...], "meta": {...}}``;
+FEVER's targets are ``[label]``, CuratedTrec's regular expressions (DrQA / DPR convention).
 Corpus record: ``{"id": str, "title": str, "text": str}`` (one passage).
 
 Every parser is a generator ``parse_<fmt>(path, ...)``. Parsing is strict: a malformed record
 raises :class:`DataError` naming ``file:line`` (or, for formats that are one JSON document,
 the file and the record's position in it) and what is wrong; an empty file raises; nothing is
 skipped silently. Sources without their own ids get ``f"{id_prefix}-{n}"`` (n counts from 0;
-``prepare_task`` passes ``id_prefix=f"{task}-{split}"``).
-
-Format facts (checked against public loaders, see each parser):
-
-* NQ-open: jsonl ``{"question": str, "answer": [str, ...]}``.
-* DPR ``*.qa.csv``: read by DPR with ``csv.reader(delimiter="\\t")``; column 0 the question,
-  column 1 a Python-literal list of answers (DPR uses ``eval``; here ``ast.literal_eval``).
-* DPR ``psgs_w100.tsv``: header ``id\\ttext\\ttitle``; written with csv quoting, so a text with
-  quotes is enclosed in ``"..."`` with inner quotes doubled.
-* TriviaQA: ``{"Data": [{"Question", "QuestionId", "Answer": {"Value", "Aliases", ...}}]}``.
-* WebQuestions: JSON list of ``{"url", "targetValue", "utterance"}``; ``targetValue`` is an
-  s-expression ``(list (description "Jazmine Sullivan") (description Jamaica))``.
-* CuratedTrec as distributed by DrQA (``CuratedTrec-{train,test}.txt``): JSON lines
-  ``{"question": str, "answer": [regex, ...]}``; the curators' ``curated-{train,test}.tsv``
-  (``id\\ttype\\tquestion\\tregex``) and a ``question\\tregex`` TSV are accepted too.
-* MS MARCO v2.1: one JSON object of columns (``query``, ``query_id``, ``answers``,
-  ``wellFormedAnswers``, ``query_type``, ``passages``) keyed by row number strings; an absent
-  well-formed answer is the *string* ``"[]"``.
-* FEVER: jsonl ``{"id": int, "verifiable", "label", "claim", "evidence"}``; NOT ENOUGH INFO
-  claims carry evidence like ``[[[annotation_id, null, null, null]]]``.
+``prepare_task`` passes ``id_prefix=f"{task}-{split}"``). Each parser's docstring gives the
+layout it reads, as the public loaders of that dataset read it.
 """
 
 from __future__ import annotations
@@ -49,23 +25,17 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
-from rag.data.corpus import IdSet, chunk_documents, iter_passages
+from rag.data.corpus import IdSet, check_passage, chunk_documents, iter_passages
 from rag.errors import ConfigError, DataError
-from rag.io import iter_jsonl, iter_lines, json_object
+from rag.io import iter_jsonl, iter_lines, json_object, read_json
 from rag.tasks import FEVER3_LABELS
 
 log = logging.getLogger(__name__)
 
-FEVER_LABELS = FEVER3_LABELS
-
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _where(path: Path, lineno: int | None = None) -> str:
-    return f"{path}:{lineno}" if lineno is not None else f"{path}"
 
 
 def _default_prefix(path: Path) -> str:
@@ -100,62 +70,18 @@ def _question(value: str, where: str, name: str = "question") -> str:
     return value
 
 
-def _targets(values: list[str], where: str, name: str) -> list[str]:
-    """Gold answers: non-empty list without empty or whitespace-only strings, deduplicated in order."""
-    if not values:
-        raise DataError(f"{where}: {name!r} is empty (no answers)")
-    for i, v in enumerate(values):
+def _targets(values: Any, where: str, name: str) -> list[str]:
+    """Gold answers: a non-empty list of strings none empty or whitespace only, deduplicated in order."""
+    for i, v in enumerate(_str_list(values, where, name)):
         if not v.strip():
             raise DataError(f"{where}: {name!r}[{i}] is an empty answer")
-    return _dedupe(values)
-
-
-def _dedupe(items: Iterable[str]) -> list[str]:
-    seen: set[str] = set()
-    out = []
-    for item in items:
-        if item not in seen:
-            seen.add(item)
-            out.append(item)
-    return out
-
-
-def _load_json(path: Path) -> Any:
-    """Load one JSON document (gzip by suffix) strictly; errors name the file and line."""
-    import gzip
-    import zlib
-
-    path = Path(path)
-    if not path.is_file():
-        from rag.io import not_a_file
-
-        raise DataError(f"{path}: {not_a_file(path)}")
-    try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as fh:
-                raw = fh.read()
-        else:
-            raw = path.read_bytes()
-    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
-        raise DataError(f"{path}: unreadable ({type(exc).__name__}: {exc}); truncated or corrupt file?") from None
-    if not raw.strip():
-        raise DataError(f"{path}: empty file (no records)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        lineno = raw.count(b"\n", 0, exc.start) + 1
-        raise DataError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason})") from None
-    del raw
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+    return list(dict.fromkeys(values))
 
 
 def _example_objects(path: Path, label: str) -> Iterator[tuple[int, str, dict]]:
     """(index, where, object) of a JSON file that is a list of example objects, strictly: a
     non-empty list, each item an object (``where``: ``<path>: <label>[i]``)."""
-    data = _load_json(path)
+    data = read_json(path)
     if not isinstance(data, list):
         raise DataError(f"{path}: expected a JSON list of examples, got {type(data).__name__}")
     if not data:
@@ -172,41 +98,27 @@ def _objects(items: list, path: Path, label: str) -> Iterator[tuple[int, str, di
             raise DataError(f"{where}: expected an object, got {type(item).__name__}")
         yield i, where, item
 
-def _tsv_rows(path: Path, quoting: bool) -> Iterator[tuple[int, list[str]]]:
-    """(lineno, fields) of a tab-separated file; ``quoting`` parses csv-style double quotes."""
-    path = Path(path)
+
+def _tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(lineno, fields) of a tab-separated file with csv-style double quotes."""
     for lineno, line in iter_lines(path):
-        if quoting:
-            try:
-                row = next(csv.reader([line], delimiter="\t", strict=True), [])
-            except csv.Error as exc:
-                raise DataError(f"{path}:{lineno}: malformed quoted field ({exc})") from None
-        else:
-            row = line.split("\t")
+        try:
+            row = next(csv.reader([line], delimiter="\t", strict=True), [])
+        except csv.Error as exc:
+            raise DataError(f"{path}:{lineno}: malformed quoted field ({exc})") from None
         yield lineno, row
-
-
-def _check_passage(path: Path, lineno: int, seen: IdSet, pid: str, title: str, text: str) -> dict:
-    where = _where(path, lineno)
-    if not pid.strip():
-        raise DataError(f"{where}: empty passage id")
-    if not seen.add(pid):
-        raise DataError(f"{where}: duplicate passage id {pid!r}")
-    if not text.strip():
-        raise DataError(f"{where}: {pid!r} has no text (empty or only whitespace)")
-    return {"id": pid, "title": title, "text": text}
 
 
 # --------------------------------------------------------------------------- QA tasks
 
 
 def parse_nq_open(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """NQ-open jsonl (google-research-datasets/natural-questions, ``nq_open``)."""
+    """NQ-open jsonl ``{"question": str, "answer": [str, ...]}`` (google-research-datasets/natural-questions)."""
     prefix = id_prefix or _default_prefix(path)
     for n, (lineno, obj) in enumerate(iter_jsonl(path)):
-        where = _where(path, lineno)
+        where = f"{path}:{lineno}"
         question = _question(_require(obj, "question", str, where), where)
-        answers = _str_list(_require(obj, "answer", list, where), where, "answer")
+        answers = _require(obj, "answer", list, where)
         rid = obj.get("id")
         yield {
             "id": str(rid) if rid is not None else f"{prefix}-{n}",
@@ -217,12 +129,13 @@ def parse_nq_open(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
 
 
 def parse_dpr_qa_csv(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """DPR ``*.qa.csv``: ``question<TAB>['answer', ...]`` without header (nq/trivia/webq/curatedtrec)."""
+    """DPR ``*.qa.csv``: ``question<TAB>['answer', ...]`` without header (nq/trivia/webq/curatedtrec), read
+    as DPR does (``csv.reader(delimiter="\\t")``, the answers a Python literal)."""
     path = Path(path)
     prefix = id_prefix or _default_prefix(path)
     n = 0
-    for lineno, row in _tsv_rows(path, quoting=True):
-        where = _where(path, lineno)
+    for lineno, row in _tsv_rows(path):
+        where = f"{path}:{lineno}"
         if len(row) != 2:
             raise DataError(f"{where}: expected 2 tab-separated columns (question, answer list), got {len(row)}")
         question, literal = row
@@ -232,7 +145,6 @@ def parse_dpr_qa_csv(path: Path, id_prefix: str | None = None) -> Iterator[dict]
             answers = ast.literal_eval(literal)
         except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError) as exc:
             raise DataError(f"{where}: answer column is not a Python list literal ({type(exc).__name__}): {literal!r:.80}") from None
-        answers = _str_list(answers, where, "answers")
         yield {"id": f"{prefix}-{n}", "input": question, "targets": _targets(answers, where, "answers"), "meta": {}}
         n += 1
     if n == 0:
@@ -246,7 +158,7 @@ def parse_dpr_biencoder(path: Path, id_prefix: str | None = None) -> Iterator[di
     prefix = id_prefix or _default_prefix(path)
     for i, where, item in _example_objects(path, ""):
         question = _question(_require(item, "question", str, where), where)
-        answers = _str_list(_require(item, "answers", list, where), where, "answers")
+        answers = _require(item, "answers", list, where)
         yield {"id": f"{prefix}-{i}", "input": question, "targets": _targets(answers, where, "answers"), "meta": {}}
 
 
@@ -256,10 +168,10 @@ def parse_jsonl(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
 
     path = Path(path)
     for lineno, row in enumerate(read_jsonl(path, required=("input", "targets")), start=1):
-        where = _where(path, lineno)
+        where = f"{path}:{lineno}"
         if not isinstance(row["input"], str) or not row["input"].strip():
             raise DataError(f"{where}: 'input' must be a non-empty string")
-        targets = _targets(_str_list(row["targets"], where, "targets"), where, "targets")
+        targets = _targets(row["targets"], where, "targets")
         rid = row.get("id", f"{id_prefix or _default_prefix(path)}-{lineno - 1}")
         if not isinstance(rid, (str, int)) or isinstance(rid, bool):
             raise DataError(f"{where}: 'id' must be a string or integer")
@@ -270,9 +182,10 @@ def parse_jsonl(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
 
 
 def parse_triviaqa(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """TriviaQA (unfiltered or rc) JSON; targets = Answer.Value + Answer.Aliases, deduplicated in order."""
+    """TriviaQA (unfiltered or rc) JSON ``{"Data": [{"Question", "QuestionId", "Answer": {"Value", "Aliases"}}]}``;
+    targets = Answer.Value + Answer.Aliases, deduplicated in order."""
     path = Path(path)
-    data = _load_json(path)
+    data = read_json(path)
     if not isinstance(data, dict):
         raise DataError(f"{path}: expected a JSON object with key 'Data', got {type(data).__name__}")
     items = _require(data, "Data", list, f"{path}", "top-level key")
@@ -298,11 +211,9 @@ _WQ_ITEM = re.compile(r"\(description (.+?)\)(?=\s*\(description |\s*$)", re.DOT
 def webquestions_answers(target_value: str) -> list[str]:
     """Descriptions from a WebQuestions ``targetValue`` such as ``(list (description "A B") (description C))``.
 
-    Real files hold descriptions with unescaped inner quotes, ``(description "Temperance
-    "Tempie" Fitzgerald")`` (5 of 2,032 test and 5 of 3,778 train questions), which no
-    s-expression reader splits correctly. As DrQA's ``scripts/convert/webquestions.py``, an item
+    As DrQA's ``scripts/convert/webquestions.py`` (real files hold unescaped inner quotes), an item
     runs from ``(description `` to the ``)`` before the next ``(description`` or the end of the
-    list, and its double quotes are dropped: ``Temperance Tempie Fitzgerald``.
+    list, and its double quotes are dropped.
     """
     text = target_value.strip()
     if not (text.startswith("(list") and text.endswith(")")):
@@ -329,7 +240,8 @@ def webquestions_answers(target_value: str) -> list[str]:
 
 
 def parse_webquestions(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """WebQuestions JSON (list of {url, targetValue, utterance}); answers from the targetValue s-expression."""
+    """WebQuestions JSON (list of {url, targetValue, utterance}); answers from the targetValue s-expression
+    (:func:`webquestions_answers`)."""
     path = Path(path)
     prefix = id_prefix or _default_prefix(path)
     for i, where, item in _example_objects(path, "example "):
@@ -344,12 +256,7 @@ def parse_webquestions(path: Path, id_prefix: str | None = None) -> Iterator[dic
 
 
 def check_regex_targets(patterns: list[str], where: str) -> None:
-    """Refuse a CuratedTrec answer pattern that Python's ``re`` cannot compile, naming where it is.
-
-    One behaviour everywhere: the parsers, ``prepare_task`` (any format of the curatedtrec task),
-    the training-target search and ``rag score --metric em_regex`` all stop with a DataError on
-    such a pattern (DrQA would log it and count it as no match; here nothing is skipped silently).
-    """
+    """Refuse (DataError naming ``where``) a CuratedTrec answer pattern that Python's ``re`` cannot compile."""
     from rag.scoring.answer_match import compile_regex
 
     for pattern in patterns:
@@ -376,7 +283,7 @@ def parse_curatedtrec(path: Path, id_prefix: str | None = None) -> Iterator[dict
     n = 0
     seen_ids: set[str] = set()
     for lineno, line in iter_lines(path):
-        where = _where(path, lineno)
+        where = f"{path}:{lineno}"
         if not line.strip():
             raise DataError(f"{where}: empty line")
         if line.lstrip().startswith("{"):
@@ -419,17 +326,16 @@ def parse_curatedtrec(path: Path, id_prefix: str | None = None) -> Iterator[dict
 
 
 def parse_msmarco(path: Path, id_prefix: str | None = None, well_formed_only: bool = False) -> Iterator[dict]:
-    """MS MARCO QnA v2.1 (column-oriented JSON, optionally gzipped).
+    """MS MARCO QnA v2.1: one JSON object of columns (``query``, ``query_id``, ``answers``,
+    ``wellFormedAnswers``, ``query_type``) keyed by row number strings, optionally gzipped.
 
     Targets are the ``wellFormedAnswers`` when the row has some (the column holds the string
-    ``"[]"`` when it has none), else the ``answers``. Rows whose answer is
-    ``["No Answer Present."]`` are KEPT (the RAG paper does not say it dropped them) and marked
-    ``meta["no_answer"] = True`` so a later step can filter them. With ``well_formed_only`` only
-    rows with well-formed answers are yielded (the NLGEN subset; Table 7's 153,726 training
-    examples match its size, not the 808,731 rows of train_v2.1).
+    ``"[]"`` when it has none), else the ``answers``. Rows answered ``["No Answer Present."]`` are
+    kept and marked ``meta["no_answer"] = True``. With ``well_formed_only`` only rows with
+    well-formed answers are yielded (the NLGEN subset, the size of Table 7's training split).
     """
     path = Path(path)
-    data = _load_json(path)
+    data = read_json(path)
     if not isinstance(data, dict):
         raise DataError(f"{path}: expected a column-oriented JSON object (MS MARCO v2.1), got {type(data).__name__}")
     queries = _require(data, "query", dict, f"{path}", "column")
@@ -470,7 +376,7 @@ def parse_msmarco(path: Path, id_prefix: str | None = None, well_formed_only: bo
         }
         if isinstance(types_col.get(key), str):
             meta["query_type"] = types_col[key]
-        yield {"id": str(qid), "input": query, "targets": _dedupe(well_formed or answers), "meta": meta}
+        yield {"id": str(qid), "input": query, "targets": list(dict.fromkeys(well_formed or answers)), "meta": meta}
         n += 1
     if n == 0:
         raise DataError(f"{path}: no rows with well-formed answers" if well_formed_only else f"{path}: no records")
@@ -480,9 +386,8 @@ _HTML_TAG = re.compile(r"<[^>]*>")
 
 
 def clean_jeopardy_text(text: str) -> str:
-    """A J! Archive clue or answer as SearchQA has it: HTML tags removed, whitespace collapsed,
-    and the single quotes the raw dump wraps every clue in dropped (``'This man...'`` ->
-    ``This man...``). Text that is already clean (SearchQA's own files) is unchanged."""
+    """A J! Archive clue or answer as SearchQA has it: HTML tags removed, whitespace collapsed, the
+    raw dump's wrapping single quotes dropped; clean text (SearchQA's own files) is unchanged."""
     text = " ".join(_HTML_TAG.sub(" ", text).split())
     if len(text) >= 2 and text[0] == text[-1] == "'":
         text = text[1:-1].strip()
@@ -507,8 +412,7 @@ def parse_jeopardy(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
     Accepts JSON lines of ``{"question", "answer", ...}``, one SearchQA JSON file (an object
     with ``question``/``answer``/``search_results``), a JSON list of such objects (e.g. the raw
     J! Archive dump ``JEOPARDY_QUESTIONS1.json`` SearchQA links to), or a directory of SearchQA
-    ``*.json`` files (read in sorted name order). Clues and answers go through
-    ``clean_jeopardy_text`` (the raw dump's wrapping quotes and HTML removed, as SearchQA's loader).
+    ``*.json`` files (read in sorted name order), each text through :func:`clean_jeopardy_text`.
     """
     path = Path(path)
     prefix = id_prefix or _default_prefix(path)
@@ -516,18 +420,11 @@ def parse_jeopardy(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
         files = sorted(p for p in path.iterdir() if p.name.endswith((".json", ".json.gz")))
         if not files:
             raise DataError(f"{path}: directory holds no .json files")
-        n = 0
         for f in files:
-            for rec in parse_jeopardy(f, id_prefix=f"{prefix}-{_default_prefix(f)}"):
-                yield rec
-                n += 1
+            yield from parse_jeopardy(f, id_prefix=f"{prefix}-{_default_prefix(f)}")
         return
     # JSON lines if the first line is a complete JSON object; otherwise one JSON document.
-    first = None
-    for _, line in iter_lines(path):
-        if line.strip():
-            first = line
-            break
+    first = next((line for _, line in iter_lines(path) if line.strip()), None)
     if first is None:
         raise DataError(f"{path}: empty file (no records)")
     try:
@@ -536,9 +433,9 @@ def parse_jeopardy(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
         first_obj = None
     if isinstance(first_obj, dict):
         for n, (lineno, obj) in enumerate(iter_jsonl(path)):
-            yield _jeopardy_record(obj, _where(path, lineno), f"{prefix}-{n}")
+            yield _jeopardy_record(obj, f"{path}:{lineno}", f"{prefix}-{n}")
         return
-    data = _load_json(path)
+    data = read_json(path)
     if isinstance(data, dict):
         yield _jeopardy_record(data, f"{path}", f"{prefix}-0")
     elif isinstance(data, list):
@@ -566,22 +463,23 @@ def _evidence_pages(evidence: Any, where: str) -> list[str]:
                 raise DataError(f"{where}: evidence page must be a string or null, got {page!r:.80}")
             if page is not None:
                 pages.append(page)
-    return _dedupe(pages)
+    return list(dict.fromkeys(pages))
 
 
 def parse_fever(path: Path, two_way: bool = False, id_prefix: str | None = None) -> Iterator[dict]:
-    """FEVER jsonl; targets = [label]. ``two_way`` drops NOT ENOUGH INFO claims (FEVER-2, logged)."""
+    """FEVER jsonl ``{"id", "verifiable", "label", "claim", "evidence"}``; targets = [label].
+    ``two_way`` drops NOT ENOUGH INFO claims (FEVER-2, logged)."""
     path = Path(path)
     n = dropped = 0
     for lineno, obj in iter_jsonl(path):
-        where = _where(path, lineno)
+        where = f"{path}:{lineno}"
         rid = _require(obj, "id", (int, str), where)
         claim = _require(obj, "claim", str, where)
         if "label" not in obj:
             raise DataError(f"{where}: missing field 'label' (unlabelled test file?)")
         label = _require(obj, "label", str, where)
-        if label not in FEVER_LABELS:
-            raise DataError(f"{where}: label must be one of {', '.join(FEVER_LABELS)}, got {label!r}")
+        if label not in FEVER3_LABELS:
+            raise DataError(f"{where}: label must be one of {', '.join(FEVER3_LABELS)}, got {label!r}")
         meta = {}
         if "verifiable" in obj:
             meta["verifiable"] = _require(obj, "verifiable", str, where)
@@ -602,11 +500,12 @@ def parse_fever(path: Path, two_way: bool = False, id_prefix: str | None = None)
 
 
 def parse_dpr_passages(path: Path) -> Iterator[dict]:
-    """DPR ``psgs_w100.tsv`` (optionally .gz): header ``id\\ttext\\ttitle``, csv-quoted fields."""
+    """DPR ``psgs_w100.tsv`` (optionally .gz): header ``id\\ttext\\ttitle``, csv-quoted fields (a text
+    with quotes is enclosed in ``"..."``, inner quotes doubled)."""
     path = Path(path)
     seen = IdSet()
     n = 0
-    for lineno, row in _tsv_rows(path, quoting=True):
+    for lineno, row in _tsv_rows(path):
         if lineno == 1:
             if row != ["id", "text", "title"]:
                 raise DataError(f"{path}:1: expected header 'id<TAB>text<TAB>title', got {'<TAB>'.join(row)!r:.80}")
@@ -614,7 +513,8 @@ def parse_dpr_passages(path: Path) -> Iterator[dict]:
         if len(row) != 3:
             raise DataError(f"{path}:{lineno}: expected 3 tab-separated columns (id, text, title), got {len(row)}")
         pid, text, title = row
-        yield _check_passage(path, lineno, seen, pid, title, text)
+        check_passage(f"{path}:{lineno}", seen, pid, text)
+        yield {"id": pid, "title": title, "text": text}
         n += 1
     if n == 0:
         raise DataError(f"{path}: empty file (no passages)")
@@ -632,11 +532,12 @@ def parse_corpus_jsonl(path: Path) -> Iterator[dict]:
     path = Path(path)
     seen = IdSet()
     for lineno, obj in iter_jsonl(path):
-        where = _where(path, lineno)
+        where = f"{path}:{lineno}"
         pid = _require(obj, "id", (str, int), where)
         title = _require(obj, "title", str, where)
         text = _require(obj, "text", str, where)
-        yield _check_passage(path, lineno, seen, str(pid), title, text)
+        check_passage(where, seen, str(pid), text)
+        yield {"id": str(pid), "title": title, "text": text}
 
 
 # format name -> parser: a format is named after its parser (parse_<format>)
@@ -651,7 +552,6 @@ def parser(fmt: str, key: str = "format") -> Callable[..., Iterator[dict]]:
     """The parser of format ``fmt``: a name of :data:`PARSERS`, or the user's function named by
     ``"path/to/file.py:function"`` / ``"module:function"`` (rag.tasks.load_object; ``key``: the config
     key naming it, for errors)."""
-    from rag.errors import ConfigError
     from rag.tasks import load_object
 
     if fmt in PARSERS:

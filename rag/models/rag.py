@@ -22,7 +22,7 @@ from rag import precision as P
 from rag.models.decoding import Hypothesis, beam_search, decode_ids
 from rag.models import seq2seq
 from rag.models.interface import Generator, SourceStates
-from rag.retrieval import Retrieved, Retriever
+from rag.retrieval.base import Retrieved, Retriever
 from rag.models.marginal import rag_sequence_nll_from_logprobs, rag_token_nll, rag_token_nll_from_logprobs
 
 

@@ -1,14 +1,13 @@
 """Retrieval behind one interface: ``Retriever.retrieve(questions, k) -> Retrieved``.
 
 Each kind of retriever (``rag/tasks.py`` RETRIEVERS: dense, bm25; the oracle's gold retriever)
-returns passage row numbers and doc scores in the same order, best first. A retriever is built
-from one description of the retrieval files (:class:`RetrievalFiles`); the registry entry names
-the file roles it reads, and the Snakemake rules and the CLI pass exactly those.
+returns passage row numbers and doc scores in the same order, best first (:mod:`rag.retrieval.base`,
+which needs torch; this module does not). A retriever is built from one description of the
+retrieval files (:class:`RetrievalFiles`): the roles its registry entry names.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -40,16 +39,6 @@ class RetrievalFiles:
                       for role, (_, many) in FILE_ROLES.items()})
 
 
-def __getattr__(name: str):
-    """``Retriever`` and ``Retrieved`` (rag.retrieval.base) on first use: they need torch, which the
-    file roles above (read by the CLI and the Snakefile) do not."""
-    if name in ("Retriever", "Retrieved"):
-        from rag.retrieval import base
-
-        return getattr(base, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def add_file_args(parser) -> None:
     """The retrieval-file flags of FILE_ROLES on a subcommand."""
     for role, (flag, many) in FILE_ROLES.items():
@@ -61,7 +50,7 @@ def build_retriever(name: str | None, files: RetrievalFiles, options: QuestionEn
     """The registered retriever ``name`` (rag/tasks.py RETRIEVERS) over ``files``; None for None.
     ``options``: the question encoder's (a dense retriever's) configuration."""
     from rag.errors import ConfigError
-    from rag.tasks import retriever_spec
+    from rag.tasks import load_object, retriever_spec
 
     if name is None:
         return None
@@ -69,8 +58,4 @@ def build_retriever(name: str | None, files: RetrievalFiles, options: QuestionEn
     missing = [FILE_ROLES[role][0] for role in spec.files if not getattr(files, role)]
     if missing:
         raise ConfigError(f"retriever {name} needs {', '.join(missing)}")
-    module, _, attr = spec.factory.partition(":")
-    factory = importlib.import_module(module)
-    for part in attr.split("."):
-        factory = getattr(factory, part)
-    return factory(files, options, device, question_encoder_dir)
+    return load_object(spec.factory, "retriever")(files, options, device, question_encoder_dir)

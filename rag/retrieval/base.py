@@ -1,6 +1,4 @@
-"""The retriever interface: ``Retriever.retrieve(questions, k) -> Retrieved`` (a torch module, so
-a trainable part of a retriever is a part of the RAG system that holds it). Imported lazily by
-:mod:`rag.retrieval`, so that commands which never retrieve do not import torch."""
+"""The retriever interface: ``Retriever.retrieve(questions, k) -> Retrieved``."""
 
 from __future__ import annotations
 

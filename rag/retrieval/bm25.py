@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from rag.errors import DataError
-from rag.retrieval import RetrievalFiles, Retrieved, Retriever
+from rag.retrieval import RetrievalFiles
+from rag.retrieval.base import Retrieved, Retriever
 from rag.sections import QuestionEncoder
 
 

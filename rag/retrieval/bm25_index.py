@@ -8,14 +8,10 @@ from pathlib import Path
 from rag.io import atomic_dir
 
 
-def _docs(titles: list[str], texts: list[str]) -> list[str]:
-    return [f"{t} {x}" for t, x in zip(titles, texts)]
-
-
 def build_bm25(titles: list[str], texts: list[str], out_dir: str | Path) -> None:
     import bm25s
 
-    corpus_tokens = bm25s.tokenize(_docs(titles, texts), stopwords="en", show_progress=False)
+    corpus_tokens = bm25s.tokenize([f"{t} {x}" for t, x in zip(titles, texts)], stopwords="en", show_progress=False)
     retriever = bm25s.BM25()
     retriever.index(corpus_tokens, show_progress=False)
     with atomic_dir(out_dir) as tmp:

@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from rag import precision as P
-from rag.retrieval import RetrievalFiles, Retrieved, Retriever
+from rag.retrieval import RetrievalFiles
+from rag.retrieval.base import Retrieved, Retriever
 from rag.sections import QuestionEncoder
 
 
@@ -37,7 +38,8 @@ class DenseRetriever(Retriever):
         emb = EmbeddingShards(files.embeddings)
         if emb.n != len(passages):
             raise DataError(f"{files.embeddings[0]}: {emb.n} embeddings for {len(passages)} passages in {files.passages}")
-        index = load_index(files.index, rows=emb.n, dim=emb.d, of=f"the {emb.n:,} passages of {files.passages}")
+        index = load_index(files.index, rows=emb.n, dim=emb.d, of=f"the {emb.n:,} passages of {files.passages}",
+                           mapped=True)
         qenc = Encoder.load(question_encoder_dir or options.question_encoder, options.pooling, options.normalize,
                             options.max_length)
         return cls(passages, qenc.to(device), emb, index, options.score_scale)

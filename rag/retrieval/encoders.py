@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -35,8 +34,8 @@ def resolve_model_path(name: str) -> str:
 
 
 def _model_class(path: str):
-    """AutoModel maps every ``dpr`` checkpoint to DPRQuestionEncoder; a DPR context encoder must be
-    loaded with its own class or its weights would not match (and be left random)."""
+    """The class of the checkpoint at ``path``: a DPR encoder's own (AutoModel maps every ``dpr``
+    checkpoint to DPRQuestionEncoder), else AutoModel."""
     from transformers import AutoConfig, AutoModel
 
     cfg = AutoConfig.from_pretrained(path)
@@ -138,13 +137,9 @@ def encode_passages(encoder: Encoder, titles: list[str], texts: list[str], batch
                     device: str = "cpu", dtype: torch.dtype | None = None, progress: bool = True) -> np.ndarray:
     """Encode passages as DPR does (title and text as a sentence pair); returns float32 [N, d] in input order.
 
-    Batches hold passages of similar length (longest first, as sentence-transformers does), so they pad
-    little and the first batch sizes the buffers the later ones reuse. The next batch is tokenized in a
-    background thread while the current one runs through the model (the Rust tokenizer and the torch
-    kernels release the GIL), and each batch's vectors go straight to their rows of one preallocated
-    float32 array: no list of batch tensors, concatenation, reorder copy or final astype copy, so the
-    output takes its own size in memory once instead of four times. ``dtype`` (fp16/bf16 on GPUs,
-    config key ``precision``) casts the encoder's weights; the vectors come back as float32.
+    Batches hold passages of similar length (longest first, as sentence-transformers does); the next
+    batch is tokenized in a background thread while the current one runs, and each batch's vectors go
+    to their rows of one preallocated array. ``dtype`` (config key ``precision``) casts the weights.
     """
     from tqdm.auto import tqdm
 

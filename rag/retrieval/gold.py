@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from rag.errors import DataError
-from rag.retrieval import Retrieved, Retriever
+from rag.retrieval.base import Retrieved, Retriever
 
 
 class GoldRetriever(Retriever):

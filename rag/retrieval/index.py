@@ -257,17 +257,26 @@ def save_index(index, path: str | Path) -> None:
         faiss.write_index(index, str(tmp))
 
 
-def load_index(path: str | Path, rows: int | None = None, dim: int | None = None, of: str = ""):
+def load_index(path: str | Path, rows: int | None = None, dim: int | None = None, of: str = "", mapped: bool = False):
     """The FAISS index of ``path``, checked against what it indexes: ``rows`` vectors of ``dim``
     (when given; ``of`` names them in the error). A truncated or foreign file, or an index built over
-    other embeddings, stops here in one line, before any training or decoding."""
+    other embeddings, stops here in one line, before any training or decoding.
+
+    ``mapped``: the index's bulk is mapped from the file, not read (the pages a search touches are
+    read on demand and shared through the page cache by every job of the node): an IVF index's
+    inverted lists (``faiss.IO_FLAG_MMAP``), a flat or HNSW index's vectors (``IO_FLAG_MMAP_IFC``).
+    Searches give the same results either way."""
     import faiss
 
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: index file not found")
+    flags = 0
+    if mapped:
+        with open(path, "rb") as f:  # the file's fourcc: "Iw.."/"Iv.." for the IVF family
+            flags = faiss.IO_FLAG_MMAP if f.read(2) in (b"Iw", b"Iv") else faiss.IO_FLAG_MMAP_IFC
     try:
-        index = faiss.read_index(str(path))
+        index = faiss.read_index(str(path), flags)
     except RuntimeError as exc:
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise DataError(f"{path}: unreadable FAISS index ({reason[:200]}); delete it and run again to rebuild it") from None

@@ -4,16 +4,13 @@ recall, the hot-swap and the training targets all match answers here."""
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 import unicodedata
 from typing import Sequence
 
 from rag.errors import DataError
-
-# ---------------------------------------------------------------------------------------------
-# SQuAD exact match
-# ---------------------------------------------------------------------------------------------
 
 _PUNCT = set(string.punctuation)
 
@@ -39,58 +36,38 @@ def exact_match(prediction: str, golds: Sequence[str]) -> bool:
     return any(norm == normalize_answer(g) for g in golds)
 
 
-# ---------------------------------------------------------------------------------------------
-# CuratedTrec regex match (DrQA)
-# ---------------------------------------------------------------------------------------------
-
 _REGEX_FLAGS = re.IGNORECASE | re.UNICODE | re.MULTILINE
 
 
 def compile_regex(pattern: str) -> "re.Pattern":
-    """Compile a gold answer pattern (IGNORECASE|UNICODE|MULTILINE); DataError naming it if invalid.
-
-    The one behaviour for an uncompilable CuratedTrec pattern everywhere (parsers, training
-    targets, em_regex, answer recall): stop with this error, never count it silently as no match.
-    """
+    """Compile a gold answer pattern (IGNORECASE|UNICODE|MULTILINE); DataError naming it if invalid
+    (everywhere: parsers, training targets, em_regex, answer recall)."""
     try:
         return re.compile(pattern, flags=_REGEX_FLAGS)
     except (re.error, TypeError) as exc:
         raise DataError(f"invalid gold regular expression {pattern!r}: {exc}") from None
 
 
-_compile = compile_regex
-
-
 def regex_match(prediction: str, patterns: Sequence[str]) -> bool:
-    """CuratedTrec match, after DrQA's ``regex_match_score``.
-
-    DrQA compiles each gold pattern with IGNORECASE|UNICODE|MULTILINE and counts the prediction
-    when ``compiled.match(prediction)`` succeeds (anchored at the start, not a full match), max
-    over the golds. DrQA applies no normalization there; this project scores CuratedTrec with the
-    same normalization as EM, so the pattern is tried on the raw prediction and on
-    ``normalize_answer(prediction)``; either match counts (a superset of DrQA's rule, equal to
-    it whenever normalization does not change the string). DrQA logs and returns False for a
-    pattern that does not compile; here that is a DataError naming the pattern, as in the
-    parsers and the training path (``compile_regex``).
-    """
-    compiled = [_compile(p) for p in patterns]
+    """CuratedTrec match, after DrQA's ``regex_match_score`` (``re.match``, anchored at the start, max
+    over the golds), tried on the raw and on the ``normalize_answer``-ed prediction (a superset of
+    DrQA's rule, equal to it where normalization changes nothing); an invalid pattern: DataError."""
+    compiled = [compile_regex(p) for p in patterns]
     candidates = (prediction, normalize_answer(prediction))
     return any(c.match(text) is not None for c in compiled for text in candidates)
 
 
-_DPR_TOKEN_RE = None
+@functools.cache
+def _dpr_token_re():
+    import regex
+
+    return regex.compile(r"([\p{L}\p{N}\p{M}]+)|([^\p{Z}\p{C}])", regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
 
 
 def _dpr_tokens(text: str) -> list[str]:
     """DPR's SimpleTokenizer (alphanumeric runs or single non-space characters), uncased, after
     unicode NFD normalization (dpr/data/qa_validation.py: has_answer / _normalize)."""
-    global _DPR_TOKEN_RE
-    if _DPR_TOKEN_RE is None:
-        import regex
-
-        _DPR_TOKEN_RE = regex.compile(r"([\p{L}\p{N}\p{M}]+)|([^\p{Z}\p{C}])", regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
-    text = unicodedata.normalize("NFD", text)
-    return [m.group().lower() for m in _DPR_TOKEN_RE.finditer(text)]
+    return [m.group().lower() for m in _dpr_token_re().finditer(unicodedata.normalize("NFD", text))]
 
 
 def answer_in_text(text: str, answers: Sequence[str], regex: bool = False) -> bool:
@@ -102,7 +79,7 @@ def answer_in_text(text: str, answers: Sequence[str], regex: bool = False) -> bo
     """
     if regex:
         norm = unicodedata.normalize("NFD", text)
-        return any(_compile(unicodedata.normalize("NFD", a)).search(norm) is not None for a in answers)
+        return any(compile_regex(unicodedata.normalize("NFD", a)).search(norm) is not None for a in answers)
     tokens = _dpr_tokens(text)
     for a in answers:
         at = _dpr_tokens(a)

@@ -9,7 +9,6 @@ from rag.errors import DataError
 from rag.scoring.ptb_tokenizer import tokenize_batch
 
 
-
 def check_pairs(predictions, references, what="references"):
     if len(predictions) == 0:
         raise DataError("no predictions to score (empty list)")
@@ -67,7 +66,3 @@ def rouge_l_mean(scores: Sequence) -> float:
     """The mean of per-example ROUGE-L scores (:func:`rouge_l_scores`), in percent: MS MARCO's ROUGE-L."""
     return 100.0 * float(sum(scores) / len(scores))
 
-
-def rouge_l(predictions: Sequence[str], references: Sequence[Sequence[str]], tokenizer: str = "python") -> float:
-    """MS MARCO ROUGE-L of the predictions (:func:`rouge_l_mean` of :func:`rouge_l_scores`)."""
-    return rouge_l_mean(rouge_l_scores(predictions, references, tokenizer))

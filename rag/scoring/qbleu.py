@@ -56,10 +56,6 @@ QBLEU_STOP_WORDS = frozenset(
 )
 _QT = ("What", "Which", "Why", "Who", "Whom", "Whose", "Where", "When", "How")
 QUESTION_WORDS = frozenset(_QT) | frozenset(w.lower() for w in _QT)
-# answerability_score.py, data_type == 'wikimovies'
-WIKIMOVIES_RELEVANT = ("act", "write", "direct", "describ", "appear", "star", "genre", "language",
-                       "about", "appear", "cast")
-QUESTION_TYPES = ("squad", "wikimovies")
 
 
 def _qt_words(words: list[str]) -> list[str]:
@@ -73,25 +69,16 @@ def _qt_words(words: list[str]) -> list[str]:
     return out
 
 
-def qbleu_components(question: str, questions_type: str = "squad") -> dict[str, str]:
-    """Split a question into the four Q-BLEU word classes, exactly as the authors' script.
-
-    The authors' ``questiontype`` walks its question-word *set*, so the order of the qt words
-    differs from ours; only unigram counts enter BLEU-1, so scores are the same.
-
-    Named entities: the authors' ``NER_line`` runs no NER model either: it takes every token whose
-    first character is upper-case, after dropping the first token when it is a question word
-    (so a capitalized sentence-initial non-question word such as "Is" counts, as in their test).
-    Numbers are *relevant words* there (lower-case, not stop words); we keep that, so the
-    official scores are reproduced.
-    """
+def qbleu_components(question: str) -> dict[str, str]:
+    """Split a question into the four Q-BLEU word classes, as the authors' script (its SQuAD question
+    type): named entities are
+    the tokens with an upper-case first character after a leading question word (no NER model),
+    numbers are relevant words. The order of the qt words may differ from theirs; BLEU-1 counts
+    unigrams, so scores are the same."""
     words = question.split()
     qt = _qt_words(words)
-    if questions_type == "wikimovies":
-        imp = [w for w in words for j in WIKIMOVIES_RELEVANT if j.lower() in w]
-    else:
-        removed = set(qt)
-        imp = [w for w in words if w not in removed and not w[0].isupper() and w not in QBLEU_STOP_WORDS]
+    removed = set(qt)
+    imp = [w for w in words if w not in removed and not w[0].isupper() and w not in QBLEU_STOP_WORDS]
     ner_words = words[1:] if words and words[0].lower() in QUESTION_WORDS else words
     ner = [w for w in ner_words if w[0].isupper()]
     sw = [w.lower() for w in words if w.lower() in QBLEU_STOP_WORDS]
@@ -101,16 +88,19 @@ def qbleu_components(question: str, questions_type: str = "squad") -> dict[str, 
 def qbleu1_scores(
     predictions: Sequence[str],
     references: Sequence[Sequence[str]],
-    questions_type: str = "squad",
     tokenizer: str = "python",
     w_ner: float | None = None,
     w_qt: float | None = None,
     w_re: float | None = None,
     delta: float | None = None,
 ) -> list[float]:
-    """Per-example Q-BLEU-1 in [0, 1] (max over the references of each example)."""
-    if questions_type not in QUESTION_TYPES:
-        raise ConfigError(f"unknown questions_type {questions_type!r}; valid: {', '.join(QUESTION_TYPES)}")
+    """Per-example Q-BLEU-1 in [0, 1]: ``delta * Answerability + (1 - delta) * BLEU-1``, the best of each
+    example's references. Each Answerability component (relevant words, named entities, question type, stop
+    words) is the harmonic mean of the sentence BLEU-1 of the predicted component against the reference one and
+    vice versa, and 1 when both are empty, as the authors' head script
+    (github.com/PrekshaNema25/Answerability-Metric at ec5cf5e) computes it; equal to that script run with
+    Java's PTB tokenizer, within 1e-6, on ``tests/data/qbleu_head_vectors.json`` with either tokenizer.
+    An empty prediction scores 0 (the authors' script stops with an IndexError on it)."""
     check_pairs(predictions, references)
     given = {k: v for k, v in {"w_ner": w_ner, "w_qt": w_qt, "w_re": w_re, "delta": delta}.items() if v is not None}
     W = check_qbleu_weights(given, "qbleu1 weights")
@@ -119,8 +109,8 @@ def qbleu1_scores(
 
     pairs = [(p, r) for p, refs in zip(predictions, references) for r in refs]
     keys = ("imp", "ner", "qt", "sw")
-    hyp_c = [qbleu_components(p, questions_type) for p, _ in pairs]
-    ref_c = [qbleu_components(r, questions_type) for _, r in pairs]
+    hyp_c = [qbleu_components(p) for p, _ in pairs]
+    ref_c = [qbleu_components(r) for _, r in pairs]
     n = len(pairs)
     texts = [p for p, _ in pairs] + [r for _, r in pairs]
     for k in keys:
@@ -138,8 +128,7 @@ def qbleu1_scores(
         h, r = block(2 + 2 * j), block(3 + 2 * j)
         _, p = sentence_bleu_scorer(h, [[x] for x in r], 1)  # precision direction
         _, rc = sentence_bleu_scorer(r, [[x] for x in h], 1)  # recall direction (swapped)
-        # The authors' head script (commit 61392b1, Nov 2019) scores a component 1 when its
-        # hypothesis and reference parts are both empty strings (before tokenization).
+        # 1 when the hypothesis and reference parts are both empty strings (before tokenization)
         comp[k] = [1.0 if not hyp_c[i][k] and not ref_c[i][k]
                    else 0.0 if a + b == 0 else 2 * a * b / (a + b)
                    for i, (a, b) in enumerate(zip(p[0], rc[0]))]
@@ -147,7 +136,6 @@ def qbleu1_scores(
     for i in range(n):
         answerability = (w_re * comp["imp"][i] + w_ner * comp["ner"][i] + w_qt * comp["qt"][i]
                          + w_sw * comp["sw"][i])
-        # An empty prediction scores 0 (the authors' script crashes on it; see qbleu1).
         per_pair.append(0.0 if not pairs[i][0].strip() else delta * answerability + (1 - delta) * fluent[i])
     out, pos = [], 0
     for refs in references:
@@ -155,21 +143,3 @@ def qbleu1_scores(
         pos += len(refs)
     return out
 
-
-def qbleu1(predictions: Sequence[str], references: Sequence[Sequence[str]], questions_type: str = "squad",
-           tokenizer: str = "python", **weights) -> float:
-    """Q-BLEU-1 (Nema & Khapra 2018) in percent: mean over examples of
-    ``delta * Answerability + (1 - delta) * BLEU-1``, weights ``QBLEU_DEFAULT_WEIGHTS`` unless
-    given. Each Answerability component (relevant words, named entities, question type, stop
-    words) is the harmonic mean of the sentence BLEU-1 of the predicted component against the
-    reference one and vice versa, and 1 when both components are empty (the authors' head script,
-    github.com/PrekshaNema25/Answerability-Metric at ec5cf5e, Nov 2019; the October 2018 version
-    scored that case 0). Equal to that script run with Java's PTB tokenizer, within 1e-6, on the
-    pairs of ``tests/data/qbleu_head_vectors.json`` with either tokenizer.
-
-    With several references the best one is taken (the authors' script has one per line).
-    An empty (or whitespace-only) prediction scores 0; the authors' script stops with an
-    IndexError on it (``NER_line`` reads the first word), so 0 is this project's choice.
-    """
-    scores = qbleu1_scores(predictions, references, questions_type, tokenizer, **weights)
-    return 100.0 * sum(scores) / len(scores)

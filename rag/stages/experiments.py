@@ -16,12 +16,10 @@ from rag.tasks import TASKS
 
 def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant: str, *, model_dir: str | Path,
                files: RetrievalFiles, test: str | Path, out: str | Path, decoded: str | Path | None = None) -> None:
-    """Figure 3: decode ``test`` at each test-time K of the sweep with the saved model; write the
-    task metric, answer recall and per-question results. A K larger than the corpus stops it,
-    naming its key, before the model is loaded. ``decoded``: the run's own test predictions (the
-    task's decoding, at its test-time K): that K is read from them instead of decoded again, the
-    same decoding of the same model. The other Ks are decoded together (``predict_sweep``: a
-    RAG-Sequence model searches and scores the largest K once)."""
+    """Figure 3: decode ``test`` at each test-time K of the sweep with the saved model (together:
+    ``predict_sweep``); write the task metric, answer recall and per-question results.
+    ``decoded``: the run's own test predictions, read for the task's test-time K instead of
+    decoding it again."""
     from rag.tracking import Run
 
     ev = cfg.decoding()
@@ -101,14 +99,16 @@ def hotswap(cfg: TrainSection, device: str, variant: str, *, model_dir: str | Pa
                      "changed": sum(r["meta"]["changed"] for r in rows), "detail": detail})
 
 
-def oracle_eval(cfg: TrainSection, variant: str, model_dir: str, passages_path: str, rows: list[dict], device: str) -> dict:
-    """The trained model's answers with the gold passage as its only document (K = 1): reader
-    quality apart from retrieval. Per example and per attribute."""
+def oracle(cfg: TrainSection, device: str, variant: str, *, model_dir: str | Path, passages: str | Path, test: str | Path,
+           out: str | Path) -> None:
+    """The trained model's answers to the ``test`` questions with the gold passage (from ``passages``)
+    as its only document (K = 1): reader quality apart from retrieval, per example and per attribute."""
     from rag.data.corpus import PassageStore
     from rag.retrieval.gold import GoldRetriever
 
     ev = cfg.decoding()
-    system = load_trained(cfg, variant, model_dir, device, retriever=GoldRetriever(PassageStore(passages_path), rows))
+    rows = read_jsonl(Path(test), required=("id", "input", "targets"))
+    system = load_trained(cfg, variant, model_dir, device, retriever=GoldRetriever(PassageStore(passages), rows))
     primary = TASKS[cfg.task_name].primary
     preds = sorted(predict(ev, system, variant, rows, k=1), key=lambda x: x["id"])
     by_id = {r["id"]: r for r in rows}
@@ -117,14 +117,7 @@ def oracle_eval(cfg: TrainSection, variant: str, model_dir: str, passages_path: 
     attrs: dict[str, list[bool]] = collections.defaultdict(list)
     for p, c in zip(preds, correct):
         attrs[(by_id[p["id"]].get("meta") or {}).get("attribute", "all")].append(c)
-    return {"task": cfg.task_name, "variant": variant, "seed": cfg.seed, "k": 1, "metric": primary, "n": len(preds),
-            "em": 100.0 * sum(correct) / max(1, len(correct)), "id": [p["id"] for p in preds], "correct": correct,
-            "by_attribute": {a: {"name": a, "n": len(v), "em": 100.0 * sum(v) / len(v)} for a, v in sorted(attrs.items())},
-            "predictions": preds}
-
-
-def oracle(cfg: TrainSection, device: str, variant: str, *, model_dir: str | Path, passages: str | Path, test: str | Path,
-           out: str | Path) -> None:
-    """Write :func:`oracle_eval` of the ``test`` questions (their gold passages from ``passages``)."""
-    rows = read_jsonl(Path(test), required=("id", "input", "targets"))
-    write_json(out, oracle_eval(cfg, variant, model_dir, passages, rows, device))
+    by_attribute = {a: {"name": a, "n": len(v), "em": 100.0 * sum(v) / len(v)} for a, v in sorted(attrs.items())}
+    write_json(out, {"task": cfg.task_name, "variant": variant, "seed": cfg.seed, "k": 1, "metric": primary,
+                     "n": len(preds), "em": 100.0 * sum(correct) / max(1, len(correct)), "id": [p["id"] for p in preds],
+                     "correct": correct, "by_attribute": by_attribute, "predictions": preds})

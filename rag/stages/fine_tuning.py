@@ -75,15 +75,10 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
               checkpoint_dir: str | Path, out: str | Path, files: RetrievalFiles, init_from: str | Path | None = None,
               config_hash: str = "", eval_io: dict[str, tuple[str, str, str]] | None = None) -> None:
     """Fine-tune one task x variant (``cfg``: the train_<task> section, carrying eval_<task> when
-    ``eval_io`` is given) from the ``generator`` folder, or from the model folder ``init_from``
-    (config key ``tasks.<task>.init_from``), over the retrieval ``files``; resumable from
-    ``checkpoint_dir``; write the model folder ``out`` and log the run to MLflow (tag
-    ``config_hash``). ``eval_io`` (split -> data, predictions, metrics files): then decode dev
-    and test with the saved model in this process (:func:`rag.stages.evaluation.evaluate_model`).
-
-    Before anything is built, every K it retrieves with is checked against the passages (naming
-    the key), and it takes the run's lock (``checkpoint_dir/run.lock``): a second process
-    fine-tuning the same run is refused at once."""
+    ``eval_io`` is given) from the ``generator`` folder or the model folder ``init_from``, over the
+    retrieval ``files``, resumable from ``checkpoint_dir`` (holding its lock); write the model folder
+    ``out`` and log the run to MLflow. ``eval_io`` (split -> data, predictions, metrics files): then
+    decode dev and test in this process (:func:`rag.stages.evaluation.evaluate_model`)."""
     from rag.io import run_lock
     from rag.training import ddp_setup
 
@@ -115,7 +110,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     from rag.manifest import build_manifest, canonical_hash, data_entries
     from rag.models.tokenizer import ensure_label_tokens, save_tokenizer
     from rag.tracking import Run
-    from rag.training import train
+    from rag.training import loss_curve, train
 
     name = cfg.task_name
     spec, vspec, t = TASKS[name], variant_spec(variant), cfg.train
@@ -145,11 +140,8 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     if world > 1:  # ddp_setup chose this process' GPU (LOCAL_RANK) before the model was built
         # frozen parts (lower question-encoder layers, pooler) get no gradient: let DDP skip them
         ddp_module = torch.nn.parallel.DistributedDataParallel(system, find_unused_parameters=True)
-    # the training configuration only (not the eval_<task> section a fused train job also reads):
-    # after an edit of test-time keys the finished checkpoint resumes at its last step. And the
-    # files it trains on, as the manifest hashes them: a checkpoint of an earlier pretrained
-    # generator, other task data or another index is not resumed (the checkpoint folder outlives
-    # the job Snakemake re-runs)
+    # the checkpoint resumes under the same train_<task> section (not eval_<task>) and the same
+    # files it trains on, as the manifest hashes them
     retrieves = vspec.retriever is not None
     splits = {"train": train_data, **({split: io[0] for split, io in eval_io.items()} if eval_io else {})}
     data = data_entries(passages=files.passages if retrieves else None,
@@ -174,9 +166,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     if rank != 0:
         return
     # the whole curve, also the steps done before a resume (they come back with the checkpoint)
-    every = t.log_every
-    run.curve("train_loss", [(i + 1, sum(losses[i + 1 - every : i + 1]) / every)
-                             for i in range(every - 1, len(losses), every)])
+    run.curve("train_loss", loss_curve(losses, t.log_every))
     run.metrics({"train_seconds": seconds, "final_train_loss": sum(losses[-10:]) / max(1, len(losses[-10:]))})
     with atomic_dir(out) as tmp:
         system.gen.save(tmp / "generator")
