@@ -28,21 +28,27 @@ _FULL_TEXTS = ("No space left on device", "os error 28", "Disk quota exceeded", 
                "database or disk is full")
 
 
-def disk_full_reason(exc: BaseException | None) -> str | None:
-    """"No space left on device" (or "Disk quota exceeded") when ``exc`` or an exception it was
-    raised from is a full disk, else None."""
+def chain(exc: BaseException | None):
+    """``exc`` and the exceptions it was raised from (its cause, else its context), each once."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return os.strerror(exc.errno)
-        text = str(exc)
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def disk_full_reason(exc: BaseException | None) -> str | None:
+    """"No space left on device" (or "Disk quota exceeded") when ``exc`` or an exception it was
+    raised from is a full disk, else None."""
+    for e in chain(exc):
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return os.strerror(e.errno)
+        text = str(e)
         for marker in _FULL_TEXTS:
             if marker in text:
                 quota = "quota" in marker or "122" in marker
                 return "Disk quota exceeded" if quota else "No space left on device" + (
                     " (SQLite: database or disk is full)" if marker.startswith("database") else "")
-        exc = exc.__cause__ or exc.__context__
     return None
 
 
@@ -54,16 +60,13 @@ _OOM_TEXTS = ("DefaultCPUAllocator", "CUDA out of memory", "out of memory")
 def out_of_memory_reason(exc: BaseException | None) -> str | None:
     """The allocator's words (from "DefaultCPUAllocator" on, one line) when ``exc`` or an exception
     it was raised from is an allocation that failed, else None."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, MemoryError):
-            return f"MemoryError {exc}".strip()
-        text = " ".join(str(exc).split())
+    for e in chain(exc):
+        if isinstance(e, MemoryError):
+            return f"MemoryError {e}".strip()
+        text = " ".join(str(e).split())
         for marker in _OOM_TEXTS:
             if marker in text:
                 return text[text.index(marker):][:200]
-        exc = exc.__cause__ or exc.__context__
     return None
 
 

@@ -39,7 +39,6 @@ PACKAGES = {  # manifest name -> distributions that provide it (the first one in
 }
 # config keys that name or file a run without changing what it computes
 LABEL_KEYS = ("name", "tracking")
-CATEGORIES = ("data", "config", "code", "packages", "hardware", "seed")
 
 
 # ------------------------------------------------------------------------------------ hashing
@@ -50,23 +49,12 @@ def sha256_file(path: str | os.PathLike, progress: bool = False) -> str:
             return hashlib.file_digest(fh, "sha256").hexdigest()
         from tqdm.auto import tqdm
 
+        h = hashlib.sha256()
         with tqdm(total=os.fstat(fh.fileno()).st_size, desc=f"sha256 {path}", unit="B", unit_scale=True) as bar:
-            return hashlib.file_digest(_Counted(fh, bar.update), "sha256").hexdigest()
-
-
-class _Counted:
-    """A binary file whose reads (``readinto``: what hashlib.file_digest calls) report their sizes."""
-
-    def __init__(self, fh, report):
-        self.fh, self.report = fh, report
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf) -> int:
-        n = self.fh.readinto(buf)
-        self.report(n)
-        return n
+            while block := fh.read(1 << 20):
+                h.update(block)
+                bar.update(len(block))
+        return h.hexdigest()
 
 
 PROGRESS_BYTES = 1 << 28  # sha256_files shows a progress bar for files from 256 MiB (about a second's hashing)
@@ -204,13 +192,13 @@ def build_manifest(*, run: dict, config: dict, seed: int, device: str, threads: 
     ``run``: what it is (experiment, task, variant, ...); ``config``: its config section(s) as read
     (a ``seed`` key in it is left out: ``seed`` is the seed the run used, given on its own, so runs
     that differ by seed only say so); ``data``: :func:`data_entries` of the files it read."""
-    section = _without_seed(config)
+    section = _without(config, ("seed",))
     return {
         "schema": SCHEMA,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "run": dict(run),
         "data": data,
-        "config": {"sha256": canonical_hash(_without_labels(section)), "section": section},
+        "config": {"sha256": canonical_hash(_without(section, LABEL_KEYS)), "section": section},
         "code": git_state(),
         "packages": package_versions(),
         "hardware": {"device": device, "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "gpu_model": gpu_model(device),
@@ -220,22 +208,11 @@ def build_manifest(*, run: dict, config: dict, seed: int, device: str, threads: 
     }
 
 
-def _without_seed(obj: Any) -> Any:
+def _without(obj: Any, keys: tuple[str, ...]) -> Any:
+    """``obj`` without the dict keys ``keys`` at any depth."""
     if isinstance(obj, dict):
-        return {k: _without_seed(v) for k, v in obj.items() if k != "seed"}
+        return {k: _without(v, keys) for k, v in obj.items() if k not in keys}
     return obj
-
-
-def _without_labels(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _without_labels(v) for k, v in obj.items() if k not in LABEL_KEYS}
-    return obj
-
-
-def write_manifest(path: str | os.PathLike, manifest: dict) -> None:
-    from rag.io import write_json
-
-    write_json(path, manifest)
 
 
 def read_manifest(where: str | os.PathLike) -> tuple[dict, Path]:
@@ -284,7 +261,7 @@ def _check_shape(m: dict, path: Path) -> None:
 # ------------------------------------------------------------------------------------ diffing
 @dataclass
 class Difference:
-    category: str  # one of CATEGORIES, or "labels"
+    category: str  # data, config, code, packages, hardware, seed or labels
     key: str
     a: Any
     b: Any
@@ -339,8 +316,8 @@ def diff_manifests(a: dict, b: dict) -> list[Difference]:
     for key in ("task", "variant"):
         if ra.get(key) != rb.get(key):
             diffs.append(Difference("config", key, ra.get(key), rb.get(key)))
-    ca = _flat(_without_labels((a.get("config") or {}).get("section") or {}))
-    cb = _flat(_without_labels((b.get("config") or {}).get("section") or {}))
+    ca = _flat(_without((a.get("config") or {}).get("section") or {}, LABEL_KEYS))
+    cb = _flat(_without((b.get("config") or {}).get("section") or {}, LABEL_KEYS))
     for key in sorted(set(ca) | set(cb)):
         if ca.get(key) != cb.get(key):
             diffs.append(Difference("config", key, ca.get(key), cb.get(key)))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,19 +42,13 @@ KNOWN_DIMS = {
     "facebook/dpr-question_encoder-single-nq-base": 768,
     "facebook/dpr-question_encoder-multiset-base": 768,
 }
-# Python memory of read_passages (train, evaluate, encode and the report hold every passage),
-# measured here: 200,000 synthetic passages of 100 and of 20 ASCII words (RSS after minus before
-# reading): 918 and 354 bytes a passage for 720 and 160 bytes a TSV line, i.e. 192 bytes a passage
-# plus the line's bytes; a 100-word line took 720 bytes. Text outside Latin-1 takes 2-4 bytes a
-# character in Python, so real corpora can take more.
+# Python memory of read_passages (the jobs that hold every passage): 192 bytes a passage plus its TSV
+# line's bytes, measured on synthetic ASCII passages (text outside Latin-1 takes more)
 PASSAGE_OVERHEAD = 192
 LINE_BYTES_PER_WORD = 7.2
-# A retrieving job's resident memory beyond its index: Python, torch, transformers, faiss, the question
-# encoder, the touched pages of the passages and the embeddings. Measured 0.68 GB with MiniLM
-# (benchmarks/bench_retrieval_job.py: peak RSS less the index's bytes, 2,000,000 passages x 384;
-# benchmarks/README.md); 1.5 GB leaves room for a bert-base question encoder (0.44 GB of fp32 weights).
+# a retrieving job's resident memory beyond its index (libraries, question encoder, touched pages):
+# 0.68 GB measured with MiniLM (benchmarks/bench_retrieval_job.py), room for a bert-base encoder
 RETRIEVING_PROCESS = 1_500_000_000
-CHUNK_BYTES_ROWS = 65_536  # rag.retrieval.index.CHUNK_ROWS: the build holds one chunk (and IVF-PQ its sample)
 
 # Throughputs measured on this project's machines, with the device they were measured on. A
 # (step, device) without an entry is "not measured". An entry with a precision matches only a config
@@ -126,8 +120,7 @@ def passages_of(cfg: dict, results: Path, override: int | None = None) -> dict:
         n, where = KNOWN_CORPORA[name]
         return {"n": n, "line_bytes": None, "source": where, "words": words}
     if corpus["source"] == "local" and Path(corpus["path"]).is_file():
-        from rag.data.corpus import chunk_documents
-        from rag.data.formats import parse_corpus_jsonl, parse_corpus_tsv, parse_dpr_passages
+        from rag.data.parsers import corpus_passages
         from rag.io import long_line
 
         src = Path(corpus["path"])
@@ -136,13 +129,8 @@ def passages_of(cfg: dict, results: Path, override: int | None = None) -> dict:
             return {"n": None, "line_bytes": None, "words": words,
                     "source": f"unknown: line {too_long} of {src} is over {PLAN_LINE_BYTES >> 20} MiB (not read for a plan); "
                               "give --passages N"}
-        fmt = corpus.get("format")
-        it = {"dpr_tsv": parse_dpr_passages, "tsv": parse_corpus_tsv, "jsonl": parse_corpus_jsonl,
-              "documents": parse_corpus_jsonl}[fmt](src)
-        if fmt == "documents":
-            it = chunk_documents(((d["id"], d["title"], d["text"]) for d in it), words=words)
         n = size = 0
-        for p in it:
+        for p in corpus_passages(corpus.get("format"), src, words):
             n += 1
             size += len(f"{p['id']}\t{p['title']}\t{p['text']}\n".encode())
         return {"n": n, "line_bytes": size, "source": f"read from {src}", "words": words}
@@ -153,12 +141,9 @@ def passages_of(cfg: dict, results: Path, override: int | None = None) -> dict:
 def embedding_dim(name: str) -> tuple[int | None, str]:
     """The context encoder's output size, from its config.json (a package's model folder, a local
     folder, the Hugging Face cache) or a published one; (None, why) when neither is here."""
-    import os
-
     folder: Path | None = None
     if name.startswith("package:"):
         from rag.config import package_model_folder
-        from rag.errors import ConfigError
 
         try:
             folder = package_model_folder(name)
@@ -167,9 +152,13 @@ def embedding_dim(name: str) -> tuple[int | None, str]:
     elif Path(name).is_dir():
         folder = Path(name)
     else:
-        hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", Path.home() / ".cache/huggingface")) / "hub")
-        snaps = sorted((hub / f"models--{name.replace('/', '--')}" / "snapshots").glob("*/config.json"))
-        folder = snaps[-1].parent if snaps else None
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(name, "config.json")
+        except ValueError:  # not a repository id
+            cached = None
+        folder = Path(cached).parent if isinstance(cached, str) else None
     if folder is not None and (folder / "config.json").is_file():
         c = json.loads((folder / "config.json").read_text())
         dim = c.get("projection_dim") or c.get("hidden_size") or c.get("d_model") or c.get("dim")
@@ -281,10 +270,10 @@ def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path
 # ------------------------------------------------------------------------------------ the plan
 @dataclass
 class Need:
-    memory: float | None = None  # bytes
-    memory_lower_bound: bool = False  # parts of it not estimated: the need is at least this
+    memory_bytes: float | None = None
+    memory_at_least: bool = False  # parts of it not estimated: the need is at least this
     memory_how: str = ""
-    gpu_memory: float | None = None  # bytes on one GPU (a process' models), where the job runs on one
+    gpu_memory_bytes: float | None = None  # on one GPU (a process' models), where the job runs on one
     gpu_memory_how: str = ""
     seconds: float | None = None
     seconds_how: str = "not measured"
@@ -352,18 +341,18 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
 
     sizes["fine_tune"] = fine_tune_memory(cfg)
     dag, missing = snakemake_dag(config_paths, profile_path, snakefile or snakefile_here(), cfg)
-    records = _records(results)
+    from rag.resources import read_records, summary
+
+    records = read_records(results / "resources") if (results / "resources").is_dir() else {}
     plans = []  # per rule: its jobs, their need and requests, its CPU time a job from the records (None: none)
     for rule, jobs in dag.items():
         need = estimate_need(rule, cfg, sizes, indexes.get(r["index"]))
         notes = list(jobs["notes"])
         cpu: tuple[float | None, str] = (None, "not measured")
         if rule in records:
-            from rag.resources import summary
-
             s = summary(records[rule])
             cpu = cpu_per_job(records[rule], jobs["kinds"], results / "resources" / rule)
-            need.memory, need.memory_lower_bound = s["peak_rss_mb_max"] * 2**20, False
+            need.memory_bytes, need.memory_at_least = s["peak_rss_mb_max"] * 2**20, False
             need.memory_how = f"measured: largest peak RSS of {s['jobs']} job(s) in {results / 'resources' / rule}"
             need.seconds = s["wall_s_max"]
             need.seconds_how = f"measured: longest of {s['jobs']} job(s) in {results / 'resources' / rule}"
@@ -371,10 +360,7 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
             notes.append(f"config resources.{rule} ({', '.join(jobs['unread'])}) is not read: the rule declares no such "
                          f"resource (its jobs get {'the profile' if profile_path else 'no'} default)")
         plans.append({"rule": rule, "jobs": jobs["jobs"],
-                      "need": {"memory_bytes": need.memory, "memory_at_least": need.memory_lower_bound,
-                               "memory_how": need.memory_how, "gpu_memory_bytes": need.gpu_memory,
-                               "gpu_memory_how": need.gpu_memory_how, "seconds": need.seconds, "seconds_how": need.seconds_how,
-                               "gpu": need.gpu},
+                      "need": asdict(need),
                       "cpu_s_per_job": cpu[0], "cpu_how": cpu[1], "requests": jobs["requests"],
                       "below_need": _below_need(need, jobs["requests"], notes), "notes": notes})
     return {"config": " ".join(map(str, config_paths)), "experiment": cfg["name"], "device": device, "precision": cfg["precision"],
@@ -401,7 +387,7 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
     n, d, mem_passages = sizes["passages"], sizes["dim"], sizes["passages_memory_bytes"]
     need = Need(gpu=1 if device == "cuda" and rule in GPU_RULES and not (rule == "pretrain_generator" and g["init"] == "pretrained") else 0)
     if rule == "encode_shard" and n and d:
-        need.memory, need.memory_lower_bound = sizes["row_table_bytes"] + sizes["shard_bytes"], True
+        need.memory_bytes, need.memory_at_least = sizes["row_table_bytes"] + sizes["shard_bytes"], True
         need.memory_how = "the passages' row table (the shard's rows read in place) + the shard's embeddings + the encoder (not estimated)"
         t = throughput("encode", {"encoder": r["context_encoder"], "device": device, "precision": cfg["precision"]})
         if t:  # an encode job runs on one thread (the rule's threads: 1), or one GPU
@@ -412,8 +398,10 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
             need.seconds_how = (f"not measured: no throughput of {r['context_encoder']} on {device} in "
                                 f"{cfg['precision']} has been measured")
     elif rule == "build_index" and index is not None:
-        extra = min(n, CHUNK_BYTES_ROWS) * d * 4 * (2 if r["index"] == "ivfpq" else 1)
-        need.memory = index["memory"] + extra
+        from rag.retrieval.index import CHUNK_ROWS  # the build holds one chunk (and IVF-PQ its sample)
+
+        extra = min(n, CHUNK_ROWS) * d * 4 * (2 if r["index"] == "ivfpq" else 1)
+        need.memory_bytes = index["memory"] + extra
         need.memory_how = f"the {index['label']} index + one chunk of 65,536 rows" + (" + its training sample" if r["index"] == "ivfpq" else "")
         t = throughput("index", {"index": r["index"], "hnsw_m": r["hnsw_m"] if r["index"] == "hnsw" else None,
                                  "device": "cpu"})
@@ -423,8 +411,8 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
         else:
             need.seconds_how = f"not measured: no build of a {index['label']} index has been timed"
     elif rule in ("train", "evaluate", "topk_sweep", "hotswap") and index is not None and n:
-        need.memory, need.memory_how = retrieval_memory(rule, sizes, index)
-        need.memory_lower_bound = True
+        need.memory_bytes, need.memory_how = retrieval_memory(rule, sizes, index)
+        need.memory_at_least = True
         models = sizes["fine_tune"] if rule == "train" else {"why": "decoding is not sized"}
         if "why" in models:
             need.memory_how += f"; the generator not estimated ({models['why']})"
@@ -432,10 +420,10 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
             what = (f"{_gb(models['bytes'])}: " + ", ".join(f"{k} {_gb(v)}" for k, v in models["parts"].items())
                     + f" ({models['how']})")
             if device == "cuda":  # the models on the GPU; the host holds what retrieves
-                need.gpu_memory, need.gpu_memory_how = models["bytes"], what
+                need.gpu_memory_bytes, need.gpu_memory_how = models["bytes"], what
                 need.memory_how += "; the models on the GPU (below)"
             else:
-                need.memory += models["bytes"]
+                need.memory_bytes += models["bytes"]
                 need.memory_how += f"; the fine-tune's models {what}"
         if rule == "train":
             want = {"generator": g, "batch_size": cfg["train"]["batch_size"], "k": cfg["train"]["k"],
@@ -450,10 +438,10 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
                 need.seconds_how = (f"not measured: no training step of this generator at batch {cfg['train']['batch_size']}, "
                                     f"K={cfg['train']['k']} on {device} has been timed")
     elif rule == "oracle" and n:
-        need.memory, need.memory_lower_bound = sizes["row_table_bytes"] + RETRIEVING_PROCESS, True
+        need.memory_bytes, need.memory_at_least = sizes["row_table_bytes"] + RETRIEVING_PROCESS, True
         need.memory_how = "the passages' row table (the gold passages read in place) + the process; the generator not estimated"
     elif rule == "report" and mem_passages is not None:
-        need.memory, need.memory_lower_bound = mem_passages, True
+        need.memory_bytes, need.memory_at_least = mem_passages, True
         need.memory_how = "every passage read (for its samples and claims); the rest not estimated"
     elif rule == "pretrain_generator" and g["init"] == "scratch":
         t = throughput("pretrain", {"generator": g, "batch_size": g["pretrain_batch_size"], "device": device})
@@ -498,22 +486,13 @@ def compute(plans: list[dict], device: str, cores: int | None) -> dict:
             "wall_s_at_least": cpu_s / cores if measured and device == "cpu" else None}
 
 
-def _records(results: Path) -> dict:
-    folder = results / "resources"
-    if not folder.is_dir():
-        return {}
-    from rag.resources import read_records
-
-    return read_records(folder)
-
-
 def _below_need(need: Need, req: dict, notes: list[str]) -> list[str]:
     """The requests below ``need`` (a GPU requested and not used: a note)."""
     flags = []
     mem = req["mem_mb"]["value"]
-    if need.memory is not None and isinstance(mem, (int, float)) and mem * 1e6 < need.memory:
-        flags.append(f"mem_mb {mem:,} is below the need ({'at least ' if need.memory_lower_bound else ''}"
-                     f"{need.memory / 1e6:,.0f} MB)")
+    if need.memory_bytes is not None and isinstance(mem, (int, float)) and mem * 1e6 < need.memory_bytes:
+        flags.append(f"mem_mb {mem:,} is below the need ({'at least ' if need.memory_at_least else ''}"
+                     f"{need.memory_bytes / 1e6:,.0f} MB)")
     rt = req["runtime"]["value"]
     if need.seconds is not None and isinstance(rt, (int, float)) and rt * 60 < need.seconds:
         flags.append(f"runtime {rt:,} min is below the need ({need.seconds / 60:,.0f} min)")

@@ -3,12 +3,9 @@
 The train job creates the run (params = the resolved config it ran with, the training-loss
 curve as a stepped metric, tags for rule, config hash, git commit and SLURM job id) and leaves
 its id in the model folder; the evaluate job re-opens that run to add metrics and artifacts.
-The default store ``sqlite:///results/mlflow.db`` is created by one local rule
-(``init_store``) before any parallel job: two processes creating a fresh SQLite store at
-once can corrupt it. It is built in a temporary file beside and linked into place when complete,
-so a creation that fails (a full disk) leaves nothing behind. With a SQLite store, artifacts go
-to ``mlartifacts/<experiment>/`` beside the store file (``results/mlartifacts/<name>/<task>/``),
-not to MLflow's default ``./mlruns`` of the working directory.
+The default store ``sqlite:///results/mlflow.db`` is created by one local rule (``init_store``)
+before any parallel job, in a temporary file linked into place when complete. With a SQLite store,
+artifacts go to ``mlartifacts/<experiment>/`` beside the store file, not to ``./mlruns``.
 """
 
 from __future__ import annotations
@@ -17,11 +14,10 @@ import functools
 import json
 import logging
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
-from rag.errors import DiskFullError, RagError, disk_full_reason
+from rag.errors import DiskFullError, RagError, chain, disk_full_reason
 
 log = logging.getLogger(__name__)
 
@@ -98,16 +94,12 @@ def read_only_reason(exc: BaseException | None) -> str | None:
     read-only (a read-only file or file system, no write permission); else None."""
     import errno
 
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-            return os.strerror(exc.errno)
-        text = str(exc)
+    for e in chain(exc):
+        if isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return os.strerror(e.errno)
         for marker in ("attempt to write a readonly database", "Read-only file system", "unable to open database file"):
-            if marker in text:
+            if marker in str(e):
                 return marker
-        exc = exc.__cause__ or exc.__context__
     return None
 
 
@@ -116,11 +108,19 @@ def _read_only_error(where: Any, reason: str) -> RagError:
                     f"or set tracking.uri to a store this user can write")
 
 
-def init_store(uri: str, marker: Path | None = None) -> None:
-    """Create the tracking store (tables, migrations) once; safe to call again.
+def _raise_full_or_read_only(exc: BaseException, where: Any, failed: str, read_only: bool = True) -> None:
+    """The one-line error for a full disk (``failed``: what failed, in its parentheses) or, where
+    ``read_only``, a store that cannot be written under ``exc``; nothing for another failure."""
+    full = disk_full_reason(exc)
+    if full:
+        raise DiskFullError(f"{where}: {full} ({failed}): free space and run again") from exc
+    reason = read_only_reason(exc) if read_only else None
+    if reason:
+        raise _read_only_error(where, reason) from exc
 
-    A SQLite store is built in a temporary file beside ``db`` and linked into place complete, so a
-    failed creation (a full disk) leaves nothing that later runs would trip over; an existing store
+
+def init_store(uri: str, marker: Path | None = None) -> None:
+    """Create the tracking store (tables, migrations) once; safe to call again. An existing store
     that cannot be opened stops with one line saying to move it aside."""
     _quiet()
     from mlflow.tracking import MlflowClient
@@ -134,12 +134,7 @@ def init_store(uri: str, marker: Path | None = None) -> None:
     except Exception as exc:
         if db is None:
             raise _unanswered(uri, exc) or exc
-        full = disk_full_reason(exc)
-        if full:
-            raise DiskFullError(f"{db}: {full} (opening the MLflow store failed): free space and run again") from exc
-        read_only = read_only_reason(exc)
-        if read_only:
-            raise _read_only_error(db, read_only) from exc
+        _raise_full_or_read_only(exc, db, "opening the MLflow store failed")
         raise RagError(f"{db}: the MLflow store is unusable ({_reason(exc)}); move it aside (mv {db} {db}.broken) "
                        f"and run again: a new store is created (the runs in the old one are not carried over)") from exc
     if marker is not None:
@@ -184,26 +179,11 @@ def _create_sqlite_store(db: Path) -> None:
             if not db.exists():
                 os.replace(tmp, db)
     except Exception as exc:
-        full = disk_full_reason(exc)
-        if full:
-            raise DiskFullError(f"{db}: {full} (creating the MLflow store failed; nothing was left in its place): "
-                                f"free space and run again") from exc
-        read_only = read_only_reason(exc)
-        if read_only:
-            raise _read_only_error(db, read_only) from exc
+        _raise_full_or_read_only(exc, db, "creating the MLflow store failed; nothing was left in its place")
         raise RagError(f"{db}: creating the MLflow store failed ({_reason(exc)}); nothing was left in its place") from exc
     finally:
         for leftover in (tmp, Path(f"{tmp}-journal"), Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
             leftover.unlink(missing_ok=True)
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, str]:
@@ -253,15 +233,9 @@ def _store_errors(method):
             raise
         except Exception as exc:
             uri = getattr(self, "uri", "")
-            where = _sqlite_path(uri) or uri
-            full = disk_full_reason(exc)
-            if full is None:
-                read_only = read_only_reason(exc)
-                if read_only and _sqlite_path(uri) is not None:
-                    raise _read_only_error(where, read_only) from exc
-                raise _unanswered(uri, exc) or exc
-            raise DiskFullError(f"{where}: {full} (writing to the MLflow store or its artifacts failed): free space "
-                                f"and run again") from exc
+            _raise_full_or_read_only(exc, _sqlite_path(uri) or uri,
+                                     "writing to the MLflow store or its artifacts failed", _sqlite_path(uri) is not None)
+            raise _unanswered(uri, exc) or exc
 
     return wrapper
 
@@ -284,7 +258,9 @@ class Run:
         if run_id is None:
             root = artifact_root(uri)
             exp_id = _experiment_id(self.client, experiment, str(root / experiment) if root is not None else None)
-            all_tags = {"mlflow.runName": run_name or "run", "git_commit": git_commit(),
+            from rag.manifest import git_state
+
+            all_tags = {"mlflow.runName": run_name or "run", "git_commit": git_state()["git_commit"] or "unknown",
                         "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""), **(tags or {})}
             run = self.client.create_run(exp_id, tags={k: str(v) for k, v in all_tags.items()}, run_name=run_name)
             self.run_id, self.experiment_id = run.info.run_id, exp_id
@@ -304,25 +280,21 @@ class Run:
         for i in range(0, len(flat), 100):
             self.client.log_batch(self.run_id, params=flat[i : i + 100])
 
-    @_store_errors
     def metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        import time
+        self._log([(k, step or 0, v) for k, v in metrics.items()])
 
-        from mlflow.entities import Metric
-
-        ts = int(time.time() * 1000)
-        items = [Metric(metric_key(k), float(v), ts, step or 0) for k, v in metrics.items()]
-        for i in range(0, len(items), 500):
-            self.client.log_batch(self.run_id, metrics=items[i : i + 500])
+    def curve(self, name: str, points: list[tuple[int, float]]) -> None:
+        self._log([(name, s, v) for s, v in points])
 
     @_store_errors
-    def curve(self, name: str, points: list[tuple[int, float]]) -> None:
+    def _log(self, points: list[tuple[str, int, float]]) -> None:
+        """(name, step, value) metrics, in batches of 500."""
         import time
 
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        items = [Metric(metric_key(name), float(v), ts, int(s)) for s, v in points]
+        items = [Metric(metric_key(k), float(v), ts, int(s)) for k, s, v in points]
         for i in range(0, len(items), 500):
             self.client.log_batch(self.run_id, metrics=items[i : i + 500])
 

@@ -460,9 +460,8 @@ def test_dpr_biencoder_json_gz(tmp_path):
 
 def test_one_passage_writer_and_reader(tmp_path):
     """write_passages cleans tabs and line breaks only; every reader of passages.tsv (read_passages,
-    the corpus tsv format, the report's sample lookup) reads what it wrote, quotes literally."""
+    the corpus tsv format) reads what it wrote, quotes literally."""
     from rag.data.corpus import read_passages, write_passages
-    from rag.report.build import read_passages as report_passages
 
     out = tmp_path / "passages.tsv"
     rows = [("a_0", 'T "q"', '"quoted" start\tand\r\nbreaks'), {"id": "7", "title": "U", "text": "two  spaces kept"}]
@@ -471,6 +470,5 @@ def test_one_passage_writer_and_reader(tmp_path):
     assert p.ids == ["a_0", "7"] and p.titles == ['T "q"', "U"]
     assert p.texts == ['"quoted" start and  breaks', "two  spaces kept"]
     assert [r["text"] for r in P.parse_corpus_tsv(out)] == p.texts
-    assert report_passages(out, {"7"}) == {"7": ("U", "two  spaces kept")}
     with pytest.raises(DataError, match="duplicate passage id 'a_0'"):
         write_passages(tmp_path / "dup.tsv", [("a_0", "T", "x"), ("a_0", "T", "y")])

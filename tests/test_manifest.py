@@ -12,6 +12,7 @@ import pytest
 from rag import manifest as M
 from rag.cli import main
 from rag.errors import DataError
+from rag.io import write_json
 from tests.conftest import ROOT
 
 CONFIG = {"train_nq": {"name": "e", "seed": 13, "device": "cpu", "precision": "fp32", "tracking": {"uri": "sqlite:///x.db"},
@@ -69,8 +70,8 @@ def test_runs_that_differ_only_by_seed_say_so(files, tmp_path, capsys):
     assert [(d.category, d.a, d.b) for d in diffs] == [("seed", 13, 14)]
     (tmp_path / "A").mkdir()
     (tmp_path / "B" / "model").mkdir(parents=True)
-    M.write_manifest(tmp_path / "A" / "manifest.json", a)
-    M.write_manifest(tmp_path / "B" / "model" / "manifest.json", b)  # a run folder: its model/manifest.json
+    write_json(tmp_path / "A" / "manifest.json", a)
+    write_json(tmp_path / "B" / "model" / "manifest.json", b)  # a run folder: its model/manifest.json
     assert main(["diff-runs", str(tmp_path / "A" / "manifest.json"), str(tmp_path / "B")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[2] == "The runs differ only by seed: 13 vs 14 (same data, config, code, packages and hardware)."
@@ -93,8 +94,8 @@ def test_different_passages_come_first(files, capsys, tmp_path):
     assert [d.category for d in diffs] == ["data", "config", "config", "code", "packages", "hardware", "seed"]
     assert diffs[0].key.startswith("passages file differs")
     assert [d.key for d in diffs if d.category == "config"] == ["train_nq.train.k", "train_nq.train.lr"]
-    M.write_manifest(tmp_path / "a.json", a)
-    M.write_manifest(tmp_path / "b.json", b)
+    write_json(tmp_path / "a.json", a)
+    write_json(tmp_path / "b.json", b)
     res = subprocess.run([sys.executable, "-m", "rag", "diff-runs", str(tmp_path / "a.json"), str(tmp_path / "b.json")],
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert res.returncode == 0, res.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rag.cli import add_command
 from rag.data import download as D
 from rag.data.formats import CORPUS_FORMATS, PARSERS
 from rag.errors import ConfigError
@@ -62,30 +63,26 @@ def cmd_download(args) -> int:
 
 
 def register(sub) -> None:
-    def add(name, func, help_, **kw):
-        p = sub.add_parser(name, help=help_, **kw)
-        p.set_defaults(func=func)
-        return p
-
-    p = add("corpus", cmd_corpus, "generate (miniworld) or convert a corpus into passages.tsv (corpus.passage_words words)")
+    p = add_command(sub, "corpus", cmd_corpus,
+                    "generate (miniworld) or convert a corpus into passages.tsv (corpus.passage_words words)")
     p.add_argument("--config", required=True, nargs="+")
     p.add_argument("--snapshot", default="a", choices=["a", "b"])
     p.add_argument("--input", help="downloaded/local corpus file (non-miniworld sources)")
     p.add_argument("--out", required=True)
     p.add_argument("--restatements", help="miniworld: also write the pretraining restatements (jsonl) here")
 
-    p = add("tasks", cmd_tasks, "generate (miniworld) or convert one task's train/dev/test jsonl")
+    p = add_command(sub, "tasks", cmd_tasks, "generate (miniworld) or convert one task's train/dev/test jsonl")
     p.add_argument("--config", required=True, nargs="+")
     for split in SPLITS:
         p.add_argument(f"--in-{split}", help=f"download/local sources: the {split} file (or folder) to convert")
     for split in SPLITS:
         p.add_argument(f"--out-{split}", required=True, help=f"the {split} jsonl to write")
 
-    p = add("hotswap-data", cmd_hotswap_data, "world-leader questions with answers of both snapshots")
+    p = add_command(sub, "hotswap-data", cmd_hotswap_data, "world-leader questions with answers of both snapshots")
     p.add_argument("--config", required=True, nargs="+")
     p.add_argument("--out", required=True)
 
-    p = add("prepare-task", cmd_prepare_task, "convert an official task file to the common jsonl")
+    p = add_command(sub, "prepare-task", cmd_prepare_task, "convert an official task file to the common jsonl")
     p.add_argument("--format", required=True, choices=sorted(PARSERS))
     p.add_argument("--input", required=True, help="source file (or a directory of SearchQA json for jeopardy)")
     p.add_argument("--output", required=True, help="output jsonl")
@@ -93,14 +90,14 @@ def register(sub) -> None:
     p.add_argument("--split", required=True, choices=SPLITS)
     p.add_argument("--well-formed-only", action="store_true", help="msmarco: keep only rows with wellFormedAnswers")
 
-    p = add("prepare-corpus", cmd_prepare_corpus, "convert a passage corpus to passages.tsv")
+    p = add_command(sub, "prepare-corpus", cmd_prepare_corpus, "convert a passage corpus to passages.tsv")
     p.add_argument("--format", required=True, choices=CORPUS_FORMATS)
     p.add_argument("--input", required=True)
     p.add_argument("--output", required=True, help="output passages.tsv (id, title, text)")
     p.add_argument("--words", type=int, default=100, help="passage length in words for --format documents")
 
-    p = add("download", cmd_download, "download a file over HTTPS (resumable, checksum-verified, atomic)",
-            description=D.__doc__.splitlines()[0])
+    p = add_command(sub, "download", cmd_download, "download a file over HTTPS (resumable, checksum-verified, atomic)",
+                    description=D.__doc__.splitlines()[0])
     p.add_argument("--url", required=True, help="https:// URL to fetch")
     p.add_argument("--out", required=True, help="destination file")
     p.add_argument("--sha256", default=None, help="expected SHA-256 (hex); without it the first download is recorded")

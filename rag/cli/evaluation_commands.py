@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 
-from rag.cli.task_args import add_eval_args, add_retrieval_args, add_task_command, eval_io, task_setup
+from rag.cli import add_command
+from rag.cli.task_args import add_eval_args, add_task_command, eval_io, task_setup
 from rag.metrics import METRICS, score_files
-from rag.retrieval import RetrievalFiles
+from rag.retrieval import RetrievalFiles, add_file_args
 from rag.sections import ExperimentsSection, read_section
 
 
@@ -55,13 +56,13 @@ def cmd_score(args) -> int:
 
 def register(sub) -> None:
     p = add_task_command(sub, "evaluate", cmd_evaluate, "decode dev and test, score, log to the run")
-    add_retrieval_args(p)
+    add_file_args(p)
     add_eval_args(p, required=True)
     p.add_argument("--model-dir", required=True)
 
     p = add_task_command(sub, "topk-sweep", cmd_topk_sweep,
                          "Figure 3: test-time K against the task metric and answer recall")
-    add_retrieval_args(p)
+    add_file_args(p)
     p.add_argument("--test", required=True, help="test jsonl to decode at each K")
     p.add_argument("--test-predictions", help="the run's test predictions (the task's test-time K): that K is read, not decoded again")
     p.add_argument("--experiments-config", required=True)
@@ -85,8 +86,7 @@ def register(sub) -> None:
         p.add_argument(f"--index-{s}", required=True)
     p.add_argument("--out", required=True)
 
-    p = sub.add_parser("score", help="score predictions against references with one metric")
-    p.set_defaults(func=cmd_score)
+    p = add_command(sub, "score", cmd_score, "score predictions against references with one metric")
     p.add_argument("--metric", required=True, metavar="NAME", help=f"one of: {', '.join(METRICS)}")
     p.add_argument("--predictions", required=True, metavar="P.jsonl", help='lines {"id": ..., "prediction": "..."}')
     p.add_argument("--references", required=True, metavar="R.jsonl", help='lines {"id": ..., "targets": [...]}')

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from rag.cli import add_command
 from rag.report import TABLE_KEYS, ReportInputs
 
 
@@ -182,7 +183,8 @@ def cmd_replicate_config(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("report", help="write the measured tables (CSV) and the HTML report from the files named")
+    p = add_command(sub, "report", cmd_report,
+                    "write the measured tables (CSV) and the HTML report from the files named")
     p.add_argument("--metrics", nargs="*", default=[], help="metrics.json files (each names its task, variant, split)")
     p.add_argument("--predictions", nargs="*", default=[],
                    help="predictions.jsonl files, one per --metrics file in the same order (or none)")
@@ -200,9 +202,9 @@ def register(sub) -> None:
     p.add_argument("--samples-per-task", type=int, default=20, help="examples per task in the sample browser")
     p.add_argument("--tasks", nargs="+", default=None, help="restrict to these tasks (default: all given)")
     p.add_argument("--variants", nargs="+", default=None, help="restrict to these variants (default: all given)")
-    p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("check", help="check a finished experiment's scores against a band file: OK / FAIL per cell")
+    p = add_command(sub, "check", cmd_check,
+                    "check a finished experiment's scores against a band file: OK / FAIL per cell")
     p.add_argument("--bands", required=True, help="band file (config/bands/*.yaml)")
     runs = p.add_mutually_exclusive_group(required=True)
     runs.add_argument("--experiment", default=None,
@@ -220,9 +222,9 @@ def register(sub) -> None:
                    help="the experiment's top-level seed: a note when the band file holds for another (its seed:)")
     p.add_argument("--allow-missing", action="store_true",
                    help="cells with no run among those checked are shown as not run instead of failing the check")
-    p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("bands", help="write a band file from finished experiments of one config under several top-level seeds")
+    p = add_command(sub, "bands", cmd_bands,
+                    "write a band file from finished experiments of one config under several top-level seeds")
     p.add_argument("--center", required=True, help="results/<name> of the experiment the bands are centred on")
     p.add_argument("--others", nargs="*", default=[], help="results/<name> of the same config under other top-level seeds")
     p.add_argument("--replicates", nargs="*", default=[],
@@ -230,11 +232,9 @@ def register(sub) -> None:
                         "(one_seed_variants: []): the training SD of the one-seed cells")
     p.add_argument("--name", required=True, help="what the bands are for (shown by rag check)")
     p.add_argument("--out", required=True, help="band file to write")
-    p.set_defaults(func=cmd_bands)
 
-    p = sub.add_parser("replicate-config",
-                       help="write the config that runs a config's one-seed runs with more fine-tune seeds (bands --replicates)")
+    p = add_command(sub, "replicate-config", cmd_replicate_config, "write the config that runs a config's one-seed "
+                    "runs with more fine-tune seeds (bands --replicates)")
     p.add_argument("--config", required=True, help="the config of the experiment the bands are for (config.yaml)")
     p.add_argument("--seeds", nargs="+", type=int, required=True, help="the fine-tune seeds of every run that runs one")
     p.add_argument("--out", required=True, help="config file to write")
-    p.set_defaults(func=cmd_replicate_config)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from rag import runtime
+from rag.cli import add_command
 from rag.sections import EncodeSection, IndexSection, read_section
 
 
@@ -30,24 +31,19 @@ def cmd_bm25(args) -> None:
 
 
 def register(sub) -> None:
-    def add(name, func, help_):
-        p = sub.add_parser(name, help=help_)
-        p.set_defaults(func=func)
-        return p
-
-    p = add("encode", cmd_encode, "encode one shard of the passages with the context encoder")
+    p = add_command(sub, "encode", cmd_encode, "encode one shard of the passages with the context encoder")
     p.add_argument("--config", required=True, nargs="+")
     p.add_argument("--passages", required=True)
     p.add_argument("--shard", type=int, required=True)
     p.add_argument("--num-shards", type=int, required=True)
     p.add_argument("--out", required=True)
 
-    p = add("index", cmd_index, "merge embedding shards into a FAISS index")
+    p = add_command(sub, "index", cmd_index, "merge embedding shards into a FAISS index")
     p.add_argument("--config", required=True, nargs="+")
     p.add_argument("--embeddings", nargs="+", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--stats", required=True)
 
-    p = add("bm25", cmd_bm25, "build the BM25 index (Table 6 ablation)")
+    p = add_command(sub, "bm25", cmd_bm25, "build the BM25 index (Table 6 ablation)")
     p.add_argument("--passages", required=True)
     p.add_argument("--out", required=True)

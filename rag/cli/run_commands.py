@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rag.cli import add_command
 from rag.plan import DEFAULT_PROFILE, ROOT
 
 
@@ -70,13 +71,12 @@ def cmd_import_hf_rag(args) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("init-store", help="create the MLflow tracking store once, before parallel jobs")
-    p.set_defaults(func=cmd_init_store)
+    p = add_command(sub, "init-store", cmd_init_store, "create the MLflow tracking store once, before parallel jobs")
     p.add_argument("--uri", required=True)
     p.add_argument("--marker", required=True)
 
-    p = sub.add_parser("plan", help="what each rule of a config will need (memory, disk, time) against what its jobs request "
-                       "(the jobs and requests: Snakemake's DAG, run from ./Snakefile or the checkout's)")
+    p = add_command(sub, "plan", cmd_plan, "what each rule of a config will need (memory, disk, time) against what its "
+                    "jobs request (the jobs and requests: Snakemake's DAG, run from ./Snakefile or the checkout's)")
     p.add_argument("--configfile", nargs="+", default=["config.yaml"],
                    help="the config (default config.yaml); several are merged as snakemake --configfile merges them")
     p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"Snakemake profile whose requests to check (default {DEFAULT_PROFILE})")
@@ -87,15 +87,15 @@ def register(sub) -> None:
     p.add_argument("--dim", type=int, help="the context encoder's output size, when no config.json for it is here")
     p.add_argument("--cores", type=int, help="CPU cores the DAG's wall time is bounded on (default: this machine's)")
     p.add_argument("--json", action="store_true", help="the plan as JSON")
-    p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("diff-runs", help="what differs between two runs' manifests, the most likely cause first")
+    p = add_command(sub, "diff-runs", cmd_diff_runs,
+                    "what differs between two runs' manifests, the most likely cause first")
     p.add_argument("a", help="a manifest.json, a run's metrics.json, or a run folder (runs/<task>/<variant> or its model/)")
     p.add_argument("b", help="the other run")
     p.add_argument("--json", action="store_true", help="the differences as JSON")
-    p.set_defaults(func=cmd_diff_runs)
 
-    p = sub.add_parser("import-hf-rag", help="convert a Hugging Face RAG checkpoint into a project model folder")
+    p = add_command(sub, "import-hf-rag", cmd_import_hf_rag,
+                    "convert a Hugging Face RAG checkpoint into a project model folder")
     p.add_argument("--checkpoint", required=True, help="folder saved with Rag{Sequence,Token}ForGeneration.save_pretrained")
     p.add_argument("--out", required=True, help="model folder to write (generator/, question_encoder/, meta.json)")
     p.add_argument("--task", help="task name recorded in meta.json")
@@ -104,4 +104,3 @@ def register(sub) -> None:
     p.add_argument("--experiment", help="MLflow experiment name (default imported/<task>)")
     p.add_argument("--question-tokenizer", help="tokenizer name/path if the checkpoint has no question_encoder_tokenizer/")
     p.add_argument("--generator-tokenizer", help="tokenizer name/path if the checkpoint has no generator_tokenizer/")
-    p.set_defaults(func=cmd_import_hf_rag)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from rag import runtime
+from rag.cli import add_command
 from rag.errors import ConfigError
-from rag.retrieval import add_file_args
 from rag.sections import TrainSection, read_task_sections
 from rag.tasks import EVAL_SPLITS, VARIANTS
 
@@ -18,17 +18,11 @@ EVAL_FLAGS = ("dev", "test", "dev_predictions", "dev_metrics", "test_predictions
 def add_task_command(sub, name: str, func, help_: str):
     """The subcommand ``name`` running ``func``, with what every task command takes (:func:`task_setup`
     reads them): ``--seed`` (the fine-tune seed), ``--config`` and ``--variant``."""
-    p = sub.add_parser(name, help=help_)
-    p.set_defaults(func=func)
+    p = add_command(sub, name, func, help_)
     p.add_argument("--seed", type=int, help="the fine-tune seed (config key seeds; default: the section's seed)")
     p.add_argument("--config", required=True, nargs="+", help="config section file(s), merged")
     p.add_argument("--variant", required=True, choices=VARIANTS)
     return p
-
-
-def add_retrieval_args(p) -> None:
-    """The variant's retrieval files (rag/tasks.py RETRIEVERS names them)."""
-    add_file_args(p)
 
 
 def add_eval_args(p, required: bool) -> None:

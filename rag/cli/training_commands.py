@@ -4,8 +4,9 @@ and ``train`` (rule ``train``: :mod:`rag.stages.fine_tuning`)."""
 from __future__ import annotations
 
 from rag import runtime
-from rag.cli.task_args import add_eval_args, add_retrieval_args, add_task_command, eval_io, task_setup
-from rag.retrieval import RetrievalFiles
+from rag.cli import add_command
+from rag.cli.task_args import add_eval_args, add_task_command, eval_io, task_setup
+from rag.retrieval import RetrievalFiles, add_file_args
 from rag.sections import GeneratorSection, read_section
 
 
@@ -34,8 +35,8 @@ def cmd_train(args) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("pretrain", help="build the generator (tokenizer + BART) and pretrain it on the corpus")
-    p.set_defaults(func=cmd_pretrain)
+    p = add_command(sub, "pretrain", cmd_pretrain,
+                    "build the generator (tokenizer + BART) and pretrain it on the corpus")
     p.add_argument("--config", required=True, nargs="+")
     p.add_argument("--passages", nargs="+", required=True)
     p.add_argument("--restatements", help="miniworld: restated facts (rag corpus --restatements) for the reading objective")
@@ -43,7 +44,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True)
 
     p = add_task_command(sub, "train", cmd_train, "fine-tune one task x variant (resumes from its checkpoint)")
-    add_retrieval_args(p)
+    add_file_args(p)
     p.add_argument("--train-data", required=True, help="the task's train jsonl")
     p.add_argument("--generator", required=True, help="the pretrained generator folder")
     p.add_argument("--init-from", help="start from this model folder (WebQuestions/CuratedTrec start from NQ)")

@@ -234,26 +234,12 @@ def _pooled_sd(parts: list[tuple[float, int]]) -> tuple[float, int]:
 def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[float]]],
                n_of: dict[tuple[str, str, str], int],
                replicates: list[dict[Cell, list[float]]] = ()) -> list[Band]:
-    """Bands centred on the ``center`` experiment's mean over seeds.
-
-    Several-seed cells: σ, the SD of one fine-tune, pooled from the seeds of every experiment given
-    (the within-experiment spread: the test set is fixed, only training varies); the tolerance covers
-    another run's mean over the same number of seeds, S, on another machine:
-    ``band_multiplier(df, several-seed cells) · σ · sqrt(2 / S)``. One-seed cells: σ is the SD across the
-    experiments (top-level seeds: the world, its test set and the training vary, so it over-covers
-    what another machine changes), pooled over the one-seed cells of the same task, split and metric
-    (one cell's SD from three worlds can be near 0 by chance) and never below the cell's own; the
-    tolerance is ``Z_ONE_SEED · σ · sqrt(2)``.
-
-    ``replicates``: experiments of the same config with more fine-tune seeds on the runs the default
-    runs once (e.g. ``one_seed_variants: []``). A one-seed cell they ran with several seeds gets its
-    training SD σ_train from them: within each replicate (its test set fixed), pooled over the
-    replicates (variants are not pooled: a closed-book BART that answers nothing has no spread to lend
-    a RAG model). Its tolerance is then at least ``band_multiplier(df, such cells) · σ_train · sqrt(2)``,
-    calibrated as the several-seed cells are: a small test set can move more with one training draw
-    (another machine's floats) than three worlds spread. Replicates leave
-    several-seed cells and every band's centre as they are. Every tolerance is at least two test
-    examples' worth (200 / n points)."""
+    """Bands centred on the ``center`` experiment's mean over seeds, with the tolerances :func:`rule`
+    describes: several-seed cells ``band_multiplier(df, several-seed cells) · σ · sqrt(2 / S)`` (σ pooled
+    within experiments), one-seed cells ``Z_ONE_SEED · σ · sqrt(2)`` (σ across ``others``, pooled over
+    the cell's task, split and metric, never below its own), at least
+    ``band_multiplier(df, such cells) · σ_train · sqrt(2)`` where ``replicates`` (the same config with
+    more fine-tune seeds) measured a one-seed cell's training SD; every tolerance at least 200 / n."""
     cells = [c for c in sorted(center) if center.get(c)]
     several = sum(len(center[c]) > 1 for c in cells)  # the family the several-seed tolerances hold together
     across: dict[Cell, tuple[float, int]] = {}  # one-seed cell -> (variance across experiments, its df)
@@ -341,20 +327,13 @@ def experiment_values(root: str | Path) -> tuple[dict[Cell, list[float]], dict[t
     return run_values(files), n_of
 
 
-SCALE = (0.0, 100.0)  # every metric the project bands is a percentage
-
-
-def spans_scale(band: Band) -> bool:
-    """A band that holds every value a percentage can take checks nothing."""
-    return band.expected - band.tolerance <= SCALE[0] and band.expected + band.tolerance >= SCALE[1]
-
-
 def split_unchecked(bands: list[Band]) -> tuple[list[Band], list[dict]]:
-    """(the bands that can fail, the cells whose band would span the whole scale): these go to the band
-    file's ``unchecked:`` list with their reason (the source), not among its cells."""
-    keep = [b for b in bands if not spans_scale(b)]
+    """(the bands that can fail, the cells whose band spans the whole 0-100 scale of a percentage and so
+    checks nothing): these go to the band file's ``unchecked:`` list with their reason (the source)."""
+    spans = [b.expected - b.tolerance <= 0.0 and b.expected + b.tolerance >= 100.0 for b in bands]
+    keep = [b for b, s in zip(bands, spans) if not s]
     out = [{"cell": "/".join(b.cell), "expected": b.expected, "tolerance": b.tolerance, "why": b.source}
-           for b in bands if spans_scale(b)]
+           for b, s in zip(bands, spans) if s]
     return keep, out
 
 

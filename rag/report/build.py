@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -12,7 +13,7 @@ from urllib.parse import quote
 
 from rag.errors import DataError
 from rag.io import atomic_open, read_json, read_jsonl
-from rag.report.claims import build_claims, cell_interval
+from rag.report.claims import Evidence, build_claims, cell_interval
 from rag.report.inputs import ReportInputs
 from rag.tasks import TASKS, VARIANTS, paper_column
 
@@ -45,12 +46,6 @@ ROW_VARIANTS = {
                     "rag_sequence"),
 }
 TABLE_SPLIT = {"table1": "test", "table2": "test", "table5": "test", "table6": "dev"}
-TABLE_TITLES = {
-    "table1": "Table 1",
-    "table2": "Table 2",
-    "table5": "Table 5",
-    "table6": "Table 6",
-}
 EXTRA_ROWS = {"table1": [("BART (closed book)", "bart")]}
 TABLE_NOTES = {
     "table1": [
@@ -121,6 +116,7 @@ class Runs:
 
     def __init__(self, inputs: ReportInputs, tracking_url: str, tasks: list[str] | None, variants: list[str] | None):
         self.inputs = inputs
+        self.evidence = Evidence(inputs, None)  # the predictions, read once
         self.tracking_url = tracking_url.rstrip("/")
         self.by_seed: dict[tuple[str, str, str], dict[int, dict]] = {}
         self.paths: dict[tuple[str, str, str], dict[int, Path]] = {}
@@ -169,31 +165,17 @@ class Runs:
                for seed, data in sorted(runs.items())]
         return None if any(v is None for v in out) else out
 
-    def value(self, task: str, variant: str, split: str, metric: str, section: str = "metrics") -> float | None:
-        """The mean over seeds."""
-        vals = self.values(task, variant, split, metric, section)
-        return None if vals is None else float(sum(vals) / len(vals))
-
     def cell(self, task: str, variant: str, split: str, metric: str, paper: Any = None, section: str = "metrics") -> Cell:
         key = (task, variant, split)
         vals = self.values(task, variant, split, metric, section)
         v = None if vals is None else float(sum(vals) / len(vals))
-        pm = spread = None
-        if v is not None and len(vals) > 1:
-            spread = f"sd {_sd(vals):.1f}"
-        paths = self.predictions_paths(task, variant, split)
-        if v is not None and section == "metrics" and paths and all(p.is_file() for p in paths):
-            per_seed = [sorted(read_jsonl(p), key=lambda r: r["id"]) for p in paths]
-            iv = cell_interval(metric, per_seed, self.metrics[key].get("metric_options"))
+        pm = None
+        spread = f"sd {statistics.stdev(vals):.1f}" if v is not None and len(vals) > 1 else None
+        preds = self.evidence.predictions(task, variant, split) if v is not None and section == "metrics" else None
+        if preds:
+            iv = cell_interval(metric, list(preds.values()), self.metrics[key].get("metric_options"))
             pm = None if iv is None else f"±{iv.half_width:.1f}"
-        return Cell(
-            measured=_fmt(v),
-            href=self.link(key) if v is not None else None,
-            paper=_fmt(paper),
-            value=v,
-            pm=pm,
-            spread=spread,
-        )
+        return Cell(_fmt(v), self.link(key) if v is not None else None, _fmt(paper), v, pm, spread)
 
     def ran_without(self, task: str, variant: str, split: str) -> bool:
         """True when other variants of ``task`` were measured on ``split`` but ``variant`` was not
@@ -202,20 +184,10 @@ class Runs:
             return False
         return any(t == task and s == split for t, _, s in self.metrics)
 
-    def predictions_paths(self, task: str, variant: str, split: str) -> list[Path]:
-        """The run's predictions files, one per seed (in seed order), as the report was given them."""
-        return [p for _, p in sorted((self.inputs.predictions.get((task, variant, split)) or {}).items())]
-
     def predictions_path(self, task: str, variant: str, split: str) -> Path | None:
         """The first seed's predictions file (the samples section shows one fine-tune's answers)."""
-        paths = self.predictions_paths(task, variant, split)
-        return paths[0] if paths else None
-
-
-def _sd(values: list[float]) -> float:
-    import statistics
-
-    return statistics.stdev(values) if len(values) > 1 else 0.0
+        files = self.inputs.predictions.get((task, variant, split))
+        return files[min(files)] if files else None
 
 
 def _ordered(present: set[str], canonical: Iterable[str]) -> list[str]:
@@ -279,7 +251,8 @@ def build_tables(runs: Runs, paper: dict) -> list[Table]:
         spec = paper[key]
         split = TABLE_SPLIT[key]
         columns = list(spec["columns"])
-        table = Table(key, TABLE_TITLES[key], spec.get("caption", ""), split, columns, notes=list(TABLE_NOTES[key]))
+        table = Table(key, f"Table {key.removeprefix('table')}", spec.get("caption", ""), split, columns,
+                      notes=list(TABLE_NOTES[key]))
         table.notes += [note for label, note in wnotes.items() if label in columns]
         row_variants = ROW_VARIANTS[key]
         not_run: dict[str, list[str]] = {}  # row label -> the columns of tasks run without that variant
@@ -351,11 +324,6 @@ def seeds_line(runs: Runs) -> str:
             "except where a run has one seed (the test sample only).")
 
 
-def _measured_rows(table: Table) -> list[tuple[str, list[Cell]]]:
-    """Rows that can hold a measured number (paper-only rows are left out of the CSVs)."""
-    return [(label, cells) for label, cells, kind in table.rows if kind != "paper-only"]
-
-
 def write_csvs(tables: list[Table], paths: dict[str, Path]) -> None:
     """Each table to the file ``paths`` names for its key (table1, table2, ...); tables without one are not written."""
     import pandas as pd
@@ -363,13 +331,9 @@ def write_csvs(tables: list[Table], paths: dict[str, Path]) -> None:
     for table in tables:
         if table.key not in paths:
             continue
-        rows = _measured_rows(table)
-        df = pd.DataFrame(
-            [[c.value for c in cells] for _, cells in rows],
-            index=pd.Index([label for label, _ in rows], name="model"),
-            columns=table.columns,
-            dtype="float64",
-        )
+        rows = [(label, cells) for label, cells, kind in table.rows if kind != "paper-only"]  # those measured
+        df = pd.DataFrame([[c.value for c in cells] for _, cells in rows], columns=table.columns, dtype="float64",
+                          index=pd.Index([label for label, _ in rows], name="model"))
         path = Path(paths[table.key])
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_open(path) as fh:
@@ -428,7 +392,7 @@ def figure3(inputs: ReportInputs) -> list[dict]:
             if not files or any(not p.is_file() for p in files.values()):
                 continue
             ks = None
-            curves: dict[str, list] = {"em": [], "answer_recall": []}
+            curves: dict[str, list] = {"em": [], "answer_recall": []}  # metric -> per seed: its curve, or None
             for path in files.values():
                 data = read_json(path)
                 k = data.get("k") if isinstance(data, dict) else None
@@ -438,34 +402,23 @@ def figure3(inputs: ReportInputs) -> list[dict]:
                 if ks is not None and k != ks:
                     raise DataError(f"{path}: K values {k} differ from another seed's {ks}")
                 ks = k
-                for metric in curves:
+                for metric, rows in curves.items():
                     ys = data.get(metric)
-                    if ys is None:
-                        curves[metric] = None
-                        continue
-                    if not isinstance(ys, list) or len(ys) != len(ks):
+                    if ys is not None and (not isinstance(ys, list) or len(ys) != len(ks)):
                         raise DataError(f"{path}: '{metric}' must be a list as long as 'k'")
-                    if curves[metric] is not None:
-                        curves[metric].append([_number(y, f"{path}: {metric}") for y in ys])
+                    rows.append(None if ys is None else [_number(y, f"{path}: {metric}") for y in ys])
             name = VARIANT_NAMES[variant] + (f" (mean of {len(files)} seeds)" if len(files) > 1 else "")
             for metric, target in (("em", series_em), ("answer_recall", series_recall)):
-                if curves[metric]:
+                if curves[metric] and None not in curves[metric]:
                     target.append((name, ks, _seed_mean(curves[metric])))
         if not series_em and not series_recall:
             continue
         tname = _task_name(task)
         short = (TASKS[task].figure3_label if task in TASKS else "") or tname
-        panels = []
-        if series_em:
-            panels.append(
-                line_chart(series_em, title=f"{short}: exact match vs test-time K", xlabel="K retrieved documents",
-                           ylabel=f"{short} exact match (%)", ymax=100.0)
-            )
-        if series_recall:
-            panels.append(
-                line_chart(series_recall, title=f"{short}: answer recall@K", xlabel="K retrieved documents",
-                           ylabel="answer recall@K (%)", ymax=100.0)
-            )
+        panels = [line_chart(series, title=f"{short}: {title}", xlabel="K retrieved documents", ylabel=ylabel,
+                             ymax=100.0)
+                  for series, title, ylabel in ((series_em, "exact match vs test-time K", f"{short} exact match (%)"),
+                                                (series_recall, "answer recall@K", "answer recall@K (%)")) if series]
         figures.append({"task": tname, "panels": panels})
     return figures
 
@@ -512,19 +465,13 @@ def hotswap(inputs: ReportInputs, paper: dict) -> dict | None:
             per_seed.append([_number(data["cells"].get(k), f"{path}: cells.{k}") for k in HOTSWAP_PAPER_KEYS])
         cells = dict(zip(HOTSWAP_PAPER_KEYS, _seed_mean(per_seed)))
         one = len(per_seed) == 1
-        rows = []
-        for q in ("a", "b"):
-            row = []
-            for idx in ("a", "b"):
-                k = f"{q}|{idx}"
-                m = cells[k]
-                row.append(
-                    {
-                        "measured": DASH if m is None else f"{int(m) if one else round(m, 1)}/{n if n is not None else DASH}",
-                        "paper": DASH if paper_cells[k] is None else f"{paper_cells[k]}/{HOTSWAP_PAPER_N}",
-                    }
-                )
-            rows.append((f"questions {q}", row))
+
+        def shown(k: str) -> dict:
+            m, p, of = cells[k], paper_cells[k], n if n is not None else DASH
+            return {"measured": DASH if m is None else f"{int(m) if one else round(m, 1)}/{of}",
+                    "paper": DASH if p is None else f"{p}/{HOTSWAP_PAPER_N}"}
+
+        rows = [(f"questions {q}", [shown(f"{q}|{idx}") for idx in "ab"]) for q in "ab"]
         pct = [None if cells[k] is None or not n else 100.0 * cells[k] / n for k in HOTSWAP_PAPER_KEYS]
         variants.append({"variant": VARIANT_NAMES.get(variant, variant), "n": n, "seeds": len(per_seed), "rows": rows, "pct": pct})
     categories = ["Q a / index a", "Q a / index b", "Q b / index a", "Q b / index b"]
@@ -541,56 +488,27 @@ def hotswap(inputs: ReportInputs, paper: dict) -> dict | None:
 # ---------------------------------------------------------------- samples
 
 
-def read_passages(path: Path | None, wanted: set[str]) -> dict[str, tuple[str, str]]:
-    """Title and text of the ``wanted`` passage ids, streamed from ``passages.tsv`` (its one reader,
-    :func:`rag.data.corpus.iter_passages`), stopping once all are found."""
-    from rag.data.corpus import iter_passages
-
-    if path is None or not wanted:
-        return {}
-    path = Path(path)
-    if not path.is_file():
-        log.warning("passages file %s not found; showing titles only", path)
-        return {}
-    found: dict[str, tuple[str, str]] = {}
-    for _, pid, title, text in iter_passages(path):
-        if pid in wanted:
-            found[pid] = (title, text)
-            if len(found) == len(wanted):
-                break
-    return found
-
-
-def samples(runs: Runs, passages: Path | None, per_task: int) -> list[dict]:
+def samples(runs: Runs, passages, per_task: int) -> list[dict]:
+    """Up to ``per_task`` examples of each task (its test split, else dev): each variant's prediction and
+    retrieved passages, their title and text from ``passages`` (rag.data.corpus.Passages; None: titles only)."""
     out = []
     pending: list[dict] = []  # doc dicts waiting for passage text
     for task in runs.tasks:
-        split = None
-        for s in ("test", "dev"):
-            if any((p := runs.predictions_path(task, v, s)) is not None and p.is_file() for v in runs.variants):
-                split = s
-                break
+        split = next((s for s in ("test", "dev") if any((p := runs.predictions_path(task, v, s)) is not None
+                                                        and p.is_file() for v in runs.variants)), None)
         if split is None:
             continue
-        preds: dict[str, dict[str, dict]] = {}
-        order: list[str] = []
+        preds: dict[str, dict[str, dict]] = {}  # id -> variant -> prediction, ids in the order first seen
         variants = []
         for variant in runs.variants:
             path = runs.predictions_path(task, variant, split)
             if path is None or not path.is_file():
                 continue
             variants.append(variant)
-            by_id = {}
             for r in read_jsonl(path, required=("id", "input", "targets", "prediction")):
-                rid = str(r["id"])
-                by_id[rid] = r
-                if rid not in preds:
-                    preds[rid] = {}
-                    order.append(rid)
-                preds[rid][variant] = r
-            log.debug("%s: %d predictions", path, len(by_id))
+                preds.setdefault(str(r["id"]), {})[variant] = r
         examples = []
-        for rid in order[: max(per_task, 0)]:
+        for rid in list(preds)[: max(per_task, 0)]:
             entries = preds[rid]
             first = next(iter(entries.values()))
             targets = first.get("targets")
@@ -603,24 +521,19 @@ def samples(runs: Runs, passages: Path | None, per_task: int) -> list[dict]:
                 )
                 if r is None or not r.get("doc_ids"):
                     continue
-                docs = []
-                ids, titles, scores = r.get("doc_ids") or [], r.get("doc_titles") or [], r.get("doc_scores") or []
-                for i, did in enumerate(ids):
-                    score = scores[i] if i < len(scores) else None
-                    doc = {
-                        "rank": i + 1,
-                        "id": str(did),
-                        "title": str(titles[i]) if i < len(titles) else "",
-                        "text": None,
-                        "score": DASH if not isinstance(score, (int, float)) else f"{float(score):.3f}",
-                    }
-                    docs.append(doc)
-                    pending.append(doc)
+                titles, scores = r.get("doc_titles") or [], r.get("doc_scores") or []
+                docs = [{"rank": i + 1, "id": str(did), "title": str(titles[i]) if i < len(titles) else "",
+                         "text": None, "score": f"{float(scores[i]):.3f}"
+                         if i < len(scores) and isinstance(scores[i], (int, float)) else DASH}
+                        for i, did in enumerate(r["doc_ids"])]
+                pending += docs
                 ex["retrieved"].append({"variant": VARIANT_NAMES.get(variant, variant), "docs": docs})
             examples.append(ex)
         out.append({"task": _task_name(task), "split": split, "examples": examples,
                     "variants": [VARIANT_NAMES.get(v, v) for v in variants]})
-    found = read_passages(passages, {d["id"] for d in pending})
+    wanted = {d["id"] for d in pending}
+    found = {pid: (title, text) for pid, title, text in zip(passages.ids, passages.titles, passages.texts)
+             if pid in wanted} if passages is not None and wanted else {}
     for doc in pending:
         if doc["id"] in found:
             title, text = found[doc["id"]]
@@ -708,12 +621,14 @@ def build_report(
     write_csvs(tables, table_paths)
     retrieval_columns, retrieval_rows = retrieval_table(runs)
     scale = dict(scale or {})
-    from rag.data.corpus import read_passages as read_all_passages
+    from rag.data.corpus import read_passages
 
-    texts = None
+    read, texts = None, None  # the passages (the samples' titles and texts) and their texts by id (the claims')
     if passages is not None and Path(passages).is_file():
-        p = read_all_passages(passages)
-        texts = dict(zip(p.ids, p.texts))
+        read = read_passages(passages)
+        texts = dict(zip(read.ids, read.texts))
+    elif passages is not None:
+        log.warning("passages file %s not found; showing titles only", passages)
     context = {
         "seeds_line": seeds_line(runs),
         "claims": build_claims(inputs, texts, paper),
@@ -726,7 +641,7 @@ def build_report(
         "hotswap": hotswap(inputs, paper),
         "retrieval_columns": retrieval_columns,
         "retrieval_rows": retrieval_rows,
-        "samples": samples(runs, passages, samples_per_task),
+        "samples": samples(runs, read, samples_per_task),
         "manifests": manifest_table(runs),
         "tracking_url": runs.tracking_url,
         "n_runs": len(runs.metrics),

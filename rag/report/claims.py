@@ -13,7 +13,7 @@ the sign but loses the size of an effect shows too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -48,7 +48,6 @@ class Claim:
     verdict: str = "missing"
     bar: str = ""
     bar_met: bool | None = None
-    details: list[str] = field(default_factory=list)
     seeds: int | None = None  # the fewest fine-tune seeds of either side (1: the interval ignores its training variance)
     seed_sd: float | None = None  # the spread of the per-seed values (sample SD; the larger side's)
     side_seeds: tuple[int, ...] = ()

@@ -4,7 +4,7 @@ experiment, or of a task since removed from the config, never appear in it.
 
 Each file says what it is: a ``metrics.json`` records its task, variant, split and fine-tune seed; a
 top-K sweep or oracle file its task, variant and seed; a hot-swap file its variant and seed (a file
-written before seeds were a dimension counts as seed 0). Predictions come in the order of the
+without a seed counts as seed 0). Predictions come in the order of the
 metrics files they belong to (the two outputs of one evaluation); a task's training file, read for
 the majority-label baseline, is given as ``task=path``. Every key maps to its files by seed.
 """

@@ -1,32 +1,21 @@
 """Intervals that carry both sources of noise in a measured number: the fine-tune seed and the test sample.
 
-A cell of the report (a task x variant's metric) or a claim (a difference of two cells) is measured
-on S fine-tunes (seeds) of each side, every one decoded on the same n test examples. Its estimate is
-the mean over seeds. Its variance has two parts, estimated apart and added:
+A cell (a metric) or a claim (a difference of two cells) is measured on S fine-tunes (seeds) of each
+side, each decoded on the same n test examples; its estimate is the mean over seeds. Its variance is
+the sum of two parts:
 
-- **the test sample**: the variance of the seed-averaged statistic over resamples of the test
-  examples (one resample of example indices serves every seed and both sides, so a difference is
-  paired over examples). For a mean of per-example scores (EM, accuracy, answer recall) this is
-  computed exactly, ``var(x̄_i) / n`` with ``x̄_i`` the seed-averaged score of example ``i``; for a
-  corpus-level statistic (BLEU, ROUGE-L, distinct tri-grams) by bootstrap resamples.
-- **the seeds**: ``σ²_seed / S`` per side. For per-example scores ``σ²_seed`` is the two-way
-  (seeds x examples) method-of-moments estimate: the variance of the per-seed means less the part
-  of it that the seed x example interaction (a fine-tune answering this question and not that one)
-  already puts into the test-sample term, ``max(0, var_s(x̄_s) - σ̂²_interaction / n)``; for a
-  corpus-level statistic, the plain sample variance of the per-seed statistics (slightly wide).
-  Two sides trained apart add theirs; a difference within the same models (K = 8 vs K = 1 of one
-  fine-tune), or between twins trained with the same seeds (a fine-tuned retriever and its frozen
-  twin: the same batches in the same order from the same generator), is one side whose per-seed
-  statistic is the difference.
+- **the test sample**: the variance of the seed-averaged statistic over resamples of the examples
+  (one resample serves every seed and side: a difference is paired). Exact, ``var(x̄_i) / n``, for a
+  mean of per-example scores; by bootstrap for a corpus-level statistic (BLEU, ROUGE-L, distinct
+  tri-grams).
+- **the seeds**: ``σ²_seed / S`` per side; for per-example scores the two-way (seeds x examples)
+  method-of-moments estimate ``max(0, var_s(x̄_s) - σ̂²_interaction / n)``, for a corpus-level
+  statistic the sample variance of the per-seed statistics. A difference within the same models, or
+  between twins trained with the same seeds, is one side whose per-seed statistic is the difference.
 
 The 95 % interval is ``estimate ± t · sqrt(V)``, ``t`` Student's quantile at the Welch-Satterthwaite
-degrees of freedom of the summed variance, each seed term counted with the whole mean square of its
-per-seed values (S - 1 degrees of freedom), not only the part left after the subtraction above,
-which is as uncertain as that mean square: with three seeds and a seed variance that dominates,
-``t`` approaches 4.3 (2 degrees of freedom), as an honest interval from three draws must; with a
-seed variance that is small against the test sample's it approaches 1.96. With one seed per side
-the seed part is unknown and left out: the interval is the test sample's alone, and says so
-(``seeds == 1``). ``tests/test_stats.py`` checks the coverage on synthetic seeds and examples.
+degrees of freedom, each seed term counted with the whole mean square of its per-seed values (S - 1
+degrees of freedom). With one seed per side the interval is the test sample's alone (``seeds == 1``).
 """
 
 from __future__ import annotations
@@ -65,13 +54,8 @@ def _t_quantile(df: float) -> float:
 
 def _combine(estimate: float, v_examples: float, seed_terms: list[tuple[float, float, int]], n: int,
              seed_sd: float | None, side_seeds: tuple[int, ...]) -> Interval:
-    """``seed_terms``, of each side with S > 1: (σ²_seed / S, the mean square it is estimated from / S, S).
-
-    A seed term's degrees of freedom are those of the mean square of its S per-seed values (S - 1),
-    whose whole size enters Satterthwaite's formula even where the test-sample term's share of it was
-    subtracted from σ²_seed: the estimate is as uncertain as that mean square. (Counting only σ²_seed
-    made the interval of a cell whose seed spread is the size of its test-sample error an 89-93 %
-    interval at three to five seeds, not 95 %: ``tests/test_stats.py``.)"""
+    """``seed_terms``, of each side with S > 1: (σ²_seed / S, the mean square it is estimated from / S, S);
+    a seed term enters Satterthwaite's formula with its whole mean square (S - 1 degrees of freedom)."""
     v_seed = sum(v for v, _, _ in seed_terms)
     total = v_examples + v_seed
     seeds = min(side_seeds)

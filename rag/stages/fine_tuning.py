@@ -107,7 +107,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     import torch
 
     from rag.config import config_hash as hash_of
-    from rag.manifest import build_manifest, canonical_hash, data_entries, write_manifest
+    from rag.manifest import build_manifest, canonical_hash, data_entries
     from rag.models.tokenizer import ensure_label_tokens, save_tokenizer
     from rag.tracking import Run
     from rag.training import loss_curve, train
@@ -183,7 +183,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
                                         "mlflow_experiment_id": run.experiment_id, "steps": t.steps, "k": t.k,
                                         "train_seconds": seconds, "n_train": len(inputs), "init": init,
                                         "losses": losses})
-        write_manifest(tmp / "manifest.json", build_manifest(
+        write_json(tmp / "manifest.json", build_manifest(
             run={"experiment": cfg.name, "task": name, "variant": variant, "mlflow_run_id": run.run_id,
                  "ddp_processes": world},
             config={f"train_{name}": cfg.to_dict(), **({f"eval_{name}": cfg.evaluation.to_dict()} if cfg.evaluation else {})},
