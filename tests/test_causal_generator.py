@@ -251,11 +251,12 @@ def test_label_scores_are_the_first_answer_token_s(small_world, arch):
 
 # ---------------------------------------------------------------- LoRA, saving
 @pytest.mark.parametrize("checkpointing", [False, True])
-def test_lora_trains_the_adapters_and_the_question_encoder_only(world, tmp_path, checkpointing):
+@pytest.mark.parametrize("arch", ["llama", "copy_llama"])
+def test_lora_trains_the_adapters_and_the_question_encoder_only(world, tmp_path, checkpointing, arch):
     from rag.models.interface import load_generator, saved_family
     from rag.training import make_optimizer
 
-    system = make_system(world, "llama", "token", lora={"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]},
+    system = make_system(world, arch, "token", lora={"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]},
                          gradient_checkpointing=checkpointing)
     system.prepare_training()
     assert system.generator.get_base_model().is_activation_checkpointing == checkpointing
