@@ -242,6 +242,11 @@ def _check_references(cfg: dict) -> None:
         raise ConfigError(f"config key 'generator.pretrain_absent': shares of the restated-fact examples add up to more than 1 "
                           f"(pretrain_claims {g['pretrain_claims']} + pretrain_sentences {g['pretrain_sentences']} "
                           f"+ pretrain_absent {g['pretrain_absent']})")
+    if g["family"] == "causal_lm" and g["init"] == "scratch":
+        for key, off in (("copy_next", "false"), ("local_context", "0"), ("exact_match", "false")):
+            if g[key]:
+                raise ConfigError(f"config key 'generator.{key}': a feature of the seq2seq copy generator only (its "
+                                  f"encoder and decoder); with generator.family causal_lm set generator.{key}: {off}")
     if corpus["source"] == "miniworld":
         mw = cfg["miniworld"]
         entities = mw["countries"] + mw["people"] + mw["cities"]

@@ -15,7 +15,7 @@ from ddp_worker import ExactIndex, make_tokenizer, make_world
 from rag.models.causal_lm import CausalLMGenerator
 from rag.models.rag import RagSystem
 
-ARCHS = ("llama", "gpt2")
+ARCHS = ("llama", "gpt2", "copy_llama")  # copy_llama: a Llama with a copy distribution over its prompt
 QUESTIONS = ["what is the capital of france", "where is rome", "who was born in berlin"]
 ANSWERS = ["paris", "the river city of italy", "germany"]
 K = 3
@@ -24,12 +24,15 @@ K = 3
 def tiny_lm(arch: str, vocab: int, seed: int = 0):
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
+    from rag.models.causal_lm import CopyLlama
+
     torch.manual_seed(seed)
-    if arch == "llama":
+    if arch in ("llama", "copy_llama"):
+        copy = arch == "copy_llama"
         cfg = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
                           num_key_value_heads=1, max_position_embeddings=256, initializer_range=0.3,
-                          pad_token_id=1, bos_token_id=0, eos_token_id=2)
-        return LlamaForCausalLM(cfg).eval()
+                          pad_token_id=1, bos_token_id=0, eos_token_id=2, **({"copy_mechanism": True} if copy else {}))
+        return (CopyLlama if copy else LlamaForCausalLM)(cfg).eval()
     cfg = GPT2Config(vocab_size=vocab, n_embd=16, n_layer=2, n_head=2, n_positions=256, initializer_range=0.3,
                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, pad_token_id=1, bos_token_id=0, eos_token_id=2)
     return GPT2LMHeadModel(cfg).eval()
@@ -61,9 +64,14 @@ def prompts(system, questions, k):
                  for q, row in zip(questions, got.ids.tolist())]
 
 
+def copy_args(model, prompt: list[int]) -> dict:
+    """What a copying model (CopyLlama) is told of its prompt: how long it is."""
+    return {"prompt_len": len(prompt)} if getattr(model.config, "copy_mechanism", False) else {}
+
+
 def forward_lp(model, prompt: list[int], body: list[int]) -> torch.Tensor:
     """log p(. | prompt, body[:t]) [T, V]: a plain forward of prompt + body."""
-    logits = model(input_ids=torch.tensor([prompt + body])).logits[0].float()
+    logits = model(input_ids=torch.tensor([prompt + body]), **copy_args(model, prompt)).logits[0].float()
     return torch.log_softmax(logits, -1)[len(prompt) - 1 : len(prompt) - 1 + len(body)]
 
 
@@ -167,7 +175,8 @@ def candidate_logprobs(system, question, seqs) -> tuple[torch.Tensor, torch.Tens
     out = torch.zeros(len(seqs), len(ids[0]), width)
     for j, prompt in enumerate(ids[0]):
         inp = torch.cat([torch.tensor(prompt).expand(len(seqs), -1), tgt], 1)
-        lp = torch.log_softmax(system.generator(input_ids=inp).logits.float(), -1)[:, len(prompt) - 1 : -1]
+        lp = torch.log_softmax(system.generator(input_ids=inp, **copy_args(system.generator, prompt)).logits.float(),
+                               -1)[:, len(prompt) - 1 : -1]
         out[:, j] = lp.gather(-1, tgt[..., None])[..., 0].masked_fill(~valid, 0.0)
     doc_lp = torch.log_softmax(got.scores[0].float(), 0) if got is not None else torch.zeros(1)
     return out, doc_lp
@@ -242,11 +251,12 @@ def test_label_scores_are_the_first_answer_token_s(small_world, arch):
 
 # ---------------------------------------------------------------- LoRA, saving
 @pytest.mark.parametrize("checkpointing", [False, True])
-def test_lora_trains_the_adapters_and_the_question_encoder_only(world, tmp_path, checkpointing):
+@pytest.mark.parametrize("arch", ["llama", "copy_llama"])
+def test_lora_trains_the_adapters_and_the_question_encoder_only(world, tmp_path, checkpointing, arch):
     from rag.models.interface import load_generator, saved_family
     from rag.training import make_optimizer
 
-    system = make_system(world, "llama", "token", lora={"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]},
+    system = make_system(world, arch, "token", lora={"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]},
                          gradient_checkpointing=checkpointing)
     system.prepare_training()
     assert system.generator.get_base_model().is_activation_checkpointing == checkpointing
@@ -301,7 +311,8 @@ def test_a_causal_lm_is_pretrained_from_scratch_or_loaded():
     from rag.config import load_config, scale_summary
 
     base = yaml.safe_load((Path(__file__).parents[1] / "tests" / "data" / "e2e.yaml").read_text())
-    cfg = load_config({**base, "generator": {**base.get("generator", {}), "family": "causal_lm"}}, check_files=False)
+    causal = {**base.get("generator", {}), "family": "causal_lm", "local_context": 0, "exact_match": False}
+    cfg = load_config({**base, "generator": causal}, check_files=False)
     assert cfg["generator"]["init"] == "scratch"
     assert scale_summary(cfg)["generator"] == "decoder-only Llama from scratch (d_model 32, 1 layer)"
     assert scale_summary(load_config(base, check_files=False))["generator"] == "BART from scratch (d_model 32, 1+1 layers)"
@@ -385,3 +396,87 @@ def test_a_saved_causal_lm_becomes_the_pipeline_s_generator(world, tmp_path):
     system.prepare_training()
     trainable = {n for n, p in system.generator.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)
+
+
+# ---------------------------------------------------------------- the copy distribution (CopyLlama)
+def test_copy_llama_s_logits_are_the_log_of_its_mixture(world):
+    """log(g p_vocab + (1 - g) sum_{i: x_i = v} a_i) written out position by position from the
+    model's hidden states and its heads; position t attends to the prompt positions up to t."""
+    model = tiny_lm("copy_llama", 30, seed=3)
+    x = torch.tensor([[5, 9, 5, 12, 7, 20, 9, 3, 11]])
+    p = 6
+    with torch.no_grad():
+        got = model(input_ids=x, prompt_len=p).logits[0]
+        h = model.model(input_ids=x).last_hidden_state[0]
+        for t in range(x.shape[1]):
+            seen = min(t + 1, p)
+            a = torch.softmax(model.copy_query(h[t]) @ h[:seen].T / h.shape[-1] ** 0.5, -1)
+            g = torch.sigmoid(model.copy_gate(h[t]))
+            mix = g * torch.softmax(model.lm_head(h[t]), -1)
+            for i in range(seen):
+                mix[x[0, i]] += (1 - g[0]) * a[i]
+            assert torch.allclose(got[t], mix.log(), atol=1e-5), t
+            if t < p:  # what a prompt position sees is the prompt up to it
+                assert torch.allclose(got[t], model(input_ids=x[:, : t + 1], prompt_len=t + 1).logits[0, -1], atol=1e-5)
+
+
+def test_copy_llama_s_cached_steps_on_left_padded_prompts_equal_a_plain_forward(world):
+    """encode, step (whole prefixes, then the cache extended token by token) and the thorough
+    rescoring on a batch of prompts of very different lengths: each row as a plain forward of its
+    prompt alone."""
+    gen = make_system(world, "copy_llama", "token").gen
+    model = gen.model
+    src, mask = gen.tokenize_sources(["who", "what is the capital of france and where is rome and who was born in berlin"])
+    assert int(mask[0].sum()) + 5 < int(mask[1].sum())  # the first prompt is left-padded
+    prompt = [src[r][mask[r].bool()].tolist() for r in range(2)]
+    body = torch.tensor([[5, 7, 9, 4], [6, 6, 8, 3]])
+    ref = torch.stack([forward_lp(model, prompt[r], body[r].tolist()) for r in range(2)]).detach()  # [2, T, V]
+    bos = torch.full((2, 1), gen.tokenizer.bos_token_id)
+    with torch.no_grad():
+        states = gen.encode(src, mask, 0)
+        logits, past = gen.step(states, bos, None)
+        steps = [logits]
+        for t in range(body.shape[1] - 1):
+            logits, past = gen.step(states, body[:, t : t + 1], past)
+            steps.append(logits)
+        assert torch.allclose(torch.log_softmax(torch.stack(steps, 1), -1), ref, atol=1e-5)
+        whole, _ = gen.step(states.select(torch.tensor([1, 0])), torch.cat([bos, body[:, :2]], 1).flip(0), None)
+        assert torch.allclose(torch.log_softmax(whole, -1), ref[[1, 0], 2], atol=1e-5)
+        expand = torch.tensor([0, 1, 1])
+        tgt = body[[0, 1, 0]]
+        got = gen.hypothesis_logprobs(states, torch.tensor([0, 1]), expand, tgt)
+    for r, (row, doc) in enumerate(zip(tgt, expand.tolist())):
+        want = forward_lp(model, prompt[doc], row.tolist()).gather(-1, row[:, None])[:, 0]
+        assert torch.allclose(got[r], want.detach(), atol=1e-5), r
+
+
+def test_a_saved_copy_llama_loads_as_one_with_the_same_logprobs(world, tmp_path):
+    from rag.models.causal_lm import CopyLlama
+    from rag.models.interface import load_generator, saved_family
+
+    system = make_system(world, "copy_llama", "sequence")
+    system.gen.save(tmp_path)
+    system.tokenizer.save_pretrained(tmp_path)
+    assert saved_family(tmp_path) == "causal_lm"
+    loaded = load_generator(tmp_path, "cpu", 96, 12)
+    assert isinstance(loaded.model, CopyLlama) and loaded.copies
+    again = RagSystem(loaded, loaded.tokenizer, "sequence", system.retriever)
+    with torch.no_grad():
+        assert torch.equal(system_nll(again, QUESTIONS, ANSWERS, K), system_nll(system, QUESTIONS, ANSWERS, K))
+        a, b = (s.generate(QUESTIONS, K, method="thorough", beams=2, max_new_tokens=3) for s in (system, again))
+    assert [(p.text, p.score) for p in a] == [(p.text, p.score) for p in b]
+
+
+@pytest.mark.parametrize("key,value", [("local_context", 3), ("exact_match", True), ("copy_next", True)])
+def test_seq2seq_only_generator_features_are_refused_for_a_scratch_causal_lm(key, value):
+    from pathlib import Path
+
+    import yaml
+
+    from rag.config import load_config
+    from rag.errors import ConfigError
+
+    base = yaml.safe_load((Path(__file__).parents[1] / "tests" / "data" / "e2e_causal.yaml").read_text())
+    assert load_config(base, check_files=False)["generator"]["copy"]
+    with pytest.raises(ConfigError, match=rf"^config key 'generator.{key}': .*set generator.{key}: "):
+        load_config({**base, "generator": {**base["generator"], key: value}}, check_files=False)

@@ -19,7 +19,8 @@ from rag.training import pretrain
 
 ROOT = Path(__file__).resolve().parents[1]
 E2E = ROOT / "tests" / "data" / "e2e.yaml"
-CAUSAL = {"family": "causal_lm", "d_model": 32, "layers": 2, "heads": 2, "ffn": 64}
+# copy (the default): a CopyLlama; local_context and exact_match are the seq2seq generator's
+CAUSAL = {"family": "causal_lm", "d_model": 32, "layers": 2, "heads": 2, "ffn": 64, "local_context": 0, "exact_match": False}
 STEPS = 12
 
 
@@ -59,9 +60,17 @@ def _equal(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_scratch_causal_lm_is_a_llama_of_the_configured_sizes_on_the_corpus_tokenizer(setup):
+@pytest.mark.parametrize("copy", [True, False])
+def test_scratch_causal_lm_is_a_llama_of_the_configured_sizes_on_the_corpus_tokenizer(setup, copy):
+    import dataclasses
+
+    from transformers import LlamaForCausalLM
+
+    from rag.models.causal_lm import CopyLlama
+
     tok, g, *_ = setup
-    model = build_causal_lm(tok, g)
+    model = build_causal_lm(tok, dataclasses.replace(g, copy=copy))
+    assert type(model) is (CopyLlama if copy else LlamaForCausalLM)
     c = model.config
     assert (c.model_type, c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.intermediate_size) == \
         ("llama", 32, 2, 2, 64)
@@ -129,6 +138,7 @@ def test_the_generator_stage_pretrains_a_causal_lm_that_loads_and_fine_tunes(set
     gen = load_generator(folder, "cpu", 96, 24)
     assert isinstance(gen, CausalLMGenerator) and gen.template == section.generator.prompt_template
     assert gen.model.config.model_type == "llama" and gen.vocab_size == len(gen.tokenizer)
+    assert gen.copies and type(gen.model).__name__ == "CopyLlama"
     assert gen.tokenizer.mask_token == "<mask>" and gen.tokenizer.convert_tokens_to_ids(label_token("SUPPORTS")) != \
         gen.tokenizer.unk_token_id
     world = make_world(seed=2, n_docs=6)

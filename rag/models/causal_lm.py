@@ -17,14 +17,20 @@ Loaded from a local path or hub name (``generator.name_or_path``, ``generator.in
 or built from the configured sizes (:func:`build_causal_lm`, a Llama on the corpus-trained
 tokenizer, ``generator.init: scratch``) and pretrained on the corpus as the seq2seq generator is;
 optionally with LoRA adapters (:func:`add_lora`, through ``peft``) and gradient checkpointing.
+With ``generator.copy`` the scratch Llama mixes a copy distribution over its prompt's tokens into
+its output (:class:`CopyLlama`, the pointer-generator of the seq2seq family's CopyBart).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+
+from transformers import LlamaForCausalLM
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from rag.config_keys import PROMPT_TEMPLATE as DEFAULT_TEMPLATE
 from rag.errors import ConfigError
@@ -37,16 +43,93 @@ if TYPE_CHECKING:
 PAD_TOKEN = "<pad>"  # added when a tokenizer has no pad token of its own, or pads with its EOS
 
 
+COPY_KEY = "copy_mechanism"  # a saved scratch Llama's config.json: true for a CopyLlama
+
+
 class CausalStates(SourceStates):
     """Per prompt: its key/value cache (per layer, keys and values [N, heads, L, d]), its
     attention mask [N, L] (left-padded) and its last position's logits [N, V] (the target's first
-    token)."""
+    token); for a copying model (:class:`CopyLlama`) also its token ids [N, L] and last-layer
+    hidden states [N, L, d], which every later position's copy distribution reads (else None)."""
 
-    def __init__(self, kv: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor, last: torch.Tensor):
-        self.kv, self.mask, self.last = kv, mask, last
+    def __init__(self, kv: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor, last: torch.Tensor,
+                 ids: torch.Tensor | None = None, hidden: torch.Tensor | None = None):
+        self.kv, self.mask, self.last, self.ids, self.hidden = kv, mask, last, ids, hidden
 
     def select(self, rows: torch.Tensor) -> "CausalStates":
-        return CausalStates([(k[rows], v[rows]) for k, v in self.kv], self.mask[rows], self.last[rows])
+        pick = lambda t: None if t is None else t[rows]  # noqa: E731
+        return CausalStates([(k[rows], v[rows]) for k, v in self.kv], self.mask[rows], self.last[rows],
+                            pick(self.ids), pick(self.hidden))
+
+    def prompt(self) -> dict:
+        """The keyword arguments by which :class:`CopyLlama` reads this cached prompt."""
+        return {"prompt_ids": self.ids, "prompt_hidden": self.hidden, "prompt_mask": self.mask}
+
+
+@dataclass
+class CopyLMOutput(CausalLMOutputWithPast):
+    """A :class:`CopyLlama`'s output: a causal LM's, and the prompt's last-layer hidden states
+    [N, P, d] when the prompt was part of the call (``prompt_len``)."""
+
+    prompt_hidden_state: torch.FloatTensor | None = None
+
+
+class CopyLlama(LlamaForCausalLM):
+    """A Llama with a copy distribution over its prompt's tokens (a pointer-generator, See et al.
+    2017, as the seq2seq family's :class:`rag.models.generator.CopyBart`).
+
+    p(y_t) = g_t * p_vocab(y_t) + (1 - g_t) * sum over prompt positions i with x_i = y_t of a_ti,
+    where a_t is an attention of the last hidden state at t over the prompt's last-layer hidden
+    states (prompt tokens only: padding, and positions after t, masked) and g_t a learnt gate.
+    ``logits`` are the log of that mixture (normalised log-probabilities, so every marginalisation
+    and decoder of the project applies as is).
+
+    The model must know its prompt at every call: ``prompt_len``, the prompt is the first
+    ``prompt_len`` columns of ``input_ids`` (the output then holds its hidden states,
+    ``prompt_hidden_state``); or ``prompt_ids``, ``prompt_hidden`` and ``prompt_mask`` of a prompt
+    run earlier, whose key/value cache ``past_key_values`` extends. ``generator.copy`` turns it on
+    for a scratch causal LM.
+    """
+
+    def __init__(self, config):
+        super().__init__(config)
+        d = config.hidden_size
+        self.copy_query = torch.nn.Linear(d, d)
+        self.copy_gate = torch.nn.Linear(d, 1)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, labels=None,
+                use_cache=None, logits_to_keep=0, prompt_len=None, prompt_ids=None, prompt_hidden=None, prompt_mask=None,
+                **kwargs):
+        from rag.models.generator import CopyBart
+
+        if input_ids is None or (prompt_len is None and prompt_hidden is None):
+            raise ValueError("CopyLlama copies from its prompt: pass input_ids and either prompt_len or "
+                             "prompt_ids, prompt_hidden and prompt_mask")
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=past_key_values, use_cache=use_cache, **kwargs)
+        states = out.last_hidden_state  # [N, S, d]
+        n, s = input_ids.shape
+        h = states[:, -logits_to_keep:] if logits_to_keep else states  # [N, T, d]
+        if prompt_hidden is None:  # the prompt is in this call: position t reads prompt positions up to t
+            prompt_ids, prompt_hidden = input_ids[:, :prompt_len], states[:, :prompt_len]
+            prompt_mask = torch.ones_like(prompt_ids) if attention_mask is None else attention_mask[:, :prompt_len]
+            seen = torch.arange(prompt_len, device=h.device)[None, :] <= torch.arange(s - h.shape[1], s, device=h.device)[:, None]
+            visible = prompt_mask.bool()[:, None, :] & seen[None]  # [N, T, P]
+            own = prompt_hidden
+        else:
+            visible, own = prompt_mask.bool()[:, None, :].expand(-1, h.shape[1], -1), None
+        vocab_lp = torch.log_softmax(self.lm_head(h).float(), dim=-1)
+        scores = (self.copy_query(h) @ prompt_hidden.transpose(1, 2)).float() / h.shape[-1] ** 0.5  # [N, T, P]
+        # finite: a padded position sees no prompt token; its (never scored) copy share goes to padding
+        attn = torch.softmax(scores.masked_fill(~visible, torch.finfo(scores.dtype).min), dim=-1)
+        gate = torch.sigmoid(self.copy_gate(h).float())
+        copy = vocab_lp.new_zeros(vocab_lp.shape).scatter_add_(2, prompt_ids[:, None, :].expand(-1, h.shape[1], -1), attn)
+        logits = CopyBart._log_mix(gate, vocab_lp.exp(), copy)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CopyLMOutput(loss=loss, logits=logits, past_key_values=out.past_key_values, prompt_hidden_state=own)
 
 
 def _positions(mask: torch.Tensor) -> torch.Tensor:
@@ -73,7 +156,12 @@ class CausalLMGenerator(Generator):
         self.template = template
         self.lora = dict(lora) if lora and lora.get("rank") else None
         self.gradient_checkpointing = bool(gradient_checkpointing)
+        self.copies = bool(getattr(model.config, COPY_KEY, False))  # a CopyLlama: every call names its prompt
         prepare_tokenizer(tokenizer, model)
+
+    def _prompt(self, width: int) -> dict:
+        """The keyword arguments naming a call's prompt (its first ``width`` columns) to a copying model."""
+        return {"prompt_len": width} if self.copies else {}
 
     @classmethod
     def from_options(cls, model, tokenizer, g: GeneratorOptions) -> "CausalLMGenerator":
@@ -146,7 +234,8 @@ class CausalLMGenerator(Generator):
         def run(rows, keep, used):
             width = max(1, int(mask[rows].sum(1).max()))  # left padding: the chunk's prompts end together
             ids, am, pos = self._joined(src[rows, -width:], mask[rows, -width:], target[rows, 1:used])
-            out = self.model(input_ids=ids, attention_mask=am, position_ids=pos, use_cache=False, logits_to_keep=used)
+            out = self.model(input_ids=ids, attention_mask=am, position_ids=pos, use_cache=False, logits_to_keep=used,
+                             **self._prompt(width))
             return out.logits[keep]
 
         return scored_logprobs(run, mask, target, pad_id, smooth, overhead)
@@ -154,12 +243,16 @@ class CausalLMGenerator(Generator):
     def logits(self, src, mask, target, overhead=DEFAULT_CHUNK_OVERHEAD):
         t = target.shape[1]
         ids, am, pos = self._joined(src, mask, target[:, 1:])
-        return self.model(input_ids=ids, attention_mask=am, position_ids=pos, use_cache=False, logits_to_keep=t).logits
+        return self.model(input_ids=ids, attention_mask=am, position_ids=pos, use_cache=False, logits_to_keep=t,
+                          **self._prompt(src.shape[1])).logits
 
     # ---------------------------------------------------------------- decoding
     def encode(self, src, mask, overhead=DEFAULT_CHUNK_OVERHEAD) -> CausalStates:
-        out = self.model(input_ids=src, attention_mask=mask, position_ids=_positions(mask), use_cache=True, logits_to_keep=1)
+        out = self.model(input_ids=src, attention_mask=mask, position_ids=_positions(mask), use_cache=True, logits_to_keep=1,
+                         **self._prompt(src.shape[1]))
         kv = [(layer[0], layer[1]) for layer in out.past_key_values]
+        if self.copies:
+            return CausalStates(kv, mask, out.logits[:, -1], src, out.prompt_hidden_state)
         return CausalStates(kv, mask, out.logits[:, -1])
 
     def _extend(self, states: CausalStates, fed: torch.Tensor, past):
@@ -169,7 +262,8 @@ class CausalLMGenerator(Generator):
         t = fed.shape[1]
         am = torch.cat([states.mask, states.mask.new_ones(len(fed), done + t)], 1)
         pos = states.mask.long().sum(1, keepdim=True) + done + torch.arange(t, device=fed.device)
-        out = self.model(input_ids=fed, attention_mask=am, position_ids=pos, past_key_values=past, use_cache=True)
+        out = self.model(input_ids=fed, attention_mask=am, position_ids=pos, past_key_values=past, use_cache=True,
+                         **(states.prompt() if self.copies else {}))
         return out.logits, out.past_key_values
 
     def _cache(self, states: CausalStates):
@@ -247,22 +341,25 @@ def scratch_config(vocab_size: int, d_model: int, layers: int, heads: int, ffn: 
 
 def build_causal_lm(tokenizer, g: GeneratorOptions):
     """A decoder-only Llama of the configured size (``generator.d_model``, ``layers``, ``heads``,
-    ``ffn``, ``dropout``: :func:`scratch_config`) on ``tokenizer``'s vocabulary and special tokens."""
-    from transformers import AutoModelForCausalLM
-
+    ``ffn``, ``dropout``: :func:`scratch_config`) on ``tokenizer``'s vocabulary and special tokens;
+    a :class:`CopyLlama` with ``generator.copy``."""
     cfg = scratch_config(len(tokenizer), g.d_model, g.layers, g.heads, g.ffn, g.max_source_len, g.max_target_len,
                          attention_dropout=g.dropout, pad_token_id=tokenizer.pad_token_id,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    return AutoModelForCausalLM.from_config(cfg)
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **{COPY_KEY: g.copy})
+    from transformers import AutoModelForCausalLM
+
+    return CopyLlama._from_config(cfg) if g.copy else AutoModelForCausalLM.from_config(cfg)
 
 
 def load_causal_lm(path: str | Path, device: str = "cpu"):
-    """A saved (or hub-named) causal LM and its tokenizer."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """A saved (or hub-named) causal LM and its tokenizer (a :class:`CopyLlama` when its config
+    says ``copy_mechanism``)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     try:
         tok = AutoTokenizer.from_pretrained(str(path))
-        model = AutoModelForCausalLM.from_pretrained(str(path))
+        copy = getattr(AutoConfig.from_pretrained(str(path)), COPY_KEY, False)
+        model = (CopyLlama if copy else AutoModelForCausalLM).from_pretrained(str(path))
     except OSError as exc:
         raise ConfigError(f"cannot load generator {str(path)!r}: {exc}") from None
     return model.to(device), tok
