@@ -7,12 +7,12 @@
     python -m benchmarks.run --paper-size --quick --out /tmp/bench_paper               # CPU smoke of that section
     python -m benchmarks.run --only sweep --sweep-baseline HEAD~1 --out results/benchmarks  # after the default DAG
 
-Sections: encoding, index, index_build, retrieval_job, train, train_causal (a causal-LM generator), decode, dag, scaling,
-startup; sweep (the default run's NQ RAG-Sequence K sweep jobs again, against --sweep-baseline REV's; only with --only sweep); and paper (bart-large-sized generator,
+Sections: encoding, index, index_build, retrieval_job, train, train_causal (a causal-LM generator), decode, dag, scaling;
+sweep (the default run's NQ RAG-Sequence K sweep jobs again, against --sweep-baseline REV's; only with --only sweep); and paper (bart-large-sized generator,
 bert-base-sized DPR encoders, random weights; only with --paper-size or --only paper). Each writes
 its own JSON; summary.md is rebuilt from every <section>.json present in --out, so sections can be
 run one at a time. --device cuda runs encoding, train, decode and paper on the GPU; index,
-index_build, retrieval_job, dag, scaling, startup and sweep are CPU measurements and refuse it.
+index_build, retrieval_job, dag, scaling and sweep are CPU measurements and refuse it.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import warnings
 from pathlib import Path
 
 SECTIONS = ["encoding", "index", "index_build", "retrieval_job", "train", "train_causal", "decode", "dag", "scaling",
-            "startup", "sweep", "paper"]
-DEFAULT_SECTIONS = ["encoding", "index", "index_build", "retrieval_job", "train", "train_causal", "decode", "dag", "scaling",
-                    "startup"]  # paper: --paper-size
+            "sweep", "paper"]
+DEFAULT_SECTIONS = ["encoding", "index", "index_build", "retrieval_job", "train", "train_causal", "decode", "dag",
+                    "scaling"]  # paper: --paper-size
 DEVICE_SECTIONS = {"encoding", "train", "train_causal", "decode", "paper"}  # the sections that honour --device
 
 
