@@ -109,7 +109,7 @@ class CopyLlama(LlamaForCausalLM):
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          past_key_values=past_key_values, use_cache=use_cache, **kwargs)
         states = out.last_hidden_state  # [N, S, d]
-        n, s = input_ids.shape
+        s = input_ids.shape[1]
         h = states[:, -logits_to_keep:] if logits_to_keep else states  # [N, T, d]
         if prompt_hidden is None:  # the prompt is in this call: position t reads prompt positions up to t
             prompt_ids, prompt_hidden = input_ids[:, :prompt_len], states[:, :prompt_len]
