@@ -235,18 +235,8 @@ def _check_references(cfg: dict) -> None:
         raise ConfigError("config key 'corpus.url': required when corpus.source is download")
     if corpus["source"] == "local" and not corpus.get("path"):
         raise ConfigError("config key 'corpus.path': required when corpus.source is local")
-    if cfg["generator"]["init"] == "pretrained" and not cfg["generator"].get("name_or_path"):
-        raise ConfigError("config key 'generator.name_or_path': required when generator.init is pretrained")
-    g = cfg["generator"]
-    if g["pretrain_claims"] + g["pretrain_sentences"] + g["pretrain_absent"] > 1:
-        raise ConfigError(f"config key 'generator.pretrain_absent': shares of the restated-fact examples add up to more than 1 "
-                          f"(pretrain_claims {g['pretrain_claims']} + pretrain_sentences {g['pretrain_sentences']} "
-                          f"+ pretrain_absent {g['pretrain_absent']})")
-    if g["family"] == "causal_lm" and g["init"] == "scratch":
-        for key, off in (("copy_next", "false"), ("local_context", "0"), ("exact_match", "false")):
-            if g[key]:
-                raise ConfigError(f"config key 'generator.{key}': a feature of the seq2seq copy generator only (its "
-                                  f"encoder and decoder); with generator.family causal_lm set generator.{key}: {off}")
+    _check_generator(cfg["generator"], "generator")
+    _resolve_generators(cfg)
     if corpus["source"] == "miniworld":
         mw = cfg["miniworld"]
         entities = mw["countries"] + mw["people"] + mw["cities"]
@@ -261,6 +251,60 @@ def _check_references(cfg: dict) -> None:
                               f"miniworld.countries ({mw['countries']}); every country needs a leader")
         # every miniworld entity yields at least one passage; K larger than that is impossible
         check_k(retrieval_ks(cfg), entities, "the miniworld corpus is sure to have (one per entity)")
+
+
+def _check_generator(g: dict, where: str) -> None:
+    """The checks of a generator group ``g`` (at config key ``where``) its schema cannot make."""
+    if g["init"] == "pretrained" and not g.get("name_or_path"):
+        raise ConfigError(f"config key '{where}.name_or_path': required when {where}.init is pretrained")
+    if g["pretrain_claims"] + g["pretrain_sentences"] + g["pretrain_absent"] > 1:
+        raise ConfigError(f"config key '{where}.pretrain_absent': shares of the restated-fact examples add up to more than 1 "
+                          f"(pretrain_claims {g['pretrain_claims']} + pretrain_sentences {g['pretrain_sentences']} "
+                          f"+ pretrain_absent {g['pretrain_absent']})")
+    if g["family"] == "causal_lm" and g["init"] == "scratch":
+        for key, off in (("copy_next", "false"), ("local_context", "0"), ("exact_match", "false")):
+            if g[key]:
+                raise ConfigError(f"config key '{where}.{key}': a feature of the seq2seq copy generator only (its "
+                                  f"encoder and decoder); with {where}.family causal_lm set {where}.{key}: {off}")
+
+
+def _resolve_generators(cfg: dict) -> None:
+    """Each further generator of config key ``generators``, in place: its ``generator`` keys over the
+    ``generator`` group's, validated as that group; its tasks among the config's."""
+    root = schema()
+    group = {**root["properties"]["generator"], "definitions": root["definitions"]}
+    for name, spec in cfg["generators"].items():
+        where = f"generators.{name}"
+        merged = {**cfg["generator"], **spec["generator"]}
+        err = keyspec.first_error(keyspec.validator_class(fill_defaults=False)(group), merged)
+        if err is not None:
+            raise ConfigError(keyspec.describe(err, root, f"{where}.generator"))
+        _check_generator(merged, f"{where}.generator")
+        spec["generator"] = merged
+        for i, task in enumerate(spec["tasks"]):
+            if task not in cfg["tasks"]:
+                raise ConfigError(f"config key '{where}.tasks[{i}]': task {task!r} is not configured under 'tasks'")
+            if cfg["tasks"][task].get("init_from"):
+                raise ConfigError(f"config key '{where}.tasks[{i}]': {task!r} starts from another task's model "
+                                  "(tasks.<task>.init_from), which a further generator does not train")
+
+
+def generator_runs(cfg: dict) -> list[tuple[str, str]]:
+    """(task, ``<variant>@<generator>``) of every run of the further generators (config key
+    ``generators``): its variants, else each task's."""
+    from rag.tasks import GENERATOR_SEP
+
+    return [(task, f"{v}{GENERATOR_SEP}{name}") for name, spec in cfg["generators"].items() for task in spec["tasks"]
+            for v in (spec.get("variants") or task_variants(cfg, task))]
+
+
+def generator_summary(g: dict) -> str:
+    """A generator group in a few words (the report's scale summary)."""
+    if g["init"] == "pretrained":
+        return g.get("name_or_path")
+    if g["family"] == "causal_lm":
+        return f"decoder-only Llama from scratch (d_model {g['d_model']}, {g['layers']} layer{'s' * (g['layers'] != 1)})"
+    return f"BART from scratch (d_model {g['d_model']}, {g['layers']}+{g['layers']} layers)"
 
 
 MINIWORLD_MAX_ENTITIES = 20_000  # the default world has 500; 2,400 take about 25 s to write
@@ -467,6 +511,10 @@ def sections(cfg: dict) -> dict[str, dict]:
         "report": {"report": cfg["report"], "variants": cfg["variants"], "tasks": sorted(cfg["tasks"]),
                    "scale": scale_summary(cfg)},
     }
+    for name, spec in cfg["generators"].items():  # each further generator's pretraining
+        out[f"generator_{name}"] = {**out["generator"], "generator": GeneratorOptions.pick(spec["generator"])}
+    if cfg["generators"]:  # the generators report names them
+        out["report"]["generators"] = {name: generator_summary(spec["generator"]) for name, spec in cfg["generators"].items()}
     declared = {name: TaskDeclaration.pick(task) for name, task in cfg["tasks"].items() if name not in BUILTIN_TASKS}
     if declared:  # the report names and scores them as the runs did
         out["report"]["declared_tasks"] = declared
@@ -528,8 +576,10 @@ def task_variants(cfg: dict, task: str) -> list[str]:
 def run_seeds(cfg: dict, task: str, variant: str) -> list[int]:
     """The fine-tune seeds of ``task`` x ``variant``: ``tasks.<task>.seeds``, else the top-level
     ``seeds``; the first of them alone for a variant of ``one_seed_variants``."""
+    from rag.tasks import split_variant
+
     chosen = cfg["tasks"][task].get("seeds") or cfg["seeds"]
-    return list(chosen[:1] if variant in cfg["one_seed_variants"] else chosen)
+    return list(chosen[:1] if split_variant(variant)[0] in cfg["one_seed_variants"] else chosen)
 
 
 def replicate_config(data: dict, seeds: Sequence[int]) -> tuple[dict, list[tuple[str, str, list[int], list[int]]]]:
@@ -561,17 +611,10 @@ def _steps_by_task(cfg: dict) -> int | str:
 
 
 def scale_summary(cfg: dict) -> dict:
-    g = cfg["generator"]
-    if g["init"] == "pretrained":
-        gen = g.get("name_or_path")
-    elif g["family"] == "causal_lm":
-        gen = f"decoder-only Llama from scratch (d_model {g['d_model']}, {g['layers']} layer{'s' * (g['layers'] != 1)})"
-    else:
-        gen = f"BART from scratch (d_model {g['d_model']}, {g['layers']}+{g['layers']} layers)"
     return {
         "corpus": cfg["corpus"]["name"],
         "corpus_source": cfg["corpus"]["source"],
-        "generator": gen,
+        "generator": generator_summary(cfg["generator"]),
         "question_encoder": cfg["retriever"]["question_encoder"],
         "index": cfg["retriever"]["index"],
         "train_k": cfg["train"]["k"],

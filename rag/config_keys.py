@@ -142,6 +142,11 @@ CONFIG = Group({
         "max_target_len": Int(minimum=2, default=32),
         "chunk_overhead": Int(minimum=0, nullable=True, default=None, description="generator inputs run in length-sorted chunks, a cut made where it saves more than this many padded tokens (the cost of one more generator call); null: the device's default (cpu 512, measured; cuda one chunk, measured on one H100 with bf16); 1000000000: always one chunk"),
     }),
+    "generators": Map(Group({
+        "generator": Map(default={}, description="the keys of the generator group this generator sets otherwise; the rest are generator's (validated as that group)"),
+        "tasks": List(TASK_NAME.ref(), min_items=1, unique=True, description="the tasks it is fine-tuned on, each of them a task of the config"),
+        "variants": List(VARIANT.ref(), min_items=1, unique=True, description="its variants on those tasks (default: each task's); one_seed_variants and the tasks' seeds hold as for generator's runs"),
+    }, required=("tasks",)), names=NAME.ref(), default={}, description="further generators, set beside generator's: each is pretrained as generator is and fine-tuned as <variant>@<name> (results/<name>/runs/<task>/<variant>@<name>/); `snakemake --cores all generators` runs them and writes reports/<name>/generators.html, their tables and claims beside generator's (docs/models.md)"),
     "train": Group({
         "k": Int(minimum=1, maximum=100, default=3),
         "batch_size": Int(minimum=1, default=16),

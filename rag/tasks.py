@@ -13,7 +13,7 @@ may be code of the user's, ``"module:attr"`` or ``"path/to/file.py:attr"`` (:fun
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 SPLITS = ("train", "dev", "test")  # a task's data: one file per split
 EVAL_SPLITS = ("dev", "test")  # the splits a fine-tuned model is evaluated on (a run's predictions and metrics)
@@ -372,8 +372,30 @@ def family_spec(name: str) -> FamilySpec:
     return _spec(GENERATOR_FAMILIES, "generator family", name)
 
 
+# a run of a further generator of config key ``generators``: the variant's name, this, the generator's
+# name (rag_token@llama); its paths, MLflow runs and report rows carry the whole name
+GENERATOR_SEP = "@"
+
+
+def split_variant(name: str) -> tuple[str, str | None]:
+    """(the registered variant, the name of the config's further generator it runs, or None)."""
+    base, sep, generator = name.partition(GENERATOR_SEP)
+    return base, (generator if sep else None)
+
+
 def variant_spec(name: str) -> VariantSpec:
-    return _spec(VARIANTS, "variant", name)
+    """The registered variant ``name`` names; for ``<variant>@<generator>`` the variant's spec under that
+    name, with the generator in its display name (a closed book's says what it is, whatever the model)."""
+    base, generator = split_variant(name)
+    spec = _spec(VARIANTS, "variant", base)
+    if generator is None:
+        return spec
+    if not generator:
+        from rag.errors import ConfigError
+
+        raise ConfigError(f"variant {name!r}: no generator name after {GENERATOR_SEP!r}")
+    display = spec.display if spec.retriever is not None else "Closed book"
+    return replace(spec, name=name, display=f"{display} ({generator})")
 
 
 def retriever_spec(name: str) -> RetrieverSpec:

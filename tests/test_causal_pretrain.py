@@ -164,7 +164,7 @@ def test_e2e_causal_lm_from_scratch(tmp_path):
 
     cfg = tmp_path / "config.yaml"
     shutil.copy(ROOT / "tests" / "data" / "e2e_causal.yaml", cfg)
-    res = smk(tmp_path, configfile=cfg)
+    res = smk(tmp_path, "all", "generators", configfile=cfg)
     assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
     out = tmp_path / "results" / "e2e_causal"
     assert saved_family(out / "generator" / "model") == "causal_lm"
@@ -174,4 +174,17 @@ def test_e2e_causal_lm_from_scratch(tmp_path):
         for split in ("dev", "test"):
             m = json.loads((out / "runs" / "nq" / variant / "seed1" / split / "metrics.json").read_text())
             assert m["n"] == 4 and m["metrics"], (variant, split)
-    assert "decoder-only Llama from scratch" in (tmp_path / "reports" / "e2e_causal" / "report.html").read_text()
+    report = (tmp_path / "reports" / "e2e_causal" / "report.html").read_text()
+    assert "decoder-only Llama from scratch" in report and "Generators side by side" not in report
+    # the further generator (config key generators): a seq2seq BART pretrained beside the causal LM, fine-tuned
+    # as <variant>@s2s; generator's runs are those of the default target, the report sets both side by side
+    assert saved_family(out / "generators" / "s2s" / "model") == "seq2seq"
+    for variant in ("rag_token@s2s", "rag_token_frozen@s2s", "bart@s2s"):
+        assert saved_family(out / "runs" / "nq" / variant / "seed1" / "model" / "generator") == "seq2seq"
+        m = json.loads((out / "runs" / "nq" / variant / "seed1" / "test" / "metrics.json").read_text())
+        assert m["variant"] == variant and m["n"] == 4
+    both = (tmp_path / "reports" / "e2e_causal" / "generators.html").read_text()
+    assert "Generators side by side" in both and "NQ exact match (s2s)" in both and "NQ exact match (generator)" in both
+    assert "BART from scratch" in both and "RAG-Token-Frozen (s2s)" in both
+    assert "… and the answers (RAG-Token (s2s), NQ)" in both and "RAG beats closed-book s2s on open-domain QA" in both
+    assert (out / "tables" / "generators" / "table1.csv").read_text() == (out / "tables" / "table1.csv").read_text()

@@ -93,9 +93,10 @@ def test_default_world_makes_retrieval_a_real_problem():
     assert r1 >= b1 + 5, (r1, b1)
 
 
-def _fake_experiment(root, seeds=(1, 2, 3), n=30):
+def _fake_experiment(root, seeds=(1, 2, 3), n=30, generators=()):
     """Every file the checklist reads, several fine-tune seeds each: predictions with retrieved
-    passages, the K sweep, the hot-swap and the oracle, as the DAG writes them."""
+    passages, the K sweep, the hot-swap and the oracle, as the DAG writes them; with ``generators``,
+    the runs of further generators of those names (<variant>@<name>) on NQ and TriviaQA."""
     import json
 
     from rag.report.inputs import ReportInputs
@@ -112,17 +113,21 @@ def _fake_experiment(root, seeds=(1, 2, 3), n=30):
     runs = {"nq": ["rag_token", "rag_sequence", "rag_token_frozen", "rag_sequence_frozen", "rag_token_bm25", "bart"],
             "triviaqa": ["rag_token", "rag_sequence", "rag_token_frozen", "rag_sequence_frozen"],
             "fever3": ["rag_token", "bart"], "fever2": ["rag_token", "bart"], "jeopardy": ["rag_token", "bart"]}
+    for task in ("nq", "triviaqa"):
+        runs[task] += [f"{v}@{g}" for g in generators for v in ("rag_token", "rag_sequence", "rag_token_frozen",
+                                                                   "rag_sequence_frozen", "bart")]
     for task, variants in runs.items():
         for variant in variants:
-            for seed in (seeds if variant != "bart" else seeds[:1]):
+            base = variant.partition("@")[0]
+            for seed in (seeds if base != "bart" else seeds[:1]):
                 rows = []
                 for j in range(n):
                     label = task.startswith("fever")
                     target = ["SUPPORTS"] if label else ([f"clue {j}"] if task == "jeopardy" else ["answer"])
-                    right = rng.random() < (0.8 if "frozen" not in variant and variant != "bart" else 0.4)
+                    right = rng.random() < (0.8 if "frozen" not in variant and base != "bart" else 0.4)
                     rows.append({"id": f"{task}-{j:03d}", "input": "q", "targets": target,
                                  "prediction": target[0] if right else ("REFUTES" if label else f"word {j} {seed}"),
-                                 "doc_ids": [] if variant == "bart" else [f"p{(j + k + (0 if right else 1)) % 8}" for k in range(5)]})
+                                 "doc_ids": [] if base == "bart" else [f"p{(j + k + (0 if right else 1)) % 8}" for k in range(5)]})
                 d = root / "runs" / task / variant / f"seed{seed}" / "test"
                 metrics.append(write(d / "metrics.json", {"task": task, "variant": variant, "split": "test", "seed": seed,
                                                            "n": n, "metrics": {}}))
@@ -162,6 +167,27 @@ def test_every_claim_is_decided_across_seeds(tmp_path):
     assert by["… and the answers (RAG-Token, NQ)"].spread.startswith("3 seeds, sd ")
     assert by["RAG beats closed-book BART on open-domain QA"].spread.startswith("3 vs 1 seeds")
     assert by["… and RAG-Sequence answers better with more documents"].seeds == 3
+
+
+def test_a_further_generator_is_held_to_the_generators_bars(tmp_path):
+    """The runs of a further generator (config key generators) add its rows: fine-tuned over frozen on
+    NQ and TriviaQA and RAG over its closed book, scored on its own runs with the bars of BART's rows."""
+    from rag.report.claims import Evidence, build_claims
+
+    inputs, passages = _fake_experiment(tmp_path, generators=("llama",))
+    claims = build_claims(inputs, passages)
+    assert len(claims) == 21 + 9 and [c.claim for c in claims[:21]] == [c.claim for c in build_claims(
+        _fake_experiment(tmp_path / "alone")[0], passages)]
+    by = {c.claim: c for c in claims}
+    ev = Evidence(inputs, passages)
+    row = by["… and the answers (RAG-Token (llama), NQ)"]
+    paired = ev.correct("nq", "rag_token@llama", "em") - ev.correct("nq", "rag_token_frozen@llama", "em")
+    assert row.diff == pytest.approx(paired.mean()) and row.bar == by["… and the answers (RAG-Token, NQ)"].bar
+    assert row.diff != by["… and the answers (RAG-Token, NQ)"].diff  # its own runs, not BART's
+    assert by["Fine-tuning the question encoder helps (RAG-Sequence (llama), TQA)"].bar == "≥ +5 points"
+    closed = by["RAG beats closed-book llama on open-domain QA"]
+    assert closed.measured.startswith("NQ EM, RAG-Token (llama) vs Closed book (llama)") and closed.bar == "≥ +25 points"
+    assert all(c.verdict != "missing" for c in claims[21:]), [(c.claim, c.measured) for c in claims[21:]]
 
 
 def test_fine_tuned_and_frozen_twins_are_paired_by_seed(tmp_path):

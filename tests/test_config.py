@@ -202,11 +202,12 @@ def _leaves(node, path=()):
 
 
 def test_schema_defaults_are_what_config_yaml_says(base):
-    """One source of defaults: for every key config.yaml sets (but the task list, which has no
-    default), a config that omits it resolves to the same value, so a --configfile that replaces
-    config.yaml gets the embedded default's values for what it leaves out."""
+    """One source of defaults: for every key config.yaml sets (but the task list and the further
+    generators, the experiment's own, with no default), a config that omits it resolves to the same
+    value, so a --configfile that replaces config.yaml gets the embedded default's values for what it
+    leaves out."""
     full = load_config(base)
-    keys = [p for p in _leaves(base) if p[0] != "tasks"]
+    keys = [p for p in _leaves(base) if p[0] not in ("tasks", "generators")]
     assert len(keys) > 40
     for path in keys:
         cfg = copy.deepcopy(base)
@@ -216,7 +217,7 @@ def test_schema_defaults_are_what_config_yaml_says(base):
         del node[path[-1]]
         assert load_config(cfg) == full, f"config.yaml sets {'.'.join(path)} to a value the schema's default differs from"
     # whole sections too
-    for key in [k for k in base if k not in ("tasks",)]:
+    for key in [k for k in base if k not in ("tasks", "generators")]:
         cfg = copy.deepcopy(base)
         del cfg[key]
         assert load_config(cfg) == full, key
@@ -363,3 +364,39 @@ def test_replicate_config_command_writes_a_config_that_loads(root, tmp_path, cap
     assert main(["replicate-config", "--config", str(listing), "--seeds", "1", "--out", str(tmp_path / "x.yaml")]) == 2
     assert f"{listing}: a config must be a mapping of keys, got list" in capsys.readouterr().err
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_a_further_generator_is_generators_group_with_its_own_keys(base):
+    """generators.<name>.generator: its keys over generator's, validated as that group; its runs are
+    <variant>@<name> with the tasks' seeds; its pretraining a section of its own, generator's unchanged."""
+    from rag.config import generator_runs
+
+    cfg = load_config(base)
+    llama = cfg["generators"]["llama"]["generator"]
+    assert llama == {**cfg["generator"], "family": "causal_lm", "local_context": 0, "exact_match": False}
+    runs = generator_runs(cfg)
+    assert ("nq", "rag_token_frozen@llama") in runs and ("triviaqa", "bart@llama") in runs and len(runs) == 10
+    assert run_seeds(cfg, "nq", "rag_token@llama") == [1, 2, 3, 4, 5] and run_seeds(cfg, "nq", "bart@llama") == [1]
+    s = sections(cfg)
+    assert s["generator_llama"]["generator"]["family"] == "causal_lm" and s["generator"]["generator"]["family"] == "seq2seq"
+    assert s["report"]["generators"]["llama"].startswith("decoder-only Llama from scratch")
+    alone = copy.deepcopy(base)
+    del alone["generators"]
+    assert {k: v for k, v in sections(load_config(alone)).items() if k != "report"} == \
+        {k: v for k, v in s.items() if k not in ("report", "generator_llama")}
+    for edit, message in (
+        ({"generator": {"d_modell": 64}}, "unknown config key 'generators.llama.generator.d_modell'"),
+        ({"generator": {"d_model": 0}}, "generators.llama.generator.d_model"),
+        ({"generator": {"family": "causal_lm", "local_context": 3}}, "'generators.llama.generator.local_context'"),
+        ({"tasks": ["squad"]}, "generators.llama.tasks"),
+        ({"tasks": ["nq"], "variants": ["rag_tokens"]}, "generators.llama.variants"),
+    ):
+        bad = copy.deepcopy(base)
+        bad["generators"]["llama"] = {**bad["generators"]["llama"], **edit}
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_config(bad)
+    bad = copy.deepcopy(base)
+    bad["tasks"]["webquestions"] = {"train": 20, "dev": 5, "test": 5, "init_from": "nq"}
+    bad["generators"]["llama"]["tasks"] = ["webquestions"]
+    with pytest.raises(ConfigError, match=r"generators.llama.tasks\[0\].*init_from"):
+        load_config(bad)

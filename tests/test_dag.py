@@ -49,6 +49,13 @@ def test_default_dry_run_lists_every_job(tmp_path):
     # rag plan's jobs are the DAG's
     planned = _plan_jobs(ROOT / "config.yaml", tmp_path)
     assert planned == {rule: n for rule, n in counts.items() if rule != "total"} and planned["train"] == 54
+    # the further generator of config key generators: its own target, none of its jobs in the default DAG's
+    res = smk(tmp_path, "-n", "generators", configfile=ROOT / "config.yaml")
+    assert res.returncode == 0, res.stderr[-3000:]
+    more = job_counts(res.stdout + res.stderr)
+    # llama on NQ (5 seeds) and TriviaQA (3): RAG-Sequence, RAG-Token and their frozen twins, the closed book once
+    assert more["pretrain_generators"] == 1 and more["report_generators"] == 1 and "pretrain_generator" in counts
+    assert more["train"] == counts["train"] + (4 * 5 + 1) + (4 * 3 + 1) and more["pretrain_generator"] == 1
     separate = yaml.safe_load((ROOT / "config.yaml").read_text())
     separate["evaluate_in_train_job"] = False
     (tmp_path / "separate.yaml").write_text(yaml.safe_dump(separate))

@@ -1,6 +1,7 @@
 """The registry (rag/tasks.py) against everything generated from or checked by it: every task,
 variant, retriever and metric entry is walked."""
 
+import argparse
 import importlib
 import re
 
@@ -103,9 +104,21 @@ def test_cli_choices_and_wildcards_come_from_the_registry():
     for cmd in ("train", "evaluate", "topk-sweep", "oracle", "hotswap"):
         sub = parser._subparsers._group_actions[0].choices[cmd]
         [variant] = [a for a in sub._actions if a.dest == "variant"]
-        assert list(variant.choices) == list(VARIANTS)
+        for name in VARIANTS:  # each registered variant, and each as a further generator's run
+            assert variant.type(name) == name and variant.type(f"{name}@llama") == f"{name}@llama"
+        for bad in ("rag_tokens", "rag_token@", "closed@llama"):
+            with pytest.raises(argparse.ArgumentTypeError, match="variant"):
+                variant.type(bad)
     common = (ROOT / "workflow" / "rules" / "common.smk").read_text()
-    assert 'task="|".join(TASKS)' in common and 'variant="|".join(VARIANTS)' in common
+    assert 'task="|".join(TASKS)' in common
+    assert 'variant=f"(?:{\'|\'.join(VARIANTS)})(?:{GENERATOR_SEP}[a-z0-9_]+)?"' in common
+
+
+def test_a_further_generators_variant_is_the_registered_one_under_its_name():
+    spec = variant_spec("rag_sequence_frozen@llama")
+    assert (spec.model, spec.retriever, spec.train_question_encoder) == ("sequence", "dense", False)
+    assert spec.name == "rag_sequence_frozen@llama" and spec.display == "RAG-Sequence-Frozen (llama)"
+    assert variant_spec("bart@llama").display == "Closed book (llama)" and variant_spec("bart").display == "BART"
 
 
 def test_report_rows_name_registered_variants_and_paper_rows():

@@ -31,38 +31,43 @@ def _declare_from_folder(root: str | Path) -> None:
         declare_experiment_tasks(read_json(section), section)
 
 
-def load_scale(path: str | None) -> dict:
-    """The scale summary of ``--scale-json`` (the file, or its key ``scale``); {} for none. The
-    tasks the report section declares join the registry (:func:`declare_experiment_tasks`)."""
+def load_scale(path: str | None) -> tuple[dict, dict]:
+    """The scale summary of ``--scale-json`` (the file, or its key ``scale``) and the further generators
+    it names (key ``generators``: name -> what it is); {} for none. The tasks the report section
+    declares join the registry (:func:`declare_experiment_tasks`)."""
     from rag.errors import DataError
     from rag.io import read_json
 
     if not path:
-        return {}
+        return {}, {}
     data = read_json(path)
     declare_experiment_tasks(data, path)
+    generators = data.get("generators") if isinstance(data, dict) else None
     if isinstance(data, dict) and isinstance(data.get("scale"), dict):
         data = data["scale"]
-    if not isinstance(data, dict):
-        raise DataError(f"{path}: expected a JSON object (the scale summary, or an object with key 'scale')")
-    return data
+    if not isinstance(data, dict) or not isinstance(generators or {}, dict):
+        raise DataError(f"{path}: expected a JSON object (the scale summary, or an object with key 'scale' and "
+                        "optionally 'generators')")
+    return data, generators or {}
 
 
 def cmd_report(args) -> int:
     from rag.report.build import build_report
 
+    scale, generators = load_scale(args.scale_json)
     inputs = ReportInputs.from_files(metrics=args.metrics, predictions=args.predictions, topk=args.topk,
                                      hotswap=args.hotswap, oracle=args.oracle, train_data=args.train_data)
     build_report(
         inputs=inputs,
         passages=Path(args.passages) if args.passages else None,
-        scale=load_scale(args.scale_json),
+        scale=scale,
         out_html=Path(args.out),
         tables={k: Path(getattr(args, k)) for k in TABLE_KEYS if getattr(args, k)},
         tracking_url=args.tracking_url,
         samples_per_task=args.samples_per_task,
         tasks=args.tasks,
         variants=args.variants,
+        generators=generators,
     )
     return 0
 

@@ -4,13 +4,14 @@ sections and device."""
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import replace
 
 from rag import runtime
 from rag.cli import add_command
 from rag.errors import ConfigError
 from rag.sections import TrainSection, read_task_sections
-from rag.tasks import EVAL_SPLITS, VARIANTS
+from rag.tasks import EVAL_SPLITS, VARIANTS, variant_spec
 
 EVAL_FLAGS = ("dev", "test", "dev_predictions", "dev_metrics", "test_predictions", "test_metrics")
 
@@ -21,8 +22,17 @@ def add_task_command(sub, name: str, func, help_: str):
     p = add_command(sub, name, func, help_)
     p.add_argument("--seed", type=int, help="the fine-tune seed (config key seeds; default: the section's seed)")
     p.add_argument("--config", required=True, nargs="+", help="config section file(s), merged")
-    p.add_argument("--variant", required=True, choices=VARIANTS)
+    p.add_argument("--variant", required=True, type=_variant,
+                   help=f"a variant ({', '.join(VARIANTS)}), or <variant>@<generator> for a run of config key generators")
     return p
+
+
+def _variant(name: str) -> str:
+    try:
+        variant_spec(name)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return name
 
 
 def add_eval_args(p, required: bool) -> None:

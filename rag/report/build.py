@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import quote
 
-from rag.errors import DataError
+from rag.errors import ConfigError, DataError
 from rag.io import atomic_open, read_json, read_jsonl
 from rag.report.claims import Evidence, build_claims, cell_interval
 from rag.report.inputs import ReportInputs
-from rag.tasks import TASKS, VARIANTS, paper_column
+from rag.tasks import TASKS, VARIANTS, paper_column, variant_spec
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,14 @@ def _task_name(task: str | None):
     """The registry's display name of ``task`` (the name itself for an unregistered one)."""
     spec = TASKS.get(task)
     return spec.display if spec else task
+
+
+def _variant_name(variant: str | None) -> str | None:
+    """The report's name of ``variant`` (a further generator's with the generator's name; an unregistered one as is)."""
+    try:
+        return variant_spec(variant).display if isinstance(variant, str) else variant
+    except ConfigError:
+        return variant
 
 
 def _rows(*variants: str) -> dict[str, str]:
@@ -244,7 +252,9 @@ def weights_notes(runs: Runs) -> dict[str, str]:
     return notes
 
 
-def build_tables(runs: Runs, paper: dict) -> list[Table]:
+def build_tables(runs: Runs, paper: dict, generators: dict[str, str] | None = None) -> list[Table]:
+    """The paper's tables, then the experiment's own tasks' and its generators side by side (``generators``:
+    name -> what it is; key "": the generator group's) where it has them."""
     tables = []
     wnotes = weights_notes(runs)
     for key in ("table1", "table2", "table5", "table6"):
@@ -285,8 +295,8 @@ def build_tables(runs: Runs, paper: dict) -> list[Table]:
                 cells.append(runs.cell(task, variant, split, metric, None))
             table.rows.append((label, cells, "measured-only"))
         tables.append(table)
-    own = own_tasks_table(runs)
-    return tables + ([own] if own else [])
+    extra = [own_tasks_table(runs), generators_table(runs, generators or {})]
+    return tables + [t for t in extra if t]
 
 
 def own_tasks_table(runs: Runs) -> Table | None:
@@ -300,7 +310,36 @@ def own_tasks_table(runs: Runs) -> Table | None:
     table = Table("own_tasks", "Tasks of this experiment", "the tasks with no published numbers (no column of "
                   "the paper's tables)", "test", [f"{_task_name(t)} {m}" for t, m in columns])
     for v in variants:
-        table.rows.append((VARIANT_NAMES.get(v, v), [runs.cell(t, v, "test", m, None) for t, m in columns], ""))
+        table.rows.append((_variant_name(v), [runs.cell(t, v, "test", m, None) for t, m in columns], ""))
+    return table
+
+
+def generators_table(runs: Runs, generators: dict[str, str]) -> Table | None:
+    """The generators of the experiment side by side (config key generators): per task with runs of a
+    further generator, a column per generator of the task's primary metric on test; a row per variant
+    (the closed book's row holds each generator alone); None when no further generator ran."""
+    from rag.tasks import split_variant
+
+    names = {split_variant(v)[1] for v in runs.variants} - {None}
+    tasks = [t for t in runs.tasks if any((t, v, "test") in runs.metrics for v in runs.variants if split_variant(v)[1])]
+    if not names or not tasks:
+        return None
+    from rag.metrics import metric_spec
+
+    families = [None, *sorted(names)]
+    base = _ordered({split_variant(v)[0] for v in runs.variants if split_variant(v)[1]}, VARIANTS)
+    base.sort(key=lambda v: VARIANTS[v].retriever is None if v in VARIANTS else False)  # the closed book last
+    columns = [(t, g) for t in tasks for g in families]
+    label = lambda g: g or "generator"  # noqa: E731
+    table = Table("generators", "Generators side by side", "each variant fine-tuned on the same tasks, seeds and "
+                  "retriever with each generator of the experiment", "test",
+                  [f"{TASKS[t].short or _task_name(t)} {metric_spec(TASKS[t].primary).display} ({label(g)})"
+                   for t, g in columns])
+    table.notes = [f"{label(g)}: {generators[g or '']}" for g in families if generators.get(g or "")]
+    for v in base:
+        name = "Closed book" if VARIANTS[v].retriever is None else VARIANT_NAMES[v]
+        table.rows.append((name, [runs.cell(t, v if g is None else f"{v}@{g}", "test", TASKS[t].primary, None)
+                                  for t, g in columns], "measured-only"))
     return table
 
 
@@ -308,7 +347,7 @@ def seeds_line(runs: Runs) -> str:
     """One line on how many fine-tune seeds the report's cells have and what the intervals mean."""
     counts: dict[int, set[str]] = {}
     for (task, variant, _), seeds in runs.by_seed.items():
-        counts.setdefault(len(seeds), set()).add(f"{_task_name(task)} {VARIANT_NAMES.get(variant, variant)}")
+        counts.setdefault(len(seeds), set()).add(f"{_task_name(task)} {_variant_name(variant)}")
     if not counts:
         return "No runs."
     if set(counts) == {1}:
@@ -356,7 +395,7 @@ def retrieval_table(runs: Runs) -> tuple[list[str], list[dict]]:
                     {
                         "split": split,
                         "task": _task_name(task),
-                        "variant": VARIANT_NAMES.get(variant, variant),
+                        "variant": _variant_name(variant),
                         "n": data.get("n", DASH),
                         "cells": [runs.cell(task, variant, split, c, section="retrieval") for c in columns],
                     }
@@ -437,7 +476,7 @@ def oracle_tables(inputs: ReportInputs) -> list[dict]:
         attrs = sorted({a for d in runs for a in d["by_attribute"]})
         mean = lambda vals: float(sum(vals) / len(vals)) if vals else None  # noqa: E731
         out.append({"task": _task_name(first.get("task")),
-                    "variant": VARIANT_NAMES.get(first.get("variant"), first.get("variant")),
+                    "variant": _variant_name(first.get("variant")),
                     "n": first.get("n"), "seeds": len(runs), "em": _fmt(mean([d.get("em") for d in runs])),
                     "rows": [(a, first["by_attribute"].get(a, {}).get("n"),
                               _fmt(mean([d["by_attribute"][a]["em"] for d in runs if a in d["by_attribute"]]))) for a in attrs]})
@@ -473,7 +512,7 @@ def hotswap(inputs: ReportInputs, paper: dict) -> dict | None:
 
         rows = [(f"questions {q}", [shown(f"{q}|{idx}") for idx in "ab"]) for q in "ab"]
         pct = [None if cells[k] is None or not n else 100.0 * cells[k] / n for k in HOTSWAP_PAPER_KEYS]
-        variants.append({"variant": VARIANT_NAMES.get(variant, variant), "n": n, "seeds": len(per_seed), "rows": rows, "pct": pct})
+        variants.append({"variant": _variant_name(variant), "n": n, "seeds": len(per_seed), "rows": rows, "pct": pct})
     categories = ["Q a / index a", "Q a / index b", "Q b / index a", "Q b / index b"]
     series = [(f"{v['variant']} (measured)", v["pct"]) for v in variants]
     series.append(
@@ -517,7 +556,7 @@ def samples(runs: Runs, passages, per_task: int) -> list[dict]:
             for variant in variants:
                 r = entries.get(variant)
                 ex["predictions"].append(
-                    {"variant": VARIANT_NAMES.get(variant, variant), "prediction": DASH if r is None else str(r["prediction"])}
+                    {"variant": _variant_name(variant), "prediction": DASH if r is None else str(r["prediction"])}
                 )
                 if r is None or not r.get("doc_ids"):
                     continue
@@ -527,10 +566,10 @@ def samples(runs: Runs, passages, per_task: int) -> list[dict]:
                          if i < len(scores) and isinstance(scores[i], (int, float)) else DASH}
                         for i, did in enumerate(r["doc_ids"])]
                 pending += docs
-                ex["retrieved"].append({"variant": VARIANT_NAMES.get(variant, variant), "docs": docs})
+                ex["retrieved"].append({"variant": _variant_name(variant), "docs": docs})
             examples.append(ex)
         out.append({"task": _task_name(task), "split": split, "examples": examples,
-                    "variants": [VARIANT_NAMES.get(v, v) for v in variants]})
+                    "variants": [_variant_name(v) for v in variants]})
     wanted = {d["id"] for d in pending}
     found = {pid: (title, text) for pid, title, text in zip(passages.ids, passages.titles, passages.texts)
              if pid in wanted} if passages is not None and wanted else {}
@@ -605,6 +644,7 @@ def build_report(
     samples_per_task: int = 20,
     tasks: list[str] | None = None,
     variants: list[str] | None = None,
+    generators: dict[str, str] | None = None,
 ) -> None:
     """Write the measured tables (CSV) to ``tables`` (key ``table1`` ... -> file) and the HTML
     report ``out_html``, from exactly the files ``inputs`` names (``ReportInputs.from_files``).
@@ -617,7 +657,7 @@ def build_report(
     paper = paper_results()
     runs = Runs(inputs, tracking_url, tasks, variants)
     table_paths = tables
-    tables = build_tables(runs, paper)
+    tables = build_tables(runs, paper, {"": (scale or {}).get("generator", ""), **(generators or {})})
     write_csvs(tables, table_paths)
     retrieval_columns, retrieval_rows = retrieval_table(runs)
     scale = dict(scale or {})

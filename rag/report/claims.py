@@ -21,7 +21,7 @@ import numpy as np
 from rag.io import read_json, read_jsonl
 from rag.report.inputs import ReportInputs
 from rag.report.stats import Interval, mean_interval, statistic_interval
-from rag.tasks import ROLES, TASKS, VARIANTS
+from rag.tasks import GENERATOR_SEP, ROLES, TASKS, VARIANTS, split_variant, variant_spec
 
 
 def verdict(lo: float, hi: float, direction: int = 1) -> str:
@@ -221,6 +221,55 @@ def _paper_value(paper: dict, table: str, row: str, column: str) -> str:
     return "–" if v is None else f"{float(v):.1f}"
 
 
+def _fine_tuning_claims(ev: Evidence, pv: Callable, generator: str | None = None) -> list[Claim]:
+    """Fine-tuned retriever > frozen (Table 6), answer recall and answers, for RAG-Token and RAG-Sequence
+    on each task of ``ROLES.fine_tuning``: the generator group's runs, or those of the further generator
+    ``generator`` (its variants <variant>@<generator>); twins trained with the same seeds are paired by seed."""
+    at = f"{GENERATOR_SEP}{generator}" if generator else ""
+    out = []
+    for task in ROLES.fine_tuning:
+        col = TASKS[task].column("table6")
+        for model in ("rag_token", "rag_sequence"):
+            name, shown = VARIANTS[model].display, variant_spec(model + at).display
+            seeds = ev.seeds(task, model + at)
+            twins = seeds is not None and len(seeds) > 1 and seeds == ev.seeds(task, f"{model}_frozen{at}")
+            t6 = (f"Table 6 (dev, {col.label}): {name} {pv('table6', name, col.label)} vs {name}-Frozen "
+                  f"{pv('table6', f'{name}-Frozen', col.label)}")
+            out.append(_diff_claim(f"Fine-tuning the question encoder helps ({shown}, {TASKS[task].short})",
+                                   t6,
+                                   "answer recall@1, fine-tuned vs frozen", ev.hits(task, model + at, 1),
+                                   ev.hits(task, f"{model}_frozen{at}", 1),
+                                   "≥ +5 points", lambda d: d >= 5, paired_seeds=twins))
+            out.append(_diff_claim(f"… and the answers ({shown}, {TASKS[task].short})",
+                                   t6,
+                                   "exact match, fine-tuned vs frozen", ev.correct(task, model + at, col.metric),
+                                   ev.correct(task, f"{model}_frozen{at}", col.metric), "≥ +3 points", lambda d: d >= 3,
+                                   ci_above_zero=task in ROLES.fine_tuning_strict, paired_seeds=twins))
+    return out
+
+
+def _closed_book_claim(ev: Evidence, pv: Callable, generator: str | None = None) -> Claim:
+    """RAG-Token beats the closed-book generator on open-domain QA (Table 1): the generator group's, or the
+    further generator ``generator``'s."""
+    at = f"{GENERATOR_SEP}{generator}" if generator else ""
+    qa = ROLES.qa
+    col = TASKS[qa].column("table6")  # the same label in Table 1
+    alone = f"closed-book {generator}" if generator else "closed-book BART"
+    return _diff_claim(f"RAG beats {alone} on open-domain QA",
+                       f"Table 1 ({col.label}): RAG-Token {pv('table1', 'RAG-Token', col.label)} vs closed-book T5-11B "
+                       f"{pv('table1', 'Closed book: T5-11B', col.label)}",
+                       f"{TASKS[qa].short} EM, {variant_spec('rag_token' + at).display} vs "
+                       f"{variant_spec('bart' + at).display}", ev.correct(qa, "rag_token" + at, col.metric),
+                       ev.correct(qa, "bart" + at, col.metric), "≥ +25 points", lambda d: d >= 25)
+
+
+def generator_claims(ev: Evidence, pv: Callable) -> list[Claim]:
+    """The claims on the further generators' runs (config key generators), held to the bars of the
+    generator group's: fine-tuned retriever over frozen, RAG over the closed book."""
+    names = sorted({split_variant(v)[1] for (_, v, _) in ev.inputs.metrics} - {None})
+    return [c for g in names for c in (*_fine_tuning_claims(ev, pv, g), _closed_book_claim(ev, pv, g))]
+
+
 def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: dict | None = None) -> list[Claim]:
     """The claims checklist; which task each claim reads is the registry's (``rag.tasks.ROLES``)."""
     if paper is None:
@@ -239,24 +288,8 @@ def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: d
                     f"{QA} frozen dense answer recall@5 vs @1", r5, r1, "recall@1 in [35, 80] and recall@5 ≥ 85",
                     lambda d: 35 <= np.mean(r1) <= 80 and np.mean(r5) >= 85)
     out.append(c)
-    # 2. fine-tuned retriever > frozen (Table 6); twins trained with the same seeds are paired by seed
-    for task in ROLES.fine_tuning:
-        col = TASKS[task].column("table6")
-        for model in ("rag_token", "rag_sequence"):
-            name = VARIANTS[model].display
-            seeds = ev.seeds(task, model)
-            twins = seeds is not None and len(seeds) > 1 and seeds == ev.seeds(task, f"{model}_frozen")
-            t6 = (f"Table 6 (dev, {col.label}): {name} {pv('table6', name, col.label)} vs {name}-Frozen "
-                  f"{pv('table6', f'{name}-Frozen', col.label)}")
-            out.append(_diff_claim(f"Fine-tuning the question encoder helps ({name}, {TASKS[task].short})",
-                                   t6,
-                                   "answer recall@1, fine-tuned vs frozen", ev.hits(task, model, 1), ev.hits(task, f"{model}_frozen", 1),
-                                   "≥ +5 points", lambda d: d >= 5, paired_seeds=twins))
-            out.append(_diff_claim(f"… and the answers ({name}, {TASKS[task].short})",
-                                   t6,
-                                   "exact match, fine-tuned vs frozen", ev.correct(task, model, col.metric),
-                                   ev.correct(task, f"{model}_frozen", col.metric), "≥ +3 points", lambda d: d >= 3,
-                                   ci_above_zero=task in ROLES.fine_tuning_strict, paired_seeds=twins))
+    # 2. fine-tuned retriever > frozen (Table 6)
+    out += _fine_tuning_claims(ev, pv)
     # 3. dense > BM25 on paraphrased QA
     out.append(_diff_claim("Dense retrieval beats BM25 on QA",
                            f"Table 6 (dev, {qa_col.label}): RAG-Token {pv('table6', 'RAG-Token', qa_col.label)} vs RAG-Token-BM25 "
@@ -328,15 +361,11 @@ def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: d
                                "accuracy, RAG-Token vs the training majority label", rag, _majority_baseline(ev, task),
                                "≥ +15 points", lambda d: d >= 15))
     # 8. kept: RAG >> closed-book BART; RAG more diverse than BART (Table 5)
-    out.append(_diff_claim("RAG beats closed-book BART on open-domain QA",
-                           f"Table 1 ({qa_col.label}): RAG-Token {pv('table1', 'RAG-Token', qa_col.label)} vs closed-book T5-11B "
-                           f"{pv('table1', 'Closed book: T5-11B', qa_col.label)}",
-                           f"{QA} EM, RAG-Token vs BART", ev.correct(qa, "rag_token", qa_col.metric),
-                           ev.correct(qa, "bart", qa_col.metric), "≥ +25 points", lambda d: d >= 25))
+    out.append(_closed_book_claim(ev, pv))
     div = TASKS[ROLES.diversity].column("table5").label
     out.append(_diversity_claim(ev, f"Table 5: {TASKS[ROLES.diversity].short} distinct tri-grams, RAG-Token "
                                     f"{pv('table5', 'RAG-Token', div)} % vs BART {pv('table5', 'BART', div)} %"))
-    return out
+    return out + generator_claims(ev, pv)
 
 
 def _diversity_claim(ev: Evidence, paper: str) -> Claim:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from snakemake.io import IOFile
 
-from rag.config import (check_section_files, config_hash, encoder_slug, input_files, load_config, run_seeds, sections,
-                        task_variants)
+from rag.config import (check_section_files, config_hash, encoder_slug, generator_runs, input_files, load_config, run_seeds,
+                        sections, task_variants)
 from rag.errors import ConfigError
 from rag.io import lock_holder
 from rag.manifest import sha256_files
 from rag.retrieval import FILE_ROLES
-from rag.tasks import RETRIEVERS, ROLES, TASKS, VARIANTS, variant_spec
+from rag.tasks import GENERATOR_SEP, RETRIEVERS, ROLES, TASKS, VARIANTS, split_variant, variant_spec
 
 # load_config validates against workflow/schemas/config.schema.yaml (the same file) and stops
 # with one line naming the key; snakemake.utils.validate would print a whole jsonschema dump.
@@ -43,8 +43,11 @@ NAME = CFG["corpus"]["name"]  # the corpus (wildcard {corpus}; the hot-swap's se
 TASK_NAMES = sorted(CFG["tasks"])
 # the variants each task runs: tasks.<task>.variants, else the top-level variants
 TASK_VARIANTS = {task: task_variants(CFG, task) for task in TASK_NAMES}
+# the runs of the further generators (config key generators): (task, <variant>@<generator>), run by target generators
+GENERATOR_RUNS = generator_runs(CFG)
 # the fine-tune seeds of each task x variant (seeds, one_seed_variants, tasks.<task>.seeds): wildcard {seed}
-SEEDS = {(task, v): run_seeds(CFG, task, v) for task in TASK_NAMES for v in TASK_VARIANTS[task]}
+SEEDS = {(task, v): run_seeds(CFG, task, v)
+         for task, v in [(t, v) for t in TASK_NAMES for v in TASK_VARIANTS[t]] + GENERATOR_RUNS}
 # one fine-tune's folder: its model, checkpoint and dev/test outputs
 RUN = f"{R}/runs/{{task}}/{{variant}}/seed{{seed}}"
 ENCODER = encoder_slug(CFG["retriever"]["context_encoder"])
@@ -108,7 +111,8 @@ EVAL_OUTPUTS = {
 
 wildcard_constraints:
     task="|".join(TASKS),
-    variant="|".join(VARIANTS),
+    variant=f"(?:{'|'.join(VARIANTS)})(?:{GENERATOR_SEP}[a-z0-9_]+)?",
+    generator="[a-z0-9_]+",
     section="[a-z0-9_]+",
     corpus="[a-z0-9_]+",
     shard="[0-9]+",
@@ -222,10 +226,19 @@ def init_from(wildcards):
     return {"init": f"{R}/runs/{src}/{wildcards.variant}/seed{wildcards.seed}/model"} if src else {}
 
 
-def run_files(kind):
-    """Every run's dev and test <kind> file (metrics.json | predictions.jsonl), task by task, seed by seed."""
+def generator_model(wildcards):
+    """The pretrained generator a run fine-tunes: generator's, or that of the further generator its
+    variant names (<variant>@<generator>)."""
+    name = split_variant(wildcards.variant)[1]
+    return f"{R}/generator/model" if name is None else f"{R}/generators/{name}/model"
+
+
+def run_files(kind, generators=False):
+    """Every run's dev and test <kind> file (metrics.json | predictions.jsonl), task by task, seed by
+    seed; with ``generators``, the further generators' runs after them."""
+    runs = [(task, variant) for task in TASK_NAMES for variant in TASK_VARIANTS[task]]
     return [f"{R}/runs/{task}/{variant}/seed{seed}/{split}/{kind}"
-            for task in TASK_NAMES for variant in TASK_VARIANTS[task] for seed in SEEDS[(task, variant)]
+            for task, variant in runs + (GENERATOR_RUNS if generators else []) for seed in SEEDS[(task, variant)]
             for split in ("dev", "test")]
 
 
@@ -244,12 +257,13 @@ def all_targets():
     return [f"reports/{EXP}/report.html"] + run_files("metrics.json")
 
 
-def report_inputs(wildcards):
-    """Exactly the files the report reads: every run's metrics and predictions (in the same order),
-    and the Figure 3, hot-swap and oracle results where configured."""
+def report_inputs(wildcards, generators=False):
+    """Exactly the files the report reads: every run's metrics and predictions (in the same order;
+    with ``generators``, the further generators' runs too), and the Figure 3, hot-swap and oracle
+    results where configured."""
     return {
-        "metrics": run_files("metrics.json"),
-        "predictions": run_files("predictions.jsonl"),
+        "metrics": run_files("metrics.json", generators),
+        "predictions": run_files("predictions.jsonl", generators),
         "topk": experiment_files("topk", TOPK_TASK, rag_variants(TOPK_TASK)),
         "hotswap": experiment_files("hotswap", HOTSWAP_TASK, rag_variants(HOTSWAP_TASK)) if HOTSWAP else [],
         "oracle": experiment_files("oracle", TOPK_TASK, rag_variants(TOPK_TASK)) if ORACLE else [],

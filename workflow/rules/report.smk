@@ -31,6 +31,31 @@ rule report:
         "--table6 {output.table6:q} --tracking-url {params.url:q} --samples-per-task {params.samples:q} 2> {log:q}"
 
 
+if CFG["generators"]:  # config key generators: {} leaves the experiment without a generators target
+
+    use rule report as report_generators with:
+        input:
+            unpack(lambda w: report_inputs(w, generators=True)),
+            cfg=section("report"),
+            passages=corpus_passages(NAME),
+        output:
+            html=f"reports/{EXP}/generators.html",
+            table1=f"{R}/tables/generators/table1.csv",
+            table2=f"{R}/tables/generators/table2.csv",
+            table5=f"{R}/tables/generators/table5.csv",
+            table6=f"{R}/tables/generators/table6.csv",
+        benchmark:
+            benchmark_file("report_generators"),
+        log:
+            f"{R}/logs/report_generators.log",
+
+    rule generators:
+        """`snakemake --cores all generators`: the further generators of config key generators, pretrained
+        and fine-tuned beside generator's runs, and the report that sets them side by side."""
+        input:
+            f"reports/{EXP}/generators.html",
+
+
 if CFG["bands"]:  # config key bands: null leaves the experiment without a check target
 
     rule check:

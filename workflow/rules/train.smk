@@ -1,5 +1,5 @@
-# The shared generator (built and pretrained once on the corpus), then one fine-tune per
-# task x variant. WebQuestions and CuratedTrec start from the NQ model of the same variant.
+# The shared generator (built and pretrained once on the corpus), and each further generator of
+# config key generators (pretrain_generators), then one fine-tune per task x variant. WebQuestions and CuratedTrec start from the NQ model of the same variant.
 
 
 rule pretrain_generator:
@@ -29,6 +29,22 @@ rule pretrain_generator:
         "--checkpoint-dir {params.ckpt:q} --out {output:q} 2> {log:q}"
 
 
+use rule pretrain_generator as pretrain_generators with:
+    input:
+        cfg=section("generator_{generator}"),
+        passages=[corpus_passages(NAME)],
+        **({"restatements": f"{R}/corpus/{NAME}/restatements.jsonl"} if CFG["corpus"]["source"] == "miniworld" else {}),
+    output:
+        directory(f"{R}/generators/{{generator}}/model"),
+    params:
+        restatements=lambda w, input: ["--restatements", input.restatements] if "restatements" in input.keys() else [],
+        ckpt=f"{R}/generators/{{generator}}/checkpoint",
+    benchmark:
+        benchmark_file("pretrain_generators", "generator"),
+    log:
+        f"{R}/logs/pretrain_generators/{{generator}}.log",
+
+
 rule train:
     input:
         unpack(retrieval_inputs),
@@ -36,7 +52,7 @@ rule train:
         # evaluate_in_train_job: the job also decodes dev/test, so it reads the eval_<task> section too
         cfg=task_sections if FUSED_EVAL else lambda w: section(f"train_{w.task}"),
         data=f"{R}/data/{{task}}/train.jsonl",
-        generator=f"{R}/generator/model",
+        generator=generator_model,
         store=f"{R}/mlflow.ready",
         **({"dev": f"{R}/data/{{task}}/dev.jsonl", "test": f"{R}/data/{{task}}/test.jsonl"} if FUSED_EVAL else {}),
     output:
