@@ -76,7 +76,7 @@ THROUGHPUTS = [
      "measured_on": "2-core CPU, 2 threads", "source": "benchmarks/README.md, index section (1M x 384, M=32, efConstruction 120: 269 s)"},
 ]
 
-GPU_RULES = ("encode_shard", "pretrain_generator", "train", "evaluate", "topk_sweep", "hotswap", "oracle")
+GPU_RULES = ("encode_shard", "pretrain_generator", "pretrain_generators", "train", "evaluate", "topk_sweep", "hotswap", "oracle")
 RESOURCE_KEYS = ("mem_mb", "runtime", "gpu")
 
 
@@ -185,8 +185,10 @@ def passages_memory(p: dict) -> tuple[int | None, str]:
 
 
 # ------------------------------------------------------------------------------------ the DAG
-def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path, cfg: dict) -> tuple[dict[str, dict], list[str]]:
-    """Each rule of the DAG Snakemake plans for a run of the config from empty (through its API, in
+def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path, cfg: dict,
+                  targets: list[str] | None = None) -> tuple[dict[str, dict], list[str]]:
+    """Each rule of the DAG Snakemake plans for a run of the config from empty (of ``targets``: rules or
+    files, default the default target; through its API, in
     an empty folder holding the config's relative local inputs: one not here yet is an empty file
     there, its key returned second), with ``profile`` read as ``snakemake --profile`` reads it: its
     jobs, their kinds (a job run once a seed: its wildcards but the seed), the ``mem_mb`` /
@@ -229,7 +231,7 @@ def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path
             with SnakemakeApi(OutputSettings(dryrun=True, log_level_override=logging.WARNING)) as api:
                 workflow_api = api.workflow(resource_settings=settings, snakefile=args.snakefile, workdir=Path(tmp),
                                             config_settings=ConfigSettings(configfiles=args.configfile))
-                workflow_api.dag(DAGSettings(forceall=True))
+                workflow_api.dag(DAGSettings(forceall=True, targets=set(targets or ())))
                 workflow = workflow_api._workflow  # the API gives no DAG object: printdag's own steps, without the print
                 workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True, nolock=True)
                 workflow._build_dag()
@@ -306,10 +308,12 @@ def snakefile_here() -> Path:
 
 
 def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None, results: Path, passages: int | None = None,
-              dim: int | None = None, snakefile: Path | None = None, cores: int | None = None) -> dict:
+              dim: int | None = None, snakefile: Path | None = None, cores: int | None = None,
+              targets: list[str] | None = None) -> dict:
     """The plan of ``cfg`` (read from ``config_paths``, merged): its sizes, and per rule of the DAG Snakemake
     plans for it (``snakefile``; default :func:`snakefile_here`) the need of its jobs against what
-    they request under ``profile_path``, refined by the resource records in ``results``."""
+    they request under ``profile_path``, refined by the resource records in ``results``; ``targets``: those
+    of the run (``snakemake <targets>``), default its default target."""
     from rag.retrieval.index import index_bytes, ivf_lists_for, pq_bytes
 
     r, device = cfg["retriever"], cfg["device"]
@@ -339,8 +343,12 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
             indexes[kind] = {**index_bytes(kind, n, d, **kw), "label": label, "configured": kind == r["index"]}
     from rag.models.sizing import fine_tune_memory
 
-    sizes["fine_tune"] = fine_tune_memory(cfg)
-    dag, missing = snakemake_dag(config_paths, profile_path, snakefile or snakefile_here(), cfg)
+    dag, missing = snakemake_dag(config_paths, profile_path, snakefile or snakefile_here(), cfg, targets)
+    # a fine-tune's models: the largest of the generators the DAG's fine-tunes train (config key generators')
+    trained = {kind.partition("@")[2].partition("-")[0] for kind in dag.get("train", {}).get("kinds", ())} - {""}
+    sizes["fine_tune"] = max((fine_tune_memory({**cfg, "generator": g}) for g in
+                              [cfg["generator"], *(cfg["generators"][name]["generator"] for name in sorted(trained))]),
+                             key=lambda m: m.get("bytes", -1))
     from rag.resources import read_records, summary
 
     records = read_records(results / "resources") if (results / "resources").is_dir() else {}

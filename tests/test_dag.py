@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rag.config import replicate_config
+from rag.config import load_config, replicate_config
+from rag.models.sizing import fine_tune_memory
 from tests.conftest import ROOT, chromium_render, needs_chromium, snakemake_bin
 
 
@@ -56,6 +57,13 @@ def test_default_dry_run_lists_every_job(tmp_path):
     # llama on NQ (5 seeds) and TriviaQA (3): RAG-Sequence, RAG-Token and their frozen twins, the closed book once
     assert more["pretrain_generators"] == 1 and more["report_generators"] == 1 and "pretrain_generator" in counts
     assert more["train"] == counts["train"] + (4 * 5 + 1) + (4 * 3 + 1) and more["pretrain_generator"] == 1
+    plan = _plan_rules(ROOT / "config.yaml", tmp_path, targets=["generators"], whole=True)
+    assert {r["rule"]: r["jobs"] for r in plan["rules"]} == {rule: n for rule, n in more.items() if rule != "total"}
+    # a fine-tune's models: the larger of BART's and the Llama's (the default's plan sizes BART's alone)
+    llama = fine_tune_memory({**load_config(ROOT / "config.yaml"), "generator": load_config(
+        ROOT / "config.yaml")["generators"]["llama"]["generator"]})
+    bart = _plan_rules(ROOT / "config.yaml", tmp_path, whole=True)["sizes"]["fine_tune"]
+    assert plan["sizes"]["fine_tune"] == max(llama, bart, key=lambda m: m["bytes"]) and llama != bart
     separate = yaml.safe_load((ROOT / "config.yaml").read_text())
     separate["evaluate_in_train_job"] = False
     (tmp_path / "separate.yaml").write_text(yaml.safe_dump(separate))
@@ -67,18 +75,18 @@ def test_default_dry_run_lists_every_job(tmp_path):
     assert planned == {rule: n for rule, n in split.items() if rule != "total"} and planned["evaluate"] == 54
 
 
-def _plan_jobs(configfile: Path, tmp_path: Path, profile: Path | None = None) -> dict[str, int]:
+def _plan_jobs(configfile: Path, tmp_path: Path, profile: Path | None = None, targets=None) -> dict[str, int]:
     """rag plan's jobs per rule of a config (tmp_path holds no records)."""
-    return {r["rule"]: r["jobs"] for r in _plan_rules(configfile, tmp_path, profile)}
+    return {r["rule"]: r["jobs"] for r in _plan_rules(configfile, tmp_path, profile, targets)}
 
 
-def _plan_rules(configfile: Path, tmp_path: Path, profile: Path | None = None) -> list[dict]:
+def _plan_rules(configfile: Path, tmp_path: Path, profile: Path | None = None, targets=None, whole: bool = False):
     from rag.config import load_config
     from rag.plan import make_plan
 
     plan = make_plan(load_config(configfile, check_files=False), config_paths=[Path(configfile)], profile_path=profile,
-                     results=tmp_path / "results")
-    return plan["rules"]
+                     results=tmp_path / "results", targets=targets)
+    return plan if whole else plan["rules"]
 
 
 REQUESTS = ("mem_mb", "runtime", "gpu")

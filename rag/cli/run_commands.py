@@ -42,7 +42,7 @@ def cmd_plan(args) -> int:
             profile = ROOT / args.profile
     results = Path(args.results) if args.results else Path("results") / cfg["name"]
     plan = make_plan(cfg, config_paths=[Path(p) for p in args.configfile], profile_path=profile, results=results,
-                     passages=args.passages, dim=args.dim, cores=args.cores)
+                     passages=args.passages, dim=args.dim, cores=args.cores, targets=args.target)
     print(json.dumps(plan, indent=2) if args.json else render(plan))
     return 0
 
@@ -86,6 +86,8 @@ def register(sub) -> None:
     p.add_argument("--passages", type=int, help="the corpus' passage count, when it cannot be read or looked up")
     p.add_argument("--dim", type=int, help="the context encoder's output size, when no config.json for it is here")
     p.add_argument("--cores", type=int, help="CPU cores the DAG's wall time is bounded on (default: this machine's)")
+    p.add_argument("--target", nargs="+", help="the run's targets, rules or files, as snakemake <targets> (default: its "
+                   "default target; e.g. generators)")
     p.add_argument("--json", action="store_true", help="the plan as JSON")
 
     p = add_command(sub, "diff-runs", cmd_diff_runs,
