@@ -187,4 +187,5 @@ def test_e2e_causal_lm_from_scratch(tmp_path):
     assert "Generators side by side" in both and "NQ exact match (s2s)" in both and "NQ exact match (generator)" in both
     assert "BART from scratch" in both and "RAG-Token-Frozen (s2s)" in both
     assert "… and the answers (RAG-Token (s2s), NQ)" in both and "RAG beats closed-book s2s on open-domain QA" in both
+    assert "(RAG-Token (s2s), TQA)" not in both and "RAG-Sequence (s2s)" not in both  # the rows of the runs it has
     assert (out / "tables" / "generators" / "table1.csv").read_text() == (out / "tables" / "table1.csv").read_text()

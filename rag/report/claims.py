@@ -221,17 +221,20 @@ def _paper_value(paper: dict, table: str, row: str, column: str) -> str:
     return "–" if v is None else f"{float(v):.1f}"
 
 
-def _fine_tuning_claims(ev: Evidence, pv: Callable, generator: str | None = None) -> list[Claim]:
+def _fine_tuning_claims(ev: Evidence, pv: Callable, generator: str | None = None,
+                        tasks: tuple[str, ...] = ROLES.fine_tuning) -> list[Claim]:
     """Fine-tuned retriever > frozen (Table 6), answer recall and answers, for RAG-Token and RAG-Sequence
-    on each task of ``ROLES.fine_tuning``: the generator group's runs, or those of the further generator
+    on each task of ``tasks`` (``ROLES.fine_tuning``'s): the generator group's runs, or those of the further generator
     ``generator`` (its variants <variant>@<generator>); twins trained with the same seeds are paired by seed."""
     at = f"{GENERATOR_SEP}{generator}" if generator else ""
     out = []
-    for task in ROLES.fine_tuning:
+    for task in tasks:
         col = TASKS[task].column("table6")
         for model in ("rag_token", "rag_sequence"):
             name, shown = VARIANTS[model].display, variant_spec(model + at).display
             seeds = ev.seeds(task, model + at)
+            if generator and seeds is None:  # a further generator's rows: of the variants it ran
+                continue
             twins = seeds is not None and len(seeds) > 1 and seeds == ev.seeds(task, f"{model}_frozen{at}")
             t6 = (f"Table 6 (dev, {col.label}): {name} {pv('table6', name, col.label)} vs {name}-Frozen "
                   f"{pv('table6', f'{name}-Frozen', col.label)}")
@@ -266,8 +269,13 @@ def _closed_book_claim(ev: Evidence, pv: Callable, generator: str | None = None)
 def generator_claims(ev: Evidence, pv: Callable) -> list[Claim]:
     """The claims on the further generators' runs (config key generators), held to the bars of the
     generator group's: fine-tuned retriever over frozen, RAG over the closed book."""
-    names = sorted({split_variant(v)[1] for (_, v, _) in ev.inputs.metrics} - {None})
-    return [c for g in names for c in (*_fine_tuning_claims(ev, pv, g), _closed_book_claim(ev, pv, g))]
+    ran: dict[str, set[str]] = {}  # further generator -> the tasks it ran: its rows are those of these tasks
+    for task, variant, _ in ev.inputs.metrics:
+        if split_variant(variant)[1]:
+            ran.setdefault(split_variant(variant)[1], set()).add(task)
+    return [c for g, tasks in sorted(ran.items()) for c in (
+        *_fine_tuning_claims(ev, pv, g, tuple(t for t in ROLES.fine_tuning if t in tasks)),
+        *([_closed_book_claim(ev, pv, g)] if ROLES.qa in tasks else []))]
 
 
 def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: dict | None = None) -> list[Claim]:
