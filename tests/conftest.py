@@ -1,7 +1,9 @@
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -68,6 +70,68 @@ def snakemake_bin() -> str:
     if exe is None:
         pytest.fail("snakemake is not installed: run the README set-up command")
     return exe
+
+
+def smk(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 1200) -> subprocess.CompletedProcess:
+    cmd = [snakemake_bin(), "-s", str(ROOT / "Snakefile"), "--directory", str(workdir), "--cores", "2", *args]
+    if configfile is not None:  # last: --configfile takes every following word as a file
+        cmd += ["--configfile", str(configfile)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def job_counts(out: str) -> dict[str, int]:
+    """Parse snakemake's 'Job stats' table."""
+    counts = {}
+    block = out.split("Job stats:", 1)[1] if "Job stats:" in out else ""
+    for line in block.splitlines()[3:]:
+        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if not m:
+            if counts:
+                break
+            continue
+        counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+@pytest.fixture(scope="session")
+def e2e(tmp_path_factory):
+    """tests/data/e2e.yaml run to the end once for the session, in a folder of its own: (the folder,
+    its config). A test that changes its files works on a copy (shutil.copytree keeps file times)."""
+    work = tmp_path_factory.mktemp("e2e")
+    cfg = work / "config.yaml"
+    shutil.copy(ROOT / "tests" / "data" / "e2e.yaml", cfg)
+    res = smk(work, configfile=cfg)
+    assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
+    return work, cfg
+
+
+@pytest.fixture(scope="session")
+def byo_beside_e2e(e2e, tmp_path_factory):
+    """examples/byo (copied in) run to the end in a copy of the finished e2e folder: a second
+    experiment in the same directory, once for the session. ``work``: the folder; ``e2e_mtimes`` and
+    ``e2e_report``: results/e2e's files' mtimes and reports/e2e/report.html before the run; ``run``:
+    the snakemake run (tests assert its exit code). tests/test_dag.py checks that the experiments keep
+    apart, tests/test_byo.py what the example's run made."""
+    work = tmp_path_factory.mktemp("byo_beside_e2e") / "work"
+    shutil.copytree(e2e[0], work, symlinks=True)  # copy2 keeps file times: the e2e run, as it was
+    shutil.copytree(ROOT / "examples", work / "examples")
+    mtimes = {p: p.stat().st_mtime_ns for p in (work / "results" / "e2e").rglob("*") if p.is_file()}
+    report = (work / "reports" / "e2e" / "report.html").read_text()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", str(ROOT))  # the jobs' `rag` runs the code under test
+        run = smk(work, configfile=work / "examples" / "byo" / "config.yaml")
+    return SimpleNamespace(work=work, e2e_mtimes=mtimes, e2e_report=report, run=run)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "runs_last: run after every other test (see pytest_collection_modifyitems)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked runs_last after all others, the others in their order. The SLURM cluster test
+    installs slurm-wlm and stops its daemons at the end: from then on each snakemake start waits
+    up to 10 s for the SLURM executor plugin's ``scontrol show config``, which no controller answers."""
+    items.sort(key=lambda item: item.get_closest_marker("runs_last") is not None)
 
 
 CHROMIUM = Path("/usr/bin/chromium")

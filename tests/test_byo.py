@@ -3,25 +3,27 @@
 import json
 import shutil
 
-from tests.conftest import ROOT
-from tests.test_dag import job_counts, smk
+import pytest
+
+from tests.conftest import ROOT, job_counts, smk
 
 
-def test_byo_example_runs_its_own_task_end_to_end(tmp_path, monkeypatch):
+@pytest.mark.slow  # the session's e2e run and the example's beside it
+def test_byo_example_runs_its_own_task_end_to_end(tmp_path, byo_beside_e2e):
     """The example's task is declared in its config alone (tasks.byo_qa: kind, metrics, format): the
     whole DAG runs it under its own name, from the corpus to the report, which shows its scores in
-    a table of their own (it fills no column of the paper's tables)."""
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the jobs' `rag` runs the code under test
+    a table of their own (it fills no column of the paper's tables). The run is the session's
+    (conftest.byo_beside_e2e: in a folder beside the e2e experiment, whose files it leaves alone);
+    the dry run, from an empty folder."""
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
-    cfg = tmp_path / "examples" / "byo" / "config.yaml"
-    dry = smk(tmp_path, "-n", configfile=cfg)
+    dry = smk(tmp_path, "-n", configfile=tmp_path / "examples" / "byo" / "config.yaml")
     assert dry.returncode == 0, dry.stderr[-2000:]
     counts = job_counts(dry.stdout + dry.stderr)
     # evaluate_in_train_job: the schema's default, as config.yaml says: each train job decodes dev/test
     assert counts["train"] == 2 and counts["topk_sweep"] == 1 and "evaluate" not in counts and "hotswap" not in counts
-    res = smk(tmp_path, configfile=cfg)
+    res, work = byo_beside_e2e.run, byo_beside_e2e.work
     assert res.returncode == 0, res.stderr[-3000:]
-    out = tmp_path / "results" / "byo"
+    out = work / "results" / "byo"
     rows = (out / "corpus/byo/passages.tsv").read_text().splitlines()
     assert rows[0] == "id\ttitle\ttext" and len(rows) == 1 + 4
     assert rows[1].startswith("ada_0\tAda Lovelace\tAda Lovelace was")
@@ -31,7 +33,7 @@ def test_byo_example_runs_its_own_task_end_to_end(tmp_path, monkeypatch):
         metrics = json.loads((out / f"runs/byo_qa/{variant}/seed1/test/metrics.json").read_text())
         assert metrics["task"] == "byo_qa" and set(metrics["metrics"]) == {"em"}
     assert (out / "experiments/topk/byo_qa/rag_token/seed1.json").is_file()
-    html = (tmp_path / "reports/byo/report.html").read_text(encoding="utf-8")
+    html = (work / "reports/byo/report.html").read_text(encoding="utf-8")
     own = html.split(">Tasks of this experiment<", 1)[1].split("</table>", 1)[0]
     assert "<th>BYO QA em</th>" in own and "RAG-Token" in own and "BART" in own
     assert "BYO QA: exact match vs test-time K" in html  # Figure 3: experiments.topk_task byo_qa

@@ -3,7 +3,6 @@
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,28 +10,7 @@ import yaml
 
 from rag.config import load_config, replicate_config
 from rag.models.sizing import fine_tune_memory
-from tests.conftest import ROOT, chromium_render, needs_chromium, snakemake_bin
-
-
-def smk(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 1200) -> subprocess.CompletedProcess:
-    cmd = [snakemake_bin(), "-s", str(ROOT / "Snakefile"), "--directory", str(workdir), "--cores", "2", *args]
-    if configfile is not None:  # last: --configfile takes every following word as a file
-        cmd += ["--configfile", str(configfile)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-
-
-def job_counts(out: str) -> dict[str, int]:
-    """Parse snakemake's 'Job stats' table."""
-    counts = {}
-    block = out.split("Job stats:", 1)[1] if "Job stats:" in out else ""
-    for line in block.splitlines()[3:]:
-        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
-        if not m:
-            if counts:
-                break
-            continue
-        counts[m.group(1)] = int(m.group(2))
-    return counts
+from tests.conftest import ROOT, chromium_render, job_counts, needs_chromium, smk
 
 
 def test_default_dry_run_lists_every_job(tmp_path):
@@ -147,16 +125,6 @@ def test_snakemake_lint_is_clean(tmp_path, configfile):
     res = smk(tmp_path, "--lint", configfile=ROOT / configfile, timeout=300)
     out = res.stdout + res.stderr
     assert res.returncode == 0 and "Lints for" not in out, out[-3000:]
-
-
-@pytest.fixture(scope="module")
-def e2e(tmp_path_factory):
-    work = tmp_path_factory.mktemp("e2e")
-    cfg = work / "config.yaml"
-    shutil.copy(ROOT / "tests" / "data" / "e2e.yaml", cfg)
-    res = smk(work, configfile=cfg)
-    assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
-    return work, cfg
 
 
 @pytest.mark.slow
@@ -377,24 +345,20 @@ def _run_ids(results: Path, one_seed_only: bool = False) -> set[str]:
 
 
 @pytest.mark.slow
-def test_two_experiments_side_by_side(e2e, tmp_path):
+def test_two_experiments_side_by_side(byo_beside_e2e):
     """Issue 13: miniworld (e2e), then a bring-your-own-data experiment, then miniworld again in
     the same directory. Each experiment owns results/<name>/ and reports/<name>/: the second
     touches none of the first's files, the third has nothing to do, each report shows its own
     runs only."""
-    work = tmp_path / "work"
-    shutil.copytree(e2e[0], work, symlinks=True)  # copy2 keeps file times: the e2e run, as it was
+    work = byo_beside_e2e.work  # the e2e run's folder, copied, and examples/byo run in it
     cfg_a = work / "config.yaml"
-    shutil.copytree(ROOT / "examples", work / "examples")
-    cfg_b = work / "examples" / "byo" / "config.yaml"
-    before = {p: p.stat().st_mtime_ns for p in (work / "results" / "e2e").rglob("*") if p.is_file()}
     report_a = work / "reports" / "e2e" / "report.html"
-    html_a = report_a.read_text()
+    html_a = byo_beside_e2e.e2e_report
 
-    res = smk(work, configfile=cfg_b)
+    res = byo_beside_e2e.run
     assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
     print("run 2 (byo):", *(res.stdout + res.stderr).strip().splitlines()[-4:], sep="\n")
-    assert {p: p.stat().st_mtime_ns for p in (work / "results" / "e2e").rglob("*") if p.is_file()} == before
+    assert {p: p.stat().st_mtime_ns for p in (work / "results" / "e2e").rglob("*") if p.is_file()} == byo_beside_e2e.e2e_mtimes
     assert report_a.read_text() == html_a
 
     res = smk(work, configfile=cfg_a)
@@ -433,7 +397,7 @@ def test_the_e2e_configs_cover_every_task_and_variant():
     for name in E2E_CONFIGS:
         cfg = yaml.safe_load((ROOT / "tests" / "data" / name).read_text())
         tasks |= set(cfg["tasks"])
-        variants |= set(cfg["variants"])
+        variants |= {v for task in cfg["tasks"].values() for v in task.get("variants", cfg["variants"])}  # what runs
     assert tasks == set(TASKS) and variants == set(VARIANTS)
 
 
@@ -448,7 +412,7 @@ def test_e2e_coverage_runs_every_other_task_and_variant(tmp_path):
     spec = yaml.safe_load(cfg.read_text())
     runs = tmp_path / "results" / spec["name"] / "runs"
     for task in spec["tasks"]:
-        for variant in spec["variants"]:
+        for variant in spec["tasks"][task].get("variants", spec["variants"]):
             for split in ("dev", "test"):
                 m = json.loads((runs / task / variant / "seed1" / split / "metrics.json").read_text())
                 assert set(m["metrics"]) == set(TASKS[task].metrics) and m["n"] == spec["tasks"][task][split]

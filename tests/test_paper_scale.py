@@ -41,6 +41,7 @@ def test_paper_config_formats_are_known_parsers():
 
 @pytest.mark.skipif(os.environ.get("RAG_SLURM_TEST") != "1",
                     reason="set RAG_SLURM_TEST=1 to install slurm-wlm (apt-get, root) and run a DAG through --executor slurm")
+@pytest.mark.runs_last  # with slurm-wlm installed and no controller, each snakemake start waits up to 10 s (conftest.py)
 def test_slurm_localhost(tmp_path):
     # output to a file, not a pipe: the daemons the script starts would hold a pipe open
     log = tmp_path / "slurm_localhost.log"

@@ -75,8 +75,17 @@ def test_index_size_arithmetic_against_a_built_index(tmp_path, kind, n, d, kw):
 
 
 def _plan(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
-    code = "import sys; from rag.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, "plan", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+    """``rag plan ARGS`` run in ``cwd`` by the command's entry point (rag.cli.main) in this process,
+    whose imports the calls share: its exit code, stdout and stderr."""
+    import contextlib
+    import io
+
+    from rag.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["plan", *args])
+    return subprocess.CompletedProcess(["rag", "plan", *args], code, out.getvalue(), err.getvalue())
 
 
 def test_paper_plan_prints_index_memory_and_flags_a_request_below_the_need():
