@@ -65,6 +65,7 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
         raise ConfigError(keyspec.describe(err, schema()))
     _check_control_characters(cfg)
     _check_references(cfg)
+    _resolve_generators(cfg)
     if check_files:
         check_input_files(cfg)
         check_local_corpus_k(cfg)
@@ -236,7 +237,6 @@ def _check_references(cfg: dict) -> None:
     if corpus["source"] == "local" and not corpus.get("path"):
         raise ConfigError("config key 'corpus.path': required when corpus.source is local")
     _check_generator(cfg["generator"], "generator")
-    _resolve_generators(cfg)
     if corpus["source"] == "miniworld":
         mw = cfg["miniworld"]
         entities = mw["countries"] + mw["people"] + mw["cities"]
