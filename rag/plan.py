@@ -342,10 +342,12 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
                 continue
             indexes[kind] = {**index_bytes(kind, n, d, **kw), "label": label, "configured": kind == r["index"]}
     from rag.models.sizing import fine_tune_memory
+    from rag.tasks import split_variant
 
     dag, missing = snakemake_dag(config_paths, profile_path, snakefile or snakefile_here(), cfg, targets)
     # a fine-tune's models: the largest of the generators the DAG's fine-tunes train (config key generators')
-    trained = {kind.partition("@")[2].partition("-")[0] for kind in dag.get("train", {}).get("kinds", ())} - {""}
+    trained = {split_variant(kind)[1].partition("-")[0] for kind in dag.get("train", {}).get("kinds", ())
+               if split_variant(kind)[1]}
     sizes["fine_tune"] = max((fine_tune_memory({**cfg, "generator": g}) for g in
                               [cfg["generator"], *(cfg["generators"][name]["generator"] for name in sorted(trained))]),
                              key=lambda m: m.get("bytes", -1))

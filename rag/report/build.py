@@ -318,17 +318,16 @@ def generators_table(runs: Runs, generators: dict[str, str]) -> Table | None:
     """The generators of the experiment side by side (config key generators): per task with runs of a
     further generator, a column per generator of the task's primary metric on test; a row per variant
     (the closed book's row holds each generator alone); None when no further generator ran."""
-    from rag.tasks import split_variant
-
-    names = {split_variant(v)[1] for v in runs.variants} - {None}
-    tasks = [t for t in runs.tasks if any((t, v, "test") in runs.metrics for v in runs.variants if split_variant(v)[1])]
-    if not names or not tasks:
-        return None
     from rag.metrics import metric_spec
+    from rag.tasks import GENERATOR_SEP, split_variant
 
-    families = [None, *sorted(names)]
-    base = _ordered({split_variant(v)[0] for v in runs.variants if split_variant(v)[1]}, VARIANTS)
-    base.sort(key=lambda v: VARIANTS[v].retriever is None if v in VARIANTS else False)  # the closed book last
+    further = {v: split_variant(v) for v in runs.variants if split_variant(v)[1]}  # <variant>@<generator> -> both
+    tasks = [t for t in runs.tasks if any((t, v, "test") in runs.metrics for v in further)]
+    if not tasks:
+        return None
+    families = [None, *sorted({g for _, g in further.values()})]
+    base = _ordered({b for b, _ in further.values()}, VARIANTS)
+    base.sort(key=lambda v: VARIANTS[v].retriever is None)  # the closed book last
     columns = [(t, g) for t in tasks for g in families]
     label = lambda g: g or "generator"  # noqa: E731
     table = Table("generators", "Generators side by side", "each variant fine-tuned on the same tasks, seeds and "
@@ -338,7 +337,7 @@ def generators_table(runs: Runs, generators: dict[str, str]) -> Table | None:
     table.notes = [f"{label(g)}: {generators[g or '']}" for g in families if generators.get(g or "")]
     for v in base:
         name = "Closed book" if VARIANTS[v].retriever is None else VARIANT_NAMES[v]
-        table.rows.append((name, [runs.cell(t, v if g is None else f"{v}@{g}", "test", TASKS[t].primary, None)
+        table.rows.append((name, [runs.cell(t, v if g is None else f"{v}{GENERATOR_SEP}{g}", "test", TASKS[t].primary, None)
                                   for t, g in columns], "measured-only"))
     return table
 
