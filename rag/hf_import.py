@@ -1,17 +1,8 @@
-"""Import a released Hugging Face RAG checkpoint (``facebook/rag-sequence-nq``, ``rag-token-nq``, or
-any folder written by ``RagSequenceForGeneration`` / ``RagTokenForGeneration.save_pretrained``)
-into the project's model folder, so ``rag evaluate`` / ``topk-sweep`` can score it:
-
-    MODEL_DIR/generator/          the BART generator (save_pretrained) + its tokenizer
-    MODEL_DIR/question_encoder/   the DPR question encoder (save_pretrained) + its tokenizer
-    MODEL_DIR/meta.json           task, variant, source checkpoint, mlflow_run_id
-
-A HF RAG folder holds one ``config.json`` (a ``RagConfig`` with ``question_encoder`` and
-``generator`` sub-configs) and one weights file whose keys start with
-``rag.question_encoder.`` and ``rag.generator.``; RagTokenizer.save_pretrained puts the two
-tokenizers under ``question_encoder_tokenizer/`` and ``generator_tokenizer/``. The passage
-encoder is not part of a RAG checkpoint: the index must be built with the matching DPR
-context encoder (``facebook/dpr-ctx_encoder-multiset-base`` for the released models).
+"""Import a released Hugging Face RAG checkpoint (``facebook/rag-sequence-nq``, ``rag-token-nq``, or any
+folder saved by ``Rag{Sequence,Token}ForGeneration.save_pretrained``) as the project's model folder, so
+``rag evaluate`` / ``topk-sweep`` can score it: ``generator/`` and ``question_encoder/`` (each with its
+tokenizer) and ``meta.json``. A RAG checkpoint holds no passage encoder: build the index with the matching
+DPR context encoder (``facebook/dpr-ctx_encoder-multiset-base`` for the released models).
 """
 
 from __future__ import annotations
@@ -40,11 +31,8 @@ def _tokenizer(checkpoint: Path, sub: str, fallback: str | None):
 def import_hf_rag(checkpoint: str | Path, out: str | Path, task: str | None = None, variant: str | None = None,
                   tracking_uri: str | None = None, experiment: str | None = None,
                   question_tokenizer: str | None = None, generator_tokenizer: str | None = None) -> dict:
-    """Convert ``checkpoint`` into the project model folder ``out``; return its meta.json content.
-
-    With ``tracking_uri`` an MLflow run is created (experiment ``experiment``) and its id is
-    written to meta.json, as ``rag train`` does, so ``rag evaluate`` logs to it.
-    """
+    """Convert ``checkpoint`` into the project model folder ``out``; return its meta.json content. With
+    ``tracking_uri`` an MLflow run is created and its id written to meta.json, as ``rag train`` does."""
     from transformers import RagConfig, RagSequenceForGeneration, RagTokenForGeneration
 
     checkpoint = Path(checkpoint)

@@ -157,24 +157,9 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 def read_json(path: str | os.PathLike) -> Any:
     """One JSON document (gzip by suffix), strictly: errors name the file and the line."""
-    import zlib
-
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: {not_a_file(path)}")
-    try:
-        with _open_bytes(path) as fh:
-            raw = fh.read()
-    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
-        raise DataError(f"{path}: unreadable ({type(exc).__name__}: {exc}); truncated or corrupt file?") from None
-    if not raw.strip():
+    text = "\n".join(line for _, line in iter_lines(path))
+    if not text.strip():
         raise DataError(f"{path}: empty file (no records)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        lineno = raw.count(b"\n", 0, exc.start) + 1
-        raise DataError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason})") from None
-    del raw
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -232,8 +217,6 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
                     raise DataError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason} at byte {exc.start} of the line)") from None
                 yield lineno, line.rstrip("\r\n")
     except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise DataError(f"{path}: file not found") from None
         raise DataError(f"{path}:{lineno + 1}: unreadable ({type(exc).__name__}: {exc}); truncated or corrupt file?") from None
 
 

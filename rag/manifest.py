@@ -1,14 +1,9 @@
 """What produced a run's numbers: its manifest, and what differs between two of them.
 
-A fine-tune writes ``manifest.json`` into its model folder (and logs it to its MLflow run; its
-dev/test ``metrics.json`` carry a copy, which the report lists): the sha256 of the passages file,
-of each split file and of the index (a folder, such as BM25's, hashed file by file), the run's
-config section (and its sha256, without the seed), the code's git commit and whether the tree had
-uncommitted changes, the versions of Python and the packages that compute, and the seed, device,
-CPU/GPU model, thread count and precision. :func:`build_manifest` is the one writer.
-
-``rag diff-runs A B`` (:func:`diff_manifests`) lists what differs, the most likely cause of
-different numbers first: data, then config, code, packages, hardware, the seed last.
+A fine-tune writes ``manifest.json`` into its model folder (and its MLflow run; its metrics.json carry a
+copy): the sha256 of the files it read, its config section, the code's git commit and uncommitted changes,
+the package versions, the hardware, precision and seed (:func:`build_manifest`, the one writer).
+``rag diff-runs A B`` (:func:`diff_manifests`) lists what differs, the most likely cause first.
 """
 
 from __future__ import annotations
@@ -176,22 +171,16 @@ def gpu_model(device: str) -> str | None:
 # ------------------------------------------------------------------------------------ writing
 def data_entries(*, passages: str | os.PathLike | None, splits: dict[str, str | os.PathLike],
                  index: str | os.PathLike | None, init: str | os.PathLike | None = None) -> dict:
-    """The ``data`` of a run's manifest: :func:`file_entry` of each file it read. ``passages`` /
-    ``index``: the retrieval files (None where the variant reads none: a closed-book run);
-    ``splits``: split -> the data file; ``init``: the model folder it started from (the pretrained
-    generator, or the NQ model WebQuestions and CuratedTrec start from), hashed file by file. A
-    fine-tune hashes them when it starts: its checkpoint is not resumed against other inputs."""
+    """The ``data`` of a run's manifest: :func:`file_entry` of each file it read (``passages`` / ``index``
+    None for a closed-book run; ``splits``: split -> file; ``init``: the model folder it started from)."""
     return {"passages": file_entry(passages), "index": file_entry(index),
             "splits": {split: file_entry(path) for split, path in sorted(splits.items())}, "init": file_entry(init)}
 
 
 def build_manifest(*, run: dict, config: dict, seed: int, device: str, threads: int, precision: str, data: dict,
                    extra: dict | None = None) -> dict:
-    """The manifest of one run.
-
-    ``run``: what it is (experiment, task, variant, ...); ``config``: its config section(s) as read
-    (a ``seed`` key in it is left out: ``seed`` is the seed the run used, given on its own, so runs
-    that differ by seed only say so); ``data``: :func:`data_entries` of the files it read."""
+    """The manifest of one run: ``run`` says what it is (experiment, task, variant, ...), ``config`` its
+    config section(s) (their ``seed`` keys left out: ``seed`` is the run's), ``data`` :func:`data_entries`."""
     section = _without(config, ("seed",))
     return {
         "schema": SCHEMA,
@@ -278,11 +267,12 @@ def _show(v: Any) -> str:
     return json.dumps(v) if isinstance(v, (dict, list, bool)) else str(v)
 
 
-def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as one dict of dotted keys (an empty dict is a value)."""
     if isinstance(obj, dict) and obj:
         out: dict[str, Any] = {}
         for k, v in obj.items():
-            out.update(_flat(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{k}."))
         return out
     return {prefix[:-1]: obj}
 
@@ -311,40 +301,27 @@ def diff_manifests(a: dict, b: dict) -> list[Difference]:
     data (passages, splits, index), the config (and the run's task/variant), the code, the
     packages, the hardware (device, CPU/GPU, threads, precision), the seed; labels (the
     experiment's name, the tracking store) last, they change no number."""
-    diffs = _data_diffs(a, b)
-    ra, rb = a.get("run", {}), b.get("run", {})
-    for key in ("task", "variant"):
-        if ra.get(key) != rb.get(key):
-            diffs.append(Difference("config", key, ra.get(key), rb.get(key)))
-    ca = _flat(_without((a.get("config") or {}).get("section") or {}, LABEL_KEYS))
-    cb = _flat(_without((b.get("config") or {}).get("section") or {}, LABEL_KEYS))
-    for key in sorted(set(ca) | set(cb)):
-        if ca.get(key) != cb.get(key):
-            diffs.append(Difference("config", key, ca.get(key), cb.get(key)))
-    if not any(d.category == "config" for d in diffs) and (a.get("config") or {}).get("sha256") != (b.get("config") or {}).get("sha256"):
-        diffs.append(Difference("config", "sha256", (a.get("config") or {}).get("sha256"),
-                                (b.get("config") or {}).get("sha256")))
-    code_a, code_b = a.get("code") or {}, b.get("code") or {}
-    for key in ("git_commit", "git_dirty", "git_diff_sha256"):
-        if code_a.get(key) != code_b.get(key):
-            diffs.append(Difference("code", key, code_a.get(key), code_b.get(key)))
+    diffs = _data_diffs(a, b) + _keyed("config", a.get("run", {}), b.get("run", {}), ("task", "variant"))
+    sa, sb = ((m.get("config") or {}).get("section") or {} for m in (a, b))
+    diffs += _keyed("config", flatten(_without(sa, LABEL_KEYS)), flatten(_without(sb, LABEL_KEYS)))
+    if not any(d.category == "config" for d in diffs):
+        diffs += _keyed("config", a.get("config") or {}, b.get("config") or {}, ("sha256",))
+    diffs += _keyed("code", a.get("code") or {}, b.get("code") or {}, ("git_commit", "git_dirty", "git_diff_sha256"))
     for cat in ("packages", "hardware"):
-        xa, xb = a.get(cat) or {}, b.get(cat) or {}
-        for key in sorted(set(xa) | set(xb)):
-            if xa.get(key) != xb.get(key):
-                diffs.append(Difference(cat, key, xa.get(key), xb.get(key)))
-    if a.get("seed") != b.get("seed"):
-        diffs.append(Difference("seed", "seed", a.get("seed"), b.get("seed")))
-    la, lb = (_labels((m.get("config") or {}).get("section") or {}) for m in (a, b))
-    for key in sorted(set(la) | set(lb)):
-        if la.get(key) != lb.get(key):
-            diffs.append(Difference("labels", key, la.get(key), lb.get(key)))
-    return diffs
+        diffs += _keyed(cat, a.get(cat) or {}, b.get(cat) or {})
+    diffs += _keyed("seed", a, b, ("seed",))
+    return diffs + _keyed("labels", _labels(sa), _labels(sb))
+
+
+def _keyed(category: str, x: dict, y: dict, keys: tuple[str, ...] | None = None) -> list[Difference]:
+    """The differences of ``x`` and ``y`` at ``keys`` (default: all of either's, sorted)."""
+    return [Difference(category, k, x.get(k), y.get(k))
+            for k in keys or sorted(set(x) | set(y)) if x.get(k) != y.get(k)]
 
 
 def _labels(section: dict) -> dict[str, Any]:
     """The flattened config keys under a label key (LABEL_KEYS), at any depth."""
-    return {k: v for k, v in _flat(section).items() if set(k.split(".")) & set(LABEL_KEYS)}
+    return {k: v for k, v in flatten(section).items() if set(k.split(".")) & set(LABEL_KEYS)}
 
 
 def describe(diffs: list[Difference]) -> list[str]:

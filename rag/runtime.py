@@ -23,11 +23,8 @@ def faiss_threads() -> None:
 
 
 def setup(device: str, *, seed: int | None = None, precision: str | None = None) -> str:
-    """Set threads and (given a ``seed``) torch's seed; return the device to compute on
-    (``device``, the section's: "cuda" | "cpu").
-
-    Raises ConfigError when cuda is configured and torch sees no GPU, and (given a ``precision``)
-    when that precision does not run on the device."""
+    """Set threads and (given a ``seed``) torch's seed; return the device ("cuda" | "cpu"). A ConfigError
+    when cuda is configured and torch sees no GPU, or (given) ``precision`` does not run on the device."""
     import torch
 
     threads()

@@ -34,7 +34,7 @@ def cmd_hotswap_data(args) -> None:
     hotswap_questions(read_section(CorpusSection, args.config), args.out)
 
 
-def cmd_prepare_task(args) -> int:
+def cmd_prepare_task(args) -> None:
     from rag.data.formats import prepare_task, takes_option
 
     kw = {}
@@ -45,21 +45,18 @@ def cmd_prepare_task(args) -> int:
         kw["well_formed_only"] = True
     n = prepare_task(args.format, Path(args.input), Path(args.output), args.task, args.split, **kw)
     print(n)
-    return 0
 
 
-def cmd_prepare_corpus(args) -> int:
+def cmd_prepare_corpus(args) -> None:
     from rag.data.formats import prepare_corpus
 
     n = prepare_corpus(args.format, Path(args.input), Path(args.output), words=args.words)
     print(n)
-    return 0
 
 
-def cmd_download(args) -> int:
+def cmd_download(args) -> None:
     path = D.download(args.url, Path(args.out), sha256=args.sha256, allow_http=args.allow_http)
     print(path)
-    return 0
 
 
 def register(sub) -> None:

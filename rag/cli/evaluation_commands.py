@@ -48,10 +48,9 @@ def cmd_oracle(args) -> None:
     oracle(cfg, device, args.variant, model_dir=args.model_dir, passages=args.passages, test=args.test, out=args.out)
 
 
-def cmd_score(args) -> int:
+def cmd_score(args) -> None:
     score, n = score_files(args.metric, args.predictions, args.references)
     print(json.dumps({"metric": args.metric, "score": float(score), "n": n}))
-    return 0
 
 
 def register(sub) -> None:

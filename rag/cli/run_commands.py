@@ -18,7 +18,7 @@ def cmd_init_store(args) -> None:
     init_store(args.uri, Path(args.marker))
 
 
-def cmd_plan(args) -> int:
+def cmd_plan(args) -> None:
     from rag.config import load_config
     from rag.errors import ConfigError
     from rag.plan import make_plan, render
@@ -44,10 +44,9 @@ def cmd_plan(args) -> int:
     plan = make_plan(cfg, config_paths=[Path(p) for p in args.configfile], profile_path=profile, results=results,
                      passages=args.passages, dim=args.dim, cores=args.cores, targets=args.target)
     print(json.dumps(plan, indent=2) if args.json else render(plan))
-    return 0
 
 
-def cmd_diff_runs(args) -> int:
+def cmd_diff_runs(args) -> None:
     from rag.manifest import describe, diff_manifests, read_manifest
 
     a, pa = read_manifest(args.a)
@@ -55,11 +54,8 @@ def cmd_diff_runs(args) -> int:
     diffs = diff_manifests(a, b)
     if args.json:
         print(json.dumps({"a": str(pa), "b": str(pb), "differences": [d.__dict__ for d in diffs]}, indent=2, default=str))
-        return 0
-    print(f"A: {pa}\nB: {pb}")
-    for line in describe(diffs):
-        print(line)
-    return 0
+    else:
+        print(f"A: {pa}\nB: {pb}", *describe(diffs), sep="\n")
 
 
 def cmd_import_hf_rag(args) -> None:

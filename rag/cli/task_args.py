@@ -45,11 +45,8 @@ def add_eval_args(p, required: bool) -> None:
 
 
 def task_setup(args) -> tuple[TrainSection, str]:
-    """The task's train_<task> section (with eval_<task> when given) and the device, set up.
-
-    ``--seed`` (the run's fine-tune seed, wildcard ``{seed}`` of the rules) replaces the section's
-    ``seed`` (the top-level one, which made the world, the data and the pretrained generator): the
-    fine-tune's initial RNG state and its batch order, and what the run's files and MLflow record."""
+    """The task's train_<task> section (with eval_<task> when given) and the device, set up; ``--seed``
+    (the fine-tune seed, wildcard ``{seed}``) replaces the section's top-level ``seed``."""
     cfg = read_task_sections(args.config)
     if args.seed is not None:
         cfg = replace(cfg, seed=args.seed)
