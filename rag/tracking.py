@@ -186,14 +186,12 @@ def _create_sqlite_store(db: Path) -> None:
             leftover.unlink(missing_ok=True)
 
 
-def _flatten(d: Any, prefix: str = "") -> dict[str, str]:
-    out: dict[str, str] = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-    else:
-        out[prefix[:-1]] = json.dumps(d) if isinstance(d, (list, dict)) else str(d)
-    return out
+def _flatten(d: dict) -> dict[str, str]:
+    """Params as MLflow takes them: dotted keys, string values (an empty dict: no param)."""
+    from rag.manifest import flatten
+
+    return {k: json.dumps(v) if isinstance(v, list) else str(v)
+            for k, v in flatten(d).items() if not isinstance(v, dict)}
 
 
 def metric_key(name: str) -> str:
@@ -204,10 +202,8 @@ def metric_key(name: str) -> str:
 
 
 def _experiment_id(client, name: str, artifact_location: str | None = None) -> str:
-    """The id of experiment ``name``, created when missing (its artifacts under
-    ``artifact_location``, else where the store puts them). Parallel jobs race to create the
-    same experiment: the loser's create fails with RESOURCE_ALREADY_EXISTS (UNIQUE constraint in
-    the store), and it then reads the winner's id."""
+    """The id of experiment ``name``, created when missing (its artifacts under ``artifact_location``);
+    a job that loses the race to create it reads the winner's."""
     from mlflow.exceptions import MlflowException
 
     for _ in range(5):
