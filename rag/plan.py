@@ -1,28 +1,20 @@
 """``rag plan``: what a configuration's jobs will need, before any of them runs.
 
-The jobs are Snakemake's: the DAG it plans for the config (:func:`snakemake_dag`, through its API),
-each rule's jobs with the ``mem_mb`` / ``runtime`` / ``gpu`` they request under a profile, as
-``snakemake --dry-run --profile <it>`` resolves them. The plan adds what Snakemake cannot know: by
-arithmetic, the passages and their embeddings' bytes, the index's memory and disk for the flat, HNSW
-(its M) and IVF-PQ (its code size) types (:func:`rag.retrieval.index.index_bytes`, checked against
-built indexes in the tests); a fine-tune's models (weights, gradients, optimizer state, activations at
-its K and batch: :func:`rag.models.sizing.fine_tune_memory`, on the GPU or beside the index); encoding and
-training time from throughputs measured on a named device (none is assumed for a device nobody
-measured: "not measured"), and flags a request below that need.
-
-When ``results/<name>/resources/`` holds the resource records of an earlier run of the same
-experiment (Snakemake's ``benchmark:`` files, rag.resources), a rule's need is what its jobs measured there, and the
-plan adds up the DAG's CPU time from them: over the cores, the wall time no schedule can beat.
+The jobs and their ``mem_mb`` / ``runtime`` / ``gpu`` requests are Snakemake's (:func:`snakemake_dag`,
+through its API, as ``snakemake --dry-run --profile <it>`` resolves them). The plan adds what Snakemake
+cannot know: the bytes of passages, embeddings and indexes (:func:`rag.retrieval.index.index_bytes`), a
+fine-tune's models (:func:`rag.models.sizing.fine_tune_memory`), times from throughputs measured on a
+named device, and, from the resource records of an earlier run (rag.resources), each rule's measured
+need and the DAG's CPU time. It flags a request below a need.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from rag.errors import ConfigError
 
@@ -30,18 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]  # the checkout: Snakefile, workflow/
 DEFAULT_PROFILE = "workflow/profiles/slurm"
 GB = 1e9
 
-# corpora whose size is published: file name -> (passages, where the count comes from)
-KNOWN_CORPORA = {
-    "psgs_w100.tsv.gz": (21_015_324, "DPR's Wikipedia split, psgs_w100.tsv (Karpukhin et al. 2020; Lewis et al. 2020)"),
-    "psgs_w100.tsv": (21_015_324, "DPR's Wikipedia split, psgs_w100.tsv (Karpukhin et al. 2020; Lewis et al. 2020)"),
-}
-# encoders whose output size is published, for when their config.json is not on this machine
-KNOWN_DIMS = {
-    "facebook/dpr-ctx_encoder-single-nq-base": 768,
-    "facebook/dpr-ctx_encoder-multiset-base": 768,
-    "facebook/dpr-question_encoder-single-nq-base": 768,
-    "facebook/dpr-question_encoder-multiset-base": 768,
-}
+# corpora whose size is published: file name -> passages
+KNOWN_CORPORA = {"psgs_w100.tsv.gz": 21_015_324, "psgs_w100.tsv": 21_015_324}
+PUBLISHED_SOURCE = "DPR's Wikipedia split, psgs_w100.tsv (Karpukhin et al. 2020; Lewis et al. 2020)"
 # Python memory of read_passages (the jobs that hold every passage): 192 bytes a passage plus its TSV
 # line's bytes, measured on synthetic ASCII passages (text outside Latin-1 takes more)
 PASSAGE_OVERHEAD = 192
@@ -92,33 +75,29 @@ def _count_lines(path: Path) -> tuple[int, int]:
     return n, path.stat().st_size
 
 
-def passages_of(cfg: dict, results: Path, override: int | None = None) -> dict:
-    """How many passages the corpus has and how many bytes their lines take, and where that comes from."""
+def passages_of(cfg: dict, results: Path, override: int | None = None) -> tuple[int | None, int | None, str]:
+    """How many passages the corpus has, how many bytes their lines take (None: not read), and where
+    that comes from."""
     corpus = cfg["corpus"]
-    words = corpus["passage_words"]
     if override is not None:
-        return {"n": override, "line_bytes": None, "source": "--passages", "words": words}
+        return override, None, "--passages"
     tsv = results / "corpus" / corpus["name"] / "passages.tsv"
     if tsv.is_file():
         lines, size = _count_lines(tsv)
-        header = len(tsv.open("rb").readline())
-        return {"n": lines - 1, "line_bytes": size - header, "source": f"counted in {tsv}", "words": words}
+        return lines - 1, size - len(tsv.open("rb").readline()), f"counted in {tsv}"
     if corpus["source"] == "miniworld":
         from rag.data import miniworld
 
         entities = sum(cfg["miniworld"][k] for k in ("countries", "people", "cities"))
         if entities > PLAN_WORLD_ENTITIES:
-            return {"n": None, "line_bytes": None, "words": words,
-                    "source": f"unknown: a miniworld of {entities:,} entities is not generated for a plan (minutes); "
-                              "give --passages N"}
+            return None, None, (f"unknown: a miniworld of {entities:,} entities is not generated for a plan (minutes); "
+                                "give --passages N")
         world = miniworld.build_world(cfg["miniworld"], cfg["seed"])["a"]
-        rows = list(miniworld.passages(world, words))
-        size = sum(len(f"{a}\t{b}\t{c}\n".encode()) for a, b, c in rows)
-        return {"n": len(rows), "line_bytes": size, "source": "generated (miniworld, this config's seed)", "words": words}
+        rows = miniworld.passages(world, corpus["passage_words"])
+        return *_tsv_lines(rows), "generated (miniworld, this config's seed)"
     name = Path(corpus.get("url") or corpus.get("path") or "").name
     if name in KNOWN_CORPORA:
-        n, where = KNOWN_CORPORA[name]
-        return {"n": n, "line_bytes": None, "source": where, "words": words}
+        return KNOWN_CORPORA[name], None, PUBLISHED_SOURCE
     if corpus["source"] == "local" and Path(corpus["path"]).is_file():
         from rag.data.parsers import corpus_passages
         from rag.io import long_line
@@ -126,47 +105,34 @@ def passages_of(cfg: dict, results: Path, override: int | None = None) -> dict:
         src = Path(corpus["path"])
         too_long = long_line(src, PLAN_LINE_BYTES)
         if too_long is not None:
-            return {"n": None, "line_bytes": None, "words": words,
-                    "source": f"unknown: line {too_long} of {src} is over {PLAN_LINE_BYTES >> 20} MiB (not read for a plan); "
-                              "give --passages N"}
-        n = size = 0
-        for p in corpus_passages(corpus.get("format"), src, words):
-            n += 1
-            size += len(f"{p['id']}\t{p['title']}\t{p['text']}\n".encode())
-        return {"n": n, "line_bytes": size, "source": f"read from {src}", "words": words}
-    return {"n": None, "line_bytes": None, "words": words,
-            "source": "unknown: no passages file yet and no published size; give --passages N"}
+            return None, None, (f"unknown: line {too_long} of {src} is over {PLAN_LINE_BYTES >> 20} MiB "
+                                "(not read for a plan); give --passages N")
+        passages = corpus_passages(corpus.get("format"), src, corpus["passage_words"])
+        rows = ((p["id"], p["title"], p["text"]) for p in passages)
+        return *_tsv_lines(rows), f"read from {src}"
+    return None, None, "unknown: no passages file yet and no published size; give --passages N"
+
+
+def _tsv_lines(rows: Iterable[tuple]) -> tuple[int, int]:
+    """(rows, bytes of their passages.tsv lines)."""
+    n = size = 0
+    for row in rows:
+        n, size = n + 1, size + len("\t".join(map(str, row)).encode()) + 1
+    return n, size
 
 
 def embedding_dim(name: str) -> tuple[int | None, str]:
-    """The context encoder's output size, from its config.json (a package's model folder, a local
-    folder, the Hugging Face cache) or a published one; (None, why) when neither is here."""
-    folder: Path | None = None
-    if name.startswith("package:"):
-        from rag.config import package_model_folder
+    """The context encoder's output size, from its config (:func:`rag.models.sizing.architecture`);
+    (None, why) when its config is not here."""
+    from rag.models.sizing import architecture
 
-        try:
-            folder = package_model_folder(name)
-        except ConfigError:
-            folder = None
-    elif Path(name).is_dir():
-        folder = Path(name)
-    else:
-        from huggingface_hub import try_to_load_from_cache
-
-        try:
-            cached = try_to_load_from_cache(name, "config.json")
-        except ValueError:  # not a repository id
-            cached = None
-        folder = Path(cached).parent if isinstance(cached, str) else None
-    if folder is not None and (folder / "config.json").is_file():
-        c = json.loads((folder / "config.json").read_text())
-        dim = c.get("projection_dim") or c.get("hidden_size") or c.get("d_model") or c.get("dim")
-        if dim:
-            return int(dim), f"hidden size in {folder / 'config.json'}"
-    if name in KNOWN_DIMS:
-        return KNOWN_DIMS[name], "bert-base hidden size (DPR's encoders; config.json not on this machine)"
-    return None, f"unknown: no config.json for {name!r} here; give --dim D"
+    try:
+        config, where = architecture(name)
+    except ConfigError as exc:
+        config, where = None, str(exc)
+    if config is None:
+        return None, f"unknown: {where}; give --dim D"
+    return int(getattr(config, "projection_dim", 0) or config.hidden_size), f"hidden size from {where}"
 
 
 def row_table_bytes(n: int) -> int:
@@ -174,26 +140,25 @@ def row_table_bytes(n: int) -> int:
     return 3 * (n + 1) * 8 + 128
 
 
-def passages_memory(p: dict) -> tuple[int | None, str]:
-    if p["n"] is None:
+def passages_memory(n: int | None, line_bytes: int | None, words: int) -> tuple[int | None, str]:
+    if n is None:
         return None, "unknown"
-    if p["line_bytes"] is not None:
-        return int(p["n"] * PASSAGE_OVERHEAD + p["line_bytes"]), f"{PASSAGE_OVERHEAD} B a passage + its line's bytes (measured model)"
-    per = PASSAGE_OVERHEAD + LINE_BYTES_PER_WORD * p["words"]
-    return int(p["n"] * per), (f"estimate: {per:.0f} B a {p['words']}-word passage (measured on synthetic ASCII passages; "
-                               "no passages file to measure)")
+    if line_bytes is not None:
+        return int(n * PASSAGE_OVERHEAD + line_bytes), (f"{PASSAGE_OVERHEAD} B a passage + its line's bytes "
+                                                        "(measured model)")
+    per = PASSAGE_OVERHEAD + LINE_BYTES_PER_WORD * words
+    return int(n * per), (f"estimate: {per:.0f} B a {words}-word passage (measured on synthetic ASCII passages; "
+                          "no passages file to measure)")
 
 
 # ------------------------------------------------------------------------------------ the DAG
 def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path, cfg: dict,
                   targets: list[str] | None = None) -> tuple[dict[str, dict], list[str]]:
-    """Each rule of the DAG Snakemake plans for a run of the config from empty (of ``targets``: rules or
-    files, default the default target; through its API, in
-    an empty folder holding the config's relative local inputs: one not here yet is an empty file
-    there, its key returned second), with ``profile`` read as ``snakemake --profile`` reads it: its
-    jobs, their kinds (a job run once a seed: its wildcards but the seed), the ``mem_mb`` /
-    ``runtime`` / ``gpu`` they request and from where, and the keys of the config's
-    ``resources.<rule>`` the rule does not read."""
+    """rule -> its jobs in the DAG Snakemake plans, through its API, for a run of the config from empty
+    (of ``targets``, default the default target) under ``profile``: their count, kinds (a job run once a
+    seed: its wildcards but the seed), the ``mem_mb`` / ``runtime`` / ``gpu`` they request and from
+    where, and the config's ``resources.<rule>`` keys the rule does not read; second, the config's
+    local inputs not here yet (empty files in the temporary folder the DAG is planned in)."""
     import contextlib
     import io
     import logging
@@ -281,6 +246,15 @@ class Need:
     seconds_how: str = "not measured"
     gpu: int = 0
 
+    def time(self, t: dict | None, count: int, what: str, fmt: str, missing: str, note: str = "") -> None:
+        """The time of ``count`` ``what`` at the measured throughput ``t`` (None: not measured, ``missing``)."""
+        if t is None:
+            self.seconds_how = f"not measured: {missing}"
+            return
+        self.seconds = count / t["value"]
+        self.seconds_how = (f"{count:,} {what} at {t['value']:{fmt}} {t['unit']} "
+                            f"({t['measured_on']}; {t['source']}{note})")
+
 
 def _match(entry: dict, want: dict) -> bool:
     for k, v in entry.items():
@@ -310,19 +284,16 @@ def snakefile_here() -> Path:
 def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None, results: Path, passages: int | None = None,
               dim: int | None = None, snakefile: Path | None = None, cores: int | None = None,
               targets: list[str] | None = None) -> dict:
-    """The plan of ``cfg`` (read from ``config_paths``, merged): its sizes, and per rule of the DAG Snakemake
-    plans for it (``snakefile``; default :func:`snakefile_here`) the need of its jobs against what
-    they request under ``profile_path``, refined by the resource records in ``results``; ``targets``: those
-    of the run (``snakemake <targets>``), default its default target."""
+    """The plan of ``cfg`` (read from ``config_paths``, merged): its sizes, and per rule of Snakemake's DAG
+    the need of its jobs (refined by the resource records in ``results``) against their requests."""
     from rag.retrieval.index import index_bytes, ivf_lists_for, pq_bytes
 
     r, device = cfg["retriever"], cfg["device"]
-    p = passages_of(cfg, results, passages)
+    n, line_bytes, n_how = passages_of(cfg, results, passages)
     d, d_how = (dim, "--dim") if dim else embedding_dim(r["context_encoder"])
-    n = p["n"]
     shards = r["shards"]
-    mem_passages, mem_passages_how = passages_memory(p)
-    sizes: dict[str, Any] = {"passages": n, "passages_source": p["source"], "dim": d, "dim_source": d_how,
+    mem_passages, mem_passages_how = passages_memory(n, line_bytes, cfg["corpus"]["passage_words"])
+    sizes: dict[str, Any] = {"passages": n, "passages_source": n_how, "dim": d, "dim_source": d_how,
                              "passages_memory_bytes": mem_passages, "passages_memory_how": mem_passages_how,
                              "row_table_bytes": row_table_bytes(n) if n else None}
     indexes = {}
@@ -380,10 +351,8 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
 
 
 def retrieval_memory(rule: str, sizes: dict, index: dict) -> tuple[float, str]:
-    """What a job that retrieves densely holds (bytes, and how): the index, the passages' row table
-    (memory-mapped: at most all of it) and a retrieving process (:data:`RETRIEVING_PROCESS`); the
-    passages and the embeddings are read in place, a row at a time. A hot-swap job holds two
-    snapshots. Without the generator (a fine-tune's models: :func:`rag.models.sizing.fine_tune_memory`)."""
+    """What a job that retrieves densely holds (bytes, and how), without the generator: the index, the
+    passages' row table and a retrieving process; a hot-swap job holds two snapshots."""
     mult = 2 if rule == "hotswap" else 1
     memory = (index["memory"] + sizes["row_table_bytes"]) * mult + RETRIEVING_PROCESS
     return memory, (("two snapshots of " if mult == 2 else "") + f"the {index['label']} index + the passages' row table + "
@@ -400,13 +369,9 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
         need.memory_bytes, need.memory_at_least = sizes["row_table_bytes"] + sizes["shard_bytes"], True
         need.memory_how = "the passages' row table (the shard's rows read in place) + the shard's embeddings + the encoder (not estimated)"
         t = throughput("encode", {"encoder": r["context_encoder"], "device": device, "precision": cfg["precision"]})
-        if t:  # an encode job runs on one thread (the rule's threads: 1), or one GPU
-            need.seconds = sizes["shard_rows"] / t["value"]
-            need.seconds_how = (f"{sizes['shard_rows']:,} passages at {t['value']:,.1f} passages/s ({t['measured_on']}; "
-                                f"{t['source']}; " + ("one GPU)" if device == "cuda" else "the job runs 1 thread)"))
-        else:
-            need.seconds_how = (f"not measured: no throughput of {r['context_encoder']} on {device} in "
-                                f"{cfg['precision']} has been measured")
+        need.time(t, sizes["shard_rows"], "passages", ",.1f",  # an encode job runs on one thread, or one GPU
+                  f"no throughput of {r['context_encoder']} on {device} in {cfg['precision']} has been measured",
+                  "; one GPU" if device == "cuda" else "; the job runs 1 thread")
     elif rule == "build_index" and index is not None:
         from rag.retrieval.index import CHUNK_ROWS  # the build holds one chunk (and IVF-PQ its sample)
 
@@ -415,11 +380,8 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
         need.memory_how = f"the {index['label']} index + one chunk of 65,536 rows" + (" + its training sample" if r["index"] == "ivfpq" else "")
         t = throughput("index", {"index": r["index"], "hnsw_m": r["hnsw_m"] if r["index"] == "hnsw" else None,
                                  "device": "cpu"})
-        if t:
-            need.seconds = n / t["value"]
-            need.seconds_how = f"{n:,} vectors at {t['value']:,.0f}/s ({t['measured_on']}; {t['source']}; d={d} may differ)"
-        else:
-            need.seconds_how = f"not measured: no build of a {index['label']} index has been timed"
+        need.time(t, n, "vectors", ",.0f", f"no build of a {index['label']} index has been timed",
+                  f"; d={d} may differ")
     elif rule in ("train", "evaluate", "topk_sweep", "hotswap") and index is not None and n:
         need.memory_bytes, need.memory_how = retrieval_memory(rule, sizes, index)
         need.memory_at_least = True
@@ -438,15 +400,10 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
         if rule == "train":
             want = {"generator": g, "batch_size": cfg["train"]["batch_size"], "k": cfg["train"]["k"],
                     "question_encoder": r["question_encoder"], "device": device}
-            t = throughput("train", want)
-            if t:
-                longest = max(spec.get("steps", cfg["train"]["steps"]) for spec in cfg["tasks"].values())
-                need.seconds = longest / t["value"]
-                need.seconds_how = (f"{longest} steps at {t['value']:.2f} steps/s ({t['measured_on']}; {t['source']}); "
-                                    "decoding not included")
-            else:
-                need.seconds_how = (f"not measured: no training step of this generator at batch {cfg['train']['batch_size']}, "
-                                    f"K={cfg['train']['k']} on {device} has been timed")
+            longest = max(spec.get("steps", cfg["train"]["steps"]) for spec in cfg["tasks"].values())
+            need.time(throughput("train", want), longest, "steps", ".2f",
+                      f"no training step of this generator at batch {cfg['train']['batch_size']}, "
+                      f"K={cfg['train']['k']} on {device} has been timed", "; decoding not included")
     elif rule == "oracle" and n:
         need.memory_bytes, need.memory_at_least = sizes["row_table_bytes"] + RETRIEVING_PROCESS, True
         need.memory_how = "the passages' row table (the gold passages read in place) + the process; the generator not estimated"
@@ -455,19 +412,15 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
         need.memory_how = "every passage read (for its samples and claims); the rest not estimated"
     elif rule == "pretrain_generator" and g["init"] == "scratch":
         t = throughput("pretrain", {"generator": g, "batch_size": g["pretrain_batch_size"], "device": device})
-        if t:
-            need.seconds = g["pretrain_steps"] / t["value"]
-            need.seconds_how = f"{g['pretrain_steps']} steps at {t['value']:.2f} steps/s ({t['measured_on']}; {t['source']})"
-        else:
-            need.seconds_how = f"not measured: no pretraining of this generator on {device} has been timed"
+        need.time(t, g["pretrain_steps"], "steps", ".2f",
+                  f"no pretraining of this generator on {device} has been timed")
     return need
 
 
 def cpu_per_job(records: list[dict], kinds: Counter, folder: Path) -> tuple[float, str]:
-    """A rule's mean CPU time a planned job, and how it was found: the mean of its recorded jobs;
-    for a rule run once a seed (``kinds``: planned jobs by their record's name without the seed,
-    e.g. ``nq-rag_token``), each kind's jobs at the mean of its own records, a kind none recorded at
-    the rule's mean (on the default an NQ RAG-Token fine-tune costs five times its closed-book BART)."""
+    """A rule's mean CPU time a planned job, and how it was found: the mean of its recorded jobs; for a
+    rule run once a seed (``kinds``: its planned jobs by record name without the seed), each kind at the
+    mean of its own records, a kind none recorded at the rule's mean."""
     mean = sum(r["cpu_s"] for r in records) / len(records)
     if not kinds:
         return mean, f"mean of {len(records)} job(s) in {folder}"
@@ -481,11 +434,8 @@ def cpu_per_job(records: list[dict], kinds: Counter, folder: Path) -> tuple[floa
 
 
 def compute(plans: list[dict], device: str, cores: int | None) -> dict:
-    """The CPU time of the whole DAG from the resource records: each rule's jobs times its recorded
-    jobs' mean CPU time. On ``cores`` CPU cores (default: this machine's) the DAG's wall time is
-    at least that total over the cores, whatever the order of its jobs: a bound from the jobs' own
-    CPU time, to which the CPU after each job's last benchmark sample and Snakemake's own time add. Given only for
-    device cpu (a GPU run's wall time is the GPUs')."""
+    """The CPU time of the whole DAG from the resource records, and on device cpu the wall time it bounds
+    on ``cores`` cores (default: this machine's): at least the total over the cores."""
     import os
 
     cores = cores or os.cpu_count() or 1

@@ -1,32 +1,21 @@
 """What a fine-tune's models hold in memory, before any weight is loaded: ``rag plan``'s generator need.
 
-Parameters are counted by transformers itself: each model is built on the meta device (no memory,
-no weights) from its ``config.json`` (a local folder, a ``package:`` model) or, for the public models
-the paper configs name, from their published sizes (:data:`KNOWN_ARCHITECTURES`); LoRA adapters are
-added by peft the same way, so the trainable count is peft's.
-
-A fine-tuning process holds (bytes):
-
-- the weights, fp32 (``precision`` casts the compute, not the weights): 4 a parameter, the generator's
-  and the question encoder's;
-- gradients (4) and AdamW's two moments (8) of every trained parameter: the whole generator, or its
-  LoRA adapters, and the question encoder (a frozen-retriever variant trains less; the plan sizes the
-  most a variant needs);
-- activations of one step's K x batch sources (a process' share of ``train.batch_size``): what autograd
-  saves for the backward pass, measured (:func:`saved_bytes`) in fp32 on small copies of the
-  architecture (one and two layers, two lengths, a small vocabulary: :func:`activation_bytes`), halved
-  at 16-bit precision, and scaled to the step's sources, lengths and layers; with gradient checkpointing a layer keeps only its input
-  and one layer's activations are rebuilt at a time;
-- the target positions' logits, their fp32 log-softmax and its gradient: 12 bytes a target token and
-  vocabulary entry (prompt positions keep none).
+Parameters are counted by transformers on the meta device, from each model's ``config.json`` or, for
+the public models the paper configs name, their published sizes (:data:`KNOWN_ARCHITECTURES`); LoRA
+adapters are added by peft. A fine-tuning process holds fp32 weights (4 bytes a parameter), gradients
+and AdamW's two moments (12 bytes a trained parameter), the activations of one step's K x batch
+sources (:func:`activation_bytes`, measured on small copies of the architecture), and 12 bytes a
+target token and vocabulary entry for the logits.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-# The sizes of public models' config.json, for a plan made on a machine without their weights: the
-# generators and question encoders that config/paper*.yaml name.
+# The sizes of public models' config.json, for a plan made on a machine without them: the generators,
+# question and context encoders that config/paper*.yaml name.
+_DPR = {"model_type": "dpr", "vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12,
+        "num_attention_heads": 12, "intermediate_size": 3072}
 KNOWN_ARCHITECTURES = {
     "facebook/bart-large": {"model_type": "bart", "d_model": 1024, "encoder_layers": 12, "decoder_layers": 12,
                             "encoder_attention_heads": 16, "decoder_attention_heads": 16, "encoder_ffn_dim": 4096,
@@ -34,9 +23,8 @@ KNOWN_ARCHITECTURES = {
     "Qwen/Qwen2.5-1.5B": {"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
                           "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936,
                           "tie_word_embeddings": True, "max_position_embeddings": 131072},
-    "facebook/dpr-question_encoder-single-nq-base": {"model_type": "dpr", "vocab_size": 30522, "hidden_size": 768,
-                                                     "num_hidden_layers": 12, "num_attention_heads": 12,
-                                                     "intermediate_size": 3072},
+    **{f"facebook/dpr-{kind}-{data}-base": _DPR for kind in ("question_encoder", "ctx_encoder")
+       for data in ("single-nq", "multiset")},
 }
 LOGIT_BYTES = 12  # a kept logit: fp32 log-softmax, its gradient, and the logit itself
 PROBE_VOCAB = 256  # the probes' vocabulary: the logits are counted apart
@@ -44,18 +32,26 @@ PROBE_SOURCES, PROBE_SOURCE_LEN, PROBE_TARGET_LEN = 4, 48, 12
 
 
 def architecture(name: str):
-    """(transformers config of model ``name``, where it was read), or (None, why not)."""
+    """(transformers config of model ``name``, where it was read: a local or package folder, the Hugging
+    Face cache, the published sizes), or (None, why not)."""
+    from huggingface_hub import try_to_load_from_cache
     from transformers import AutoConfig
 
     from rag.retrieval.encoders import resolve_model_path
 
-    path = resolve_model_path(name)
-    if (Path(path) / "config.json").is_file():
-        return AutoConfig.from_pretrained(path), f"{path}/config.json"
+    path = Path(resolve_model_path(name)) / "config.json"
+    if not path.is_file() and not Path(name).is_dir():
+        try:
+            cached = try_to_load_from_cache(name, "config.json")
+        except ValueError:  # not a repository id
+            cached = None
+        path = Path(cached) if isinstance(cached, str) else path
+    if path.is_file():
+        return AutoConfig.from_pretrained(path.parent), str(path)
     if name in KNOWN_ARCHITECTURES:
         spec = dict(KNOWN_ARCHITECTURES[name])
         return AutoConfig.for_model(spec.pop("model_type"), **spec), "its published sizes (rag/models/sizing.py)"
-    return None, f"no config.json at {name!r} on this machine (name a local folder to size it)"
+    return None, f"no config.json for {name!r} on this machine (name a local folder to size it)"
 
 
 def generator_architecture(g: dict):
