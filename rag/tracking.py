@@ -103,11 +103,6 @@ def read_only_reason(exc: BaseException | None) -> str | None:
     return None
 
 
-def _read_only_error(where: Any, reason: str) -> RagError:
-    return RagError(f"{where}: the MLflow store cannot be written ({reason}); make the file and its folder writable, "
-                    f"or set tracking.uri to a store this user can write")
-
-
 def _raise_full_or_read_only(exc: BaseException, where: Any, failed: str, read_only: bool = True) -> None:
     """The one-line error for a full disk (``failed``: what failed, in its parentheses) or, where
     ``read_only``, a store that cannot be written under ``exc``; nothing for another failure."""
@@ -116,7 +111,8 @@ def _raise_full_or_read_only(exc: BaseException, where: Any, failed: str, read_o
         raise DiskFullError(f"{where}: {full} ({failed}): free space and run again") from exc
     reason = read_only_reason(exc) if read_only else None
     if reason:
-        raise _read_only_error(where, reason) from exc
+        raise RagError(f"{where}: the MLflow store cannot be written ({reason}); make the file and its folder writable, "
+                       f"or set tracking.uri to a store this user can write") from exc
 
 
 def init_store(uri: str, marker: Path | None = None) -> None:
@@ -156,10 +152,8 @@ def _create_sqlite_store(db: Path) -> None:
         db.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".tmp", dir=db.parent)
     except OSError as exc:
-        read_only = read_only_reason(exc)
-        if read_only is None:
-            raise
-        raise _read_only_error(db, read_only) from exc
+        _raise_full_or_read_only(exc, db, "creating the MLflow store failed; nothing was left in its place")
+        raise
     os.close(fd)
     tmp = Path(name)
     tmp_uri = f"sqlite:///{tmp}"
