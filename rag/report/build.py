@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 from rag.errors import ConfigError, DataError
 from rag.io import atomic_open, read_json, read_jsonl
+from rag.report import TABLE_KEYS
 from rag.report.claims import Evidence, build_claims, cell_interval
 from rag.report.inputs import ReportInputs
 from rag.tasks import TASKS, VARIANTS, paper_column, variant_spec
@@ -22,8 +23,6 @@ log = logging.getLogger(__name__)
 DASH = "\u2013"  # the en dash shown for a missing number
 
 VARIANT_NAMES = {name: spec.display for name, spec in VARIANTS.items()}
-# Tasks are looked up in the registry when the report is built: their order (the paper's), their
-# names, and the column of each paper table they fill with which metric (rag.tasks.paper_column).
 
 
 def _task_name(task: str | None):
@@ -129,10 +128,7 @@ class Runs:
         self.by_seed: dict[tuple[str, str, str], dict[int, dict]] = {}
         self.paths: dict[tuple[str, str, str], dict[int, Path]] = {}
         for key, files in sorted(inputs.metrics.items()):
-            task, variant, split = key
-            if tasks is not None and task not in tasks:
-                continue
-            if variants is not None and variant not in variants:
+            if (tasks is not None and key[0] not in tasks) or (variants is not None and key[1] not in variants):
                 continue
             for seed, path in sorted(files.items()):
                 data = read_json(path)
@@ -257,7 +253,7 @@ def build_tables(runs: Runs, paper: dict, generators: dict[str, str] | None = No
     name -> what it is; key "": the generator group's) where it has them."""
     tables = []
     wnotes = weights_notes(runs)
-    for key in ("table1", "table2", "table5", "table6"):
+    for key in TABLE_KEYS:
         spec = paper[key]
         split = TABLE_SPLIT[key]
         columns = list(spec["columns"])
