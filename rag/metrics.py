@@ -67,11 +67,10 @@ class Metric:
         self.options = self.checked_options(options or {})
 
     @classmethod
-    def checked_options(cls, given: dict, key: str | None = None) -> dict:
-        """The metric's options: its defaults (``options``) with ``given`` over them; ConfigError
-        naming config key ``key`` (default ``metrics.options.<name>``) for an option it does not
-        have or a value of another type than its default's."""
-        key = key or f"metrics.options.{cls.name}"
+    def checked_options(cls, given: dict) -> dict:
+        """The metric's options: its defaults (``options``) with ``given`` over them; ConfigError naming
+        config key ``metrics.options.<name>`` for an option it does not have or a value of another type."""
+        key = f"metrics.options.{cls.name}"
         out = dict(cls.options)
         for opt, value in given.items():
             if opt not in cls.options:

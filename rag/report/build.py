@@ -449,8 +449,7 @@ def figure3(inputs: ReportInputs) -> list[dict]:
             continue
         tname = _task_name(task)
         short = (TASKS[task].figure3_label if task in TASKS else "") or tname
-        panels = [line_chart(series, title=f"{short}: {title}", xlabel="K retrieved documents", ylabel=ylabel,
-                             ymax=100.0)
+        panels = [line_chart(series, title=f"{short}: {title}", xlabel="K retrieved documents", ylabel=ylabel)
                   for series, title, ylabel in ((series_em, "exact match vs test-time K", f"{short} exact match (%)"),
                                                 (series_recall, "answer recall@K", "answer recall@K (%)")) if series]
         figures.append({"task": tname, "panels": panels})
@@ -642,11 +641,7 @@ def build_report(
     generators: dict[str, str] | None = None,
 ) -> None:
     """Write the measured tables (CSV) to ``tables`` (key ``table1`` ... -> file) and the HTML
-    report ``out_html``, from exactly the files ``inputs`` names (``ReportInputs.from_files``).
-
-    Missing metrics render as an en dash; every measured number links to
-    ``{tracking_url}/#/experiments/{experiment_id}/runs/{run_id}``.
-    """
+    report ``out_html``, from exactly the files ``inputs`` names; a measured number links to its MLflow run."""
     from rag.data import paper_results
 
     paper = paper_results()

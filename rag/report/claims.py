@@ -62,9 +62,9 @@ class Claim:
         text = f"{count} seed{'s' if max(sides) > 1 else ''}"
         return text + (f", sd {self.seed_sd:.1f}" if self.seed_sd is not None else "")
 
-    def set_interval(self, iv: Interval, direction: int = 1) -> None:
+    def set_interval(self, iv: Interval) -> None:
         self.diff, self.lo, self.hi = iv.estimate, iv.lo, iv.hi
-        self.verdict = verdict(iv.lo, iv.hi, direction)
+        self.verdict = verdict(iv.lo, iv.hi)
         self.seeds, self.seed_sd, self.side_seeds = iv.seeds, iv.seed_sd, iv.side_seeds
 
 
@@ -136,7 +136,7 @@ class Evidence:
 
 
 def _diff_claim(claim: str, paper: str, what: str, a, b, bar_text: str, bar: Callable[[float], bool],
-                direction: int = 1, ci_above_zero: bool = False, paired_seeds: bool = False) -> Claim:
+                ci_above_zero: bool = False, paired_seeds: bool = False) -> Claim:
     """A claim on mean(a) - mean(b) of per-example scores (seeds x examples, or one row for one seed).
     ``paired_seeds``: row s of a and of b share seed s (the same fine-tunes, or twins trained with the
     same seed), so the seeds' spread is that of their per-seed differences. ``ci_above_zero``: the bar
@@ -152,7 +152,7 @@ def _diff_claim(claim: str, paper: str, what: str, a, b, bar_text: str, bar: Cal
         return Claim(claim, paper, f"{what}: no examples", bar=bar_text)
     iv = mean_interval([(1, a - b)] if paired_seeds else [(1, a), (-1, b)])
     c = Claim(claim, paper, f"{what}: {a.mean():.1f} vs {b.mean():.1f} (n = {a.shape[1]})", bar=bar_text)
-    c.set_interval(iv, direction)
+    c.set_interval(iv)
     c.bar_met = bool(bar(iv.estimate)) and (iv.lo > 0 or not ci_above_zero)
     return c
 
