@@ -126,10 +126,8 @@ GEN_TABLES = ("table2", "table6")  # Table 2 (test) and Table 6
 DIVERSITY = ("table5",)  # Table 5: distinct tri-grams of the generations
 
 
-# in the paper's order (the report's tables follow it). Table 7 lists one more example than DPR's
-# files hold for every split of NQ, TriviaQA and WebQuestions (79,168 / 8,757 / 3,610,
-# 78,785 / 8,837 / 11,313 and 3,417 / 361 / 2,032: the files' counts, also DPR's Table 1): a known
-# offset, not a wrong file (table7_offset). FEVER-2's parser drops the NOT ENOUGH INFO claims.
+# in the paper's order (the report's tables follow it). Table 7 lists one example more than DPR's files
+# hold for every split of NQ, TriviaQA and WebQuestions (table7_offset).
 TASKS: dict[str, TaskSpec] = {s.name: s for s in (
     TaskSpec("nq", "qa", ("em",), "em", display="Natural Questions", short="NQ", figure3_label="NQ",
              paper_columns=(PaperColumn("NQ", "em", QA_TABLES),),
