@@ -420,7 +420,7 @@ def figure3(inputs: ReportInputs) -> list[dict]:
     tasks = _ordered({key[0] for key in inputs.experiment_keys("topk")}, TASKS)
     figures = []
     for task in tasks:
-        series_em, series_recall = [], []
+        series: dict[str, list] = {"em": [], "answer_recall": []}  # metric -> its curves, one per variant
         for variant in ("rag_token", "rag_sequence"):
             files = inputs.experiment("topk", task, variant)
             if not files or any(not p.is_file() for p in files.values()):
@@ -442,16 +442,17 @@ def figure3(inputs: ReportInputs) -> list[dict]:
                         raise DataError(f"{path}: '{metric}' must be a list as long as 'k'")
                     rows.append(None if ys is None else [_number(y, f"{path}: {metric}") for y in ys])
             name = VARIANT_NAMES[variant] + (f" (mean of {len(files)} seeds)" if len(files) > 1 else "")
-            for metric, target in (("em", series_em), ("answer_recall", series_recall)):
-                if curves[metric] and None not in curves[metric]:
-                    target.append((name, ks, _seed_mean(curves[metric])))
-        if not series_em and not series_recall:
+            for metric, rows in curves.items():
+                if rows and None not in rows:
+                    series[metric].append((name, ks, _seed_mean(rows)))
+        if not any(series.values()):
             continue
         tname = _task_name(task)
         short = (TASKS[task].figure3_label if task in TASKS else "") or tname
-        panels = [line_chart(series, title=f"{short}: {title}", xlabel="K retrieved documents", ylabel=ylabel)
-                  for series, title, ylabel in ((series_em, "exact match vs test-time K", f"{short} exact match (%)"),
-                                                (series_recall, "answer recall@K", "answer recall@K (%)")) if series]
+        panels = [line_chart(series[metric], title=f"{short}: {title}", xlabel="K retrieved documents", ylabel=ylabel)
+                  for metric, title, ylabel in (("em", "exact match vs test-time K", f"{short} exact match (%)"),
+                                                ("answer_recall", "answer recall@K", "answer recall@K (%)"))
+                  if series[metric]]
         figures.append({"task": tname, "panels": panels})
     return figures
 
