@@ -27,7 +27,7 @@ from typing import Callable, ClassVar, Sequence
 
 from rag.errors import ConfigError, DataError
 from rag.scoring.answer_match import exact_match, regex_match
-from rag.scoring.coco import bleu1, check_pairs, cooked_bleu, rouge_l_mean, rouge_l_scores, tokenize_pairs
+from rag.scoring.coco import bleu1, check_pairs, cooked_bleu, rouge_l_scores, tokenize_pairs
 from rag.scoring.qbleu import qbleu1_scores
 
 
@@ -67,11 +67,10 @@ class Metric:
         self.options = self.checked_options(options or {})
 
     @classmethod
-    def checked_options(cls, given: dict, key: str | None = None) -> dict:
-        """The metric's options: its defaults (``options``) with ``given`` over them; ConfigError
-        naming config key ``key`` (default ``metrics.options.<name>``) for an option it does not
-        have or a value of another type than its default's."""
-        key = key or f"metrics.options.{cls.name}"
+    def checked_options(cls, given: dict) -> dict:
+        """The metric's options: its defaults (``options``) with ``given`` over them; ConfigError naming
+        config key ``metrics.options.<name>`` for an option it does not have or a value of another type."""
+        key = f"metrics.options.{cls.name}"
         out = dict(cls.options)
         for opt, value in given.items():
             if opt not in cls.options:
@@ -190,7 +189,7 @@ class RougeL(MeanMetric):
         return rouge_l_scores(predictions, targets, self.tokenizer)
 
     def mean(self, values):
-        return rouge_l_mean(values)
+        return 100.0 * float(sum(values) / len(values))
 
 
 @register_metric
@@ -237,23 +236,20 @@ class Scorer:
         own = {k: v for k, v in options.items() if k not in ("tokenizer", "qbleu1")}
         return cls(options.get("tokenizer", "python"), options.get("qbleu1"), own)
 
-    def metric(self, name: str) -> Metric:
-        """Metric ``name`` with these options."""
+    def metric(self, name: str, n: int | None = None) -> Metric:
+        """Metric ``name`` with these options; DataError when it is to score ``n`` = 0 predictions."""
+        if n == 0:
+            raise DataError(f"metric {name}: no predictions to score (empty list)")
         return metric_spec(name)(self.tokenizer, self.qbleu1, self.own.get(name))
 
     def compute(self, metric: str, predictions: Sequence[str], targets: Sequence[Sequence[str]]) -> float:
         """Score ``predictions`` against ``targets`` (one list of golds per example) with ``metric``."""
-        m = self.metric(metric)
-        if len(predictions) == 0:
-            raise DataError(f"metric {metric}: no predictions to score (empty list)")
-        return m.score(predictions, targets)
+        return self.metric(metric, len(predictions)).score(predictions, targets)
 
     def subset(self, metric: str, predictions: Sequence[str], targets: Sequence[Sequence[str]]) -> Callable[[Sequence[int]], float]:
         """``fn(indices)``: :meth:`compute` of the examples at ``indices`` (repeats allowed), to the last
         bit, with each example's own cost paid once (:meth:`Metric.subset`): for the report's bootstrap."""
-        m = self.metric(metric)
-        if len(predictions) == 0:
-            raise DataError(f"metric {metric}: no predictions to score (empty list)")
+        m = self.metric(metric, len(predictions))
         if m.needs_targets:
             check_pairs(predictions, targets)
         score = m.subset(predictions, targets)

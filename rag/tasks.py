@@ -38,10 +38,6 @@ class TaskSpec:
     kind: str  # one of KINDS
     metrics: tuple[str, ...]  # names of rag.metrics.METRICS
     primary: str  # the metric Tables 1/2/6 report
-    # decoding at test time (paper, appendix B): QA -> greedy / thorough, generation -> beam 4 / fast;
-    # the test-time K is configuration (schema default: tasks.<task>.decode_*.k)
-    decode_sequence: dict = field(default_factory=dict)
-    decode_token: dict = field(default_factory=dict)
     labels: tuple[str, ...] = ()
     display: str = ""  # the report's name of the task
     short: str = ""  # its short name in the paper's text (the claims)
@@ -59,6 +55,14 @@ class TaskSpec:
             if table in col.tables:
                 return col
         raise KeyError(f"task {self.name} has no column in {table}")
+
+    @property
+    def decode_sequence(self) -> dict:
+        return KIND_DECODING[self.kind][0]
+
+    @property
+    def decode_token(self) -> dict:
+        return KIND_DECODING[self.kind][1]
 
     @property
     def regex_targets(self) -> bool:
@@ -108,13 +112,13 @@ QA_TOK = {"method": "greedy", "beams": 1, "max_new_tokens": 16}
 GEN_SEQ = {"method": "fast", "beams": 4, "max_new_tokens": 40}
 GEN_TOK = {"method": "beam", "beams": 4, "max_new_tokens": 40}
 CLS = {"method": "greedy", "beams": 1, "max_new_tokens": 1}
+# a kind's (RAG-Sequence, RAG-Token) decoding at test time (paper, appendix B); the test-time K is
+# configuration (schema default: tasks.<task>.decode_*.k)
+KIND_DECODING = {"qa": (QA_SEQ, QA_TOK), "regex": (QA_SEQ, QA_TOK), "generation": (GEN_SEQ, GEN_TOK),
+                 "classification": (CLS, CLS)}
 
 FEVER3_LABELS = ("SUPPORTS", "REFUTES", "NOT ENOUGH INFO")
 FEVER2_LABELS = ("SUPPORTS", "REFUTES")
-
-
-def _tasks(*specs: TaskSpec) -> dict[str, TaskSpec]:
-    return {s.name: s for s in specs}
 
 
 QA_TABLES = ("table1", "table6")  # Table 1 (test) and Table 6 (dev ablations)
@@ -122,41 +126,39 @@ GEN_TABLES = ("table2", "table6")  # Table 2 (test) and Table 6
 DIVERSITY = ("table5",)  # Table 5: distinct tri-grams of the generations
 
 
-# in the paper's order (the report's tables follow it). Table 7 lists one more example than DPR's
-# files hold for every split of NQ, TriviaQA and WebQuestions (79,168 / 8,757 / 3,610,
-# 78,785 / 8,837 / 11,313 and 3,417 / 361 / 2,032: the files' counts, also DPR's Table 1): a known
-# offset, not a wrong file (table7_offset). FEVER-2's parser drops the NOT ENOUGH INFO claims.
-TASKS: dict[str, TaskSpec] = _tasks(
-    TaskSpec("nq", "qa", ("em",), "em", QA_SEQ, QA_TOK, display="Natural Questions", short="NQ", figure3_label="NQ",
+# in the paper's order (the report's tables follow it). Table 7 lists one example more than DPR's files
+# hold for every split of NQ, TriviaQA and WebQuestions (table7_offset).
+TASKS: dict[str, TaskSpec] = {s.name: s for s in (
+    TaskSpec("nq", "qa", ("em",), "em", display="Natural Questions", short="NQ", figure3_label="NQ",
              paper_columns=(PaperColumn("NQ", "em", QA_TABLES),),
              table7_row="Natural Questions", format="nq_open", table7_offset=1),
-    TaskSpec("triviaqa", "qa", ("em",), "em", QA_SEQ, QA_TOK, display="TriviaQA", short="TQA",
+    TaskSpec("triviaqa", "qa", ("em",), "em", display="TriviaQA", short="TQA",
              # one TriviaQA test split here: the paper's TQA-Wiki column shows the same number
              paper_columns=(PaperColumn("TQA", "em", QA_TABLES), PaperColumn("TQA-Wiki", "em", ("table1",))),
              table7_row="TriviaQA", format="triviaqa", table7_offset=1),
-    TaskSpec("webquestions", "qa", ("em",), "em", QA_SEQ, QA_TOK, display="WebQuestions", short="WQ",
+    TaskSpec("webquestions", "qa", ("em",), "em", display="WebQuestions", short="WQ",
              paper_columns=(PaperColumn("WQ", "em", QA_TABLES),),
              table7_row="WebQuestions", format="webquestions", table7_offset=1),
-    TaskSpec("curatedtrec", "regex", ("em_regex",), "em_regex", QA_SEQ, QA_TOK, display="CuratedTrec", short="CT",
+    TaskSpec("curatedtrec", "regex", ("em_regex",), "em_regex", display="CuratedTrec", short="CT",
              paper_columns=(PaperColumn("CT", "em_regex", QA_TABLES),),
              table7_row="CuratedTrec", format="curatedtrec"),
-    TaskSpec("msmarco", "generation", ("rougeL", "bleu1", "trigram_distinct"), "rougeL", GEN_SEQ, GEN_TOK,
+    TaskSpec("msmarco", "generation", ("rougeL", "bleu1", "trigram_distinct"), "rougeL",
              display="MS-MARCO", short="MS-MARCO",
              paper_columns=(PaperColumn("MS-MARCO R-L", "rougeL", GEN_TABLES), PaperColumn("MS-MARCO B-1", "bleu1", GEN_TABLES),
                             PaperColumn("MS-MARCO", "trigram_distinct", DIVERSITY)),
              table7_row="MS-MARCO", format="msmarco"),
-    TaskSpec("jeopardy", "generation", ("bleu1", "qbleu1", "trigram_distinct"), "qbleu1", GEN_SEQ, GEN_TOK,
+    TaskSpec("jeopardy", "generation", ("bleu1", "qbleu1", "trigram_distinct"), "qbleu1",
              display="Jeopardy QGen", short="Jeopardy",
              paper_columns=(PaperColumn("Jeopardy B-1", "bleu1", GEN_TABLES), PaperColumn("Jeopardy QB-1", "qbleu1", GEN_TABLES),
                             PaperColumn("Jeopardy QGen", "trigram_distinct", DIVERSITY)),
              table7_row="Jeopardy QGen", format="jeopardy"),
-    TaskSpec("fever3", "classification", ("accuracy",), "accuracy", CLS, CLS, FEVER3_LABELS, display="FEVER-3",
+    TaskSpec("fever3", "classification", ("accuracy",), "accuracy", FEVER3_LABELS, display="FEVER-3",
              short="FEVER-3", paper_columns=(PaperColumn("FEVER-3 acc", "accuracy", GEN_TABLES),),
              table7_row="FEVER-3-way", format="fever"),
-    TaskSpec("fever2", "classification", ("accuracy",), "accuracy", CLS, CLS, FEVER2_LABELS, display="FEVER-2",
+    TaskSpec("fever2", "classification", ("accuracy",), "accuracy", FEVER2_LABELS, display="FEVER-2",
              short="FEVER-2", paper_columns=(PaperColumn("FEVER-2 acc", "accuracy", GEN_TABLES),),
              table7_row="FEVER-2-way", format="fever", format_options={"two_way": True}),
-)
+)}
 
 
 def paper_column(table: str, label: str) -> tuple[str, str]:
@@ -171,7 +173,6 @@ def paper_column(table: str, label: str) -> tuple[str, str]:
 BUILTIN_TASKS = tuple(TASKS)  # the registry's own; the others are declared by the config being run
 # the keys of tasks.<task> that declare a task of the config's own (rag/config_keys.py); format too
 DECLARATION_KEYS = ("kind", "metrics", "primary", "labels", "display")
-KIND_DECODING = {"qa": (QA_SEQ, QA_TOK), "regex": (QA_SEQ, QA_TOK), "generation": (GEN_SEQ, GEN_TOK), "classification": (CLS, CLS)}
 
 
 def declare_tasks(tasks) -> None:
@@ -235,8 +236,7 @@ def declare_task(name: str, decl: dict, where: str = "config", without_metrics: 
     display = decl.get("display", name)
     if not isinstance(display, str) or not display:
         fail("display", "the task's name in the report, a non-empty string")
-    seq, tok = KIND_DECODING[kind]
-    spec = TaskSpec(name, kind, names, primary, seq, tok, tuple(labels or ()), display=display, short=display, format=fmt)
+    spec = TaskSpec(name, kind, names, primary, tuple(labels or ()), display=display, short=display, format=fmt)
     TASKS[name] = spec
     return spec
 

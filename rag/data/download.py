@@ -164,21 +164,16 @@ def download(
     dest: Path,
     sha256: str | None = None,
     allow_http: bool = False,
-    record: Path | None = None,
     chunk_size: int = 1 << 20,
     timeout: float = 60,
 ) -> Path:
-    """Download ``url`` to ``dest`` (resumable, verified, atomic); return ``dest``.
-
-    If ``dest`` already exists and verifies (against ``sha256`` or the record), no network
-    access happens. A failed verification raises :class:`DataError` and leaves no new file at
-    ``dest``.
-    """
+    """Download ``url`` to ``dest`` (resumable, verified, atomic); return ``dest``. A ``dest`` that exists
+    and verifies is not fetched again; a failed verification raises :class:`DataError` and leaves no ``dest``."""
     _check_scheme(url, allow_http)
     if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
         raise ConfigError(f"sha256 for {url}: expected 64 hex digits, got {sha256!r}")
     dest = Path(dest)
-    record = Path(record) if record is not None else dest.with_name(dest.name + ".sha256.json")
+    record = dest.with_name(dest.name + ".sha256.json")
     if dest.exists():
         _verify(url, dest, sha256, record, "existing file")
         log.info("%s: %s present and verified", url, dest)

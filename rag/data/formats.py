@@ -22,9 +22,12 @@ from rag.tasks import SPLITS, TASKS
 log = logging.getLogger(__name__)
 
 
-def _unique_ids(records: Iterable[dict], src: Path) -> Iterator[dict]:
+def _checked(records: Iterable[dict], src: Path, regex_targets: bool) -> Iterator[dict]:
+    """The records, refused where an id repeats or (``regex_targets``) a target does not compile."""
     seen: set[str] = set()
     for n, rec in enumerate(records):
+        if regex_targets:
+            check_regex_targets(rec["targets"], f"{src}: record {n} (id {rec['id']!r})")
         if rec["id"] in seen:
             raise DataError(f"{src}: duplicate example id {rec['id']!r} (record {n})")
         seen.add(rec["id"])
@@ -43,20 +46,10 @@ def _checked_rows(records: Iterable, src: Path, fmt: str) -> Iterator[dict]:
         yield {**rec, "meta": rec.get("meta", {})}
 
 
-def _checked_regexes(records: Iterable[dict], src: Path) -> Iterator[dict]:
-    for n, rec in enumerate(records):
-        check_regex_targets(rec["targets"], f"{src}: record {n} (id {rec['id']!r})")
-        yield rec
-
-
 def prepare_task(fmt: str, src: Path, out: Path, task: str, split: str, **kw) -> int:
     """Parse ``src`` in format ``fmt`` and write the common jsonl to ``out`` atomically; return the count.
-
-    The task's registry entry (``rag/tasks.py``) gives the options of its own format's parser
-    (``format_options``, defaults of ``kw``: FEVER-2 drops NOT ENOUGH INFO claims) and whether its
-    targets are regular expressions (``regex_targets``: each must compile). Logs a warning when
-    the count differs from the paper's Table 7.
-    """
+    The task's entry gives its own format's parser options (``format_options``, defaults of ``kw``) and
+    whether its targets are regular expressions; a count other than Table 7's logs a warning."""
     from rag.io import write_jsonl
 
     parse = parser(fmt, f"tasks.{task}.format")
@@ -76,9 +69,7 @@ def prepare_task(fmt: str, src: Path, out: Path, task: str, split: str, **kw) ->
         raise ConfigError(f"format {fmt!r}: bad options {sorted(kw)}: {exc}") from None
     if fmt not in PARSERS:
         records = _checked_rows(records, src, fmt)
-    if spec.regex_targets:
-        records = _checked_regexes(records, src)
-    n = write_jsonl(out, _unique_ids(records, src))
+    n = write_jsonl(out, _checked(records, src, spec.regex_targets))
     warning = check_counts(task, split, n)
     if warning:
         log.warning("%s", warning)
@@ -88,8 +79,6 @@ def prepare_task(fmt: str, src: Path, out: Path, task: str, split: str, **kw) ->
 
 def prepare_corpus(fmt: str, src: Path, out: Path, words: int = 100) -> int:
     """Convert a corpus to ``passages.tsv`` (:func:`corpus_passages`)."""
-    src = Path(src)
-    passages = corpus_passages(fmt, src, words)
-    n = write_passages(out, passages)
+    n = write_passages(out, corpus_passages(fmt, src, words))
     log.info("%s -> %s: %d passages", src, out, n)
     return n

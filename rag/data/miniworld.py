@@ -315,9 +315,7 @@ def restatements(world: dict[str, Entity], words: int) -> list[dict]:
     its one-fact clue); ``claims``: stated as FEVER states it, with ``{v}``; ``unstated``:
     [attribute, claim] pairs for the FEVER attributes of the entity's kind that the passage does
     not state; ``value_kind``: for a value that is an entity of the world (a leader, a capital),
-    its kind.
-    Pretraining re-renders the passage with random values, so the answer can only be read from
-    the passage, never memorised; dev and test entities are left out."""
+    its kind. Dev and test entities are left out."""
     where = fact_passages(world, words)
     stated_here: dict[str, set] = {}  # passage id -> the attributes it states
     for (_, attr), pid in where.items():
@@ -602,11 +600,8 @@ def _fields(template: str) -> list[str]:
 
 
 def hotswap_questions(worlds: dict[str, dict[str, Entity]]) -> list[dict]:
-    """The leader of every held-out country, with each snapshot's answer (paper Section 4.5).
-
-    Countries of the training split are left out: fine-tuning on NQ saw their leader questions,
-    so a model could answer them from memory whichever index it is given (measured: it does).
-    """
+    """The leader of every held-out country (fine-tuning on NQ saw the training countries' leaders),
+    with each snapshot's answer (paper Section 4.5)."""
     rows = []
     for e in sorted(worlds["a"].values(), key=lambda e: e.id):
         if e.kind != "country" or e.split == "train":

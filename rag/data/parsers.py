@@ -1,19 +1,11 @@
 """Strict parsers of the official dataset formats into the project's common records.
 
-A format's name is its parser's without ``parse_`` (:data:`PARSERS`; the corpus formats:
-:data:`CORPUS_FORMATS`, read by :func:`corpus_passages`). :mod:`rag.data.formats` converts
-files with them (``prepare_task``, ``prepare_corpus``).
-
-Task record (one JSON line each): ``{"id": str, "input": str, "targets": [str, ...], "meta": {...}}``;
-FEVER's targets are ``[label]``, CuratedTrec's regular expressions (DrQA / DPR convention).
-Corpus record: ``{"id": str, "title": str, "text": str}`` (one passage).
-
-Every parser is a generator ``parse_<fmt>(path, ...)``. Parsing is strict: a malformed record
-raises :class:`DataError` naming ``file:line`` (or, for formats that are one JSON document,
-the file and the record's position in it) and what is wrong; an empty file raises; nothing is
-skipped silently. Sources without their own ids get ``f"{id_prefix}-{n}"`` (n counts from 0;
-``prepare_task`` passes ``id_prefix=f"{task}-{split}"``). Each parser's docstring gives the
-layout it reads, as the public loaders of that dataset read it.
+A format is named after its parser, a generator ``parse_<format>(path, ...)`` (:data:`PARSERS`;
+the corpus formats: :data:`CORPUS_FORMATS`). A task record is ``{"id": str, "input": str,
+"targets": [str, ...], "meta": {...}}`` (FEVER's targets ``[label]``, CuratedTrec's regular
+expressions), a corpus record ``{"id": str, "title": str, "text": str}``. A malformed record or
+an empty file raises :class:`DataError` naming ``file:line`` (or the record's position in a JSON
+document); sources without ids get ``f"{id_prefix}-{n}"`` (n from 0).
 """
 
 from __future__ import annotations
@@ -138,9 +130,7 @@ def parse_dpr_qa_csv(path: Path, id_prefix: str | None = None) -> Iterator[dict]
         where = f"{path}:{lineno}"
         if len(row) != 2:
             raise DataError(f"{where}: expected 2 tab-separated columns (question, answer list), got {len(row)}")
-        question, literal = row
-        if not question.strip():
-            raise DataError(f"{where}: empty question")
+        question, literal = _question(row[0], where), row[1]
         try:
             answers = ast.literal_eval(literal)
         except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError) as exc:
@@ -267,16 +257,9 @@ def check_regex_targets(patterns: list[str], where: str) -> None:
 
 
 def parse_curatedtrec(path: Path, id_prefix: str | None = None) -> Iterator[dict]:
-    """CuratedTrec, in one of three layouts (fixed by the first line; every line must follow it):
-
-    * DrQA's ``CuratedTrec-{train,test}.txt``: JSON lines ``{"question", "answer": [regex, ...]}``;
-    * the curators' TSV (brmson/dataset-factoid-curated ``curated-train.tsv`` / ``curated-test.tsv``):
-      4 columns ``id<TAB>type<TAB>question<TAB>regex`` (type e.g. ``factoid``); the record id is the
-      file's id, the type goes to ``meta["type"]``;
-    * a plain 2-column TSV ``question<TAB>regex``.
-
-    Any other number of columns is refused with file:line, as is a regex that does not compile.
-    """
+    """CuratedTrec in the layout of its first line: DrQA's JSON lines ``{"question", "answer": [regex, ...]}``,
+    the curators' TSV ``id<TAB>type<TAB>question<TAB>regex`` (brmson/dataset-factoid-curated; the type goes
+    to ``meta["type"]``) or a 2-column TSV ``question<TAB>regex``; every regex must compile."""
     path = Path(path)
     prefix = id_prefix or _default_prefix(path)
     layout = None
@@ -521,8 +504,7 @@ def parse_dpr_passages(path: Path) -> Iterator[dict]:
 
 
 def parse_corpus_tsv(path: Path) -> Iterator[dict]:
-    """Plain TSV ``id<TAB>title<TAB>text`` (optional header of exactly those names; no quoting):
-    the layout of ``passages.tsv``, read by its one reader (:func:`rag.data.corpus.iter_passages`)."""
+    """Plain TSV ``id<TAB>title<TAB>text``, the layout of ``passages.tsv`` (optional header, no quoting)."""
     for _, pid, title, text in iter_passages(path, header=None):
         yield {"id": pid, "title": title, "text": text}
 
@@ -570,20 +552,16 @@ def takes_option(fmt: str, option: str) -> bool:
     return fmt in PARSERS and option in inspect.signature(PARSERS[fmt]).parameters
 
 
-CORPUS_FORMATS = ("dpr_tsv", "tsv", "jsonl", "documents")
+CORPUS_PARSERS = {"dpr_tsv": parse_dpr_passages, "tsv": parse_corpus_tsv, "jsonl": parse_corpus_jsonl}
+CORPUS_FORMATS = (*CORPUS_PARSERS, "documents")  # documents: jsonl articles, cut into passages
 
 
 def corpus_passages(fmt: str, src: Path, words: int = 100) -> Iterator[dict]:
     """The passages ({id, title, text}) of the corpus file ``src`` in format ``fmt``, in order, as
     ``passages.tsv`` will hold them; ``documents`` = jsonl {id,title,text} split into ``words``-word
     passages."""
-    src = Path(src)
-    if fmt == "dpr_tsv":
-        return parse_dpr_passages(src)
-    if fmt == "tsv":
-        return parse_corpus_tsv(src)
-    if fmt == "jsonl":
-        return parse_corpus_jsonl(src)
     if fmt == "documents":
         return chunk_documents(((d["id"], d["title"], d["text"]) for d in parse_corpus_jsonl(src)), words=words)
-    raise ConfigError(f"format: unknown corpus format {fmt!r} (known: {', '.join(CORPUS_FORMATS)})")
+    if fmt not in CORPUS_PARSERS:
+        raise ConfigError(f"format: unknown corpus format {fmt!r} (known: {', '.join(CORPUS_FORMATS)})")
+    return CORPUS_PARSERS[fmt](Path(src))

@@ -4,17 +4,7 @@ task's row is its registry entry's ``table7_row`` (``rag/tasks.py``), the counts
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from rag.tasks import TASKS
-
-
-@lru_cache(maxsize=1)
-def _table() -> tuple[tuple[str, ...], dict[str, tuple]]:
-    from rag.data import paper_results
-
-    table = paper_results()["table7"]
-    return tuple(table["columns"]), {row: tuple(counts) for row, counts in table["rows"].items()}
 
 
 def table7_rows() -> dict[str, str]:
@@ -24,8 +14,10 @@ def table7_rows() -> dict[str, str]:
 
 def table7() -> dict[str, dict[str, int]]:
     """Paper Table 7 dataset sizes: ``{task: {"train": n, "dev": n, "test": n}}``."""
-    columns, rows = _table()
-    return {task: dict(zip(columns, rows[row])) for task, row in table7_rows().items()}
+    from rag.data import paper_results
+
+    table = paper_results()["table7"]
+    return {task: dict(zip(table["columns"], table["rows"][row])) for task, row in table7_rows().items()}
 
 
 def check_counts(task: str, split: str, n: int) -> str | None:

@@ -1,8 +1,5 @@
-"""The final report: the paper's tables as measured (paper), Figure 3, index hot-swap, samples.
-
-``rag.report.build.build_report`` reads exactly the files it is given (``ReportInputs``) and the
-passages TSV, and writes the measured tables (CSV) and one self-contained HTML file (inline CSS and
-SVG, no scripts; text from data and models escaped by jinja2's autoescape).
+"""The final report (``rag.report.build.build_report``): the paper's tables as measured, Figure 3, the index
+hot-swap, samples; CSV tables and one self-contained HTML file (inline CSS and SVG, text escaped by jinja2).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 from rag.errors import ConfigError, DataError
 from rag.io import atomic_open, read_json, read_jsonl
+from rag.report import TABLE_KEYS
 from rag.report.claims import Evidence, build_claims, cell_interval
 from rag.report.inputs import ReportInputs
 from rag.tasks import TASKS, VARIANTS, paper_column, variant_spec
@@ -22,8 +23,6 @@ log = logging.getLogger(__name__)
 DASH = "\u2013"  # the en dash shown for a missing number
 
 VARIANT_NAMES = {name: spec.display for name, spec in VARIANTS.items()}
-# Tasks are looked up in the registry when the report is built: their order (the paper's), their
-# names, and the column of each paper table they fill with which metric (rag.tasks.paper_column).
 
 
 def _task_name(task: str | None):
@@ -129,10 +128,7 @@ class Runs:
         self.by_seed: dict[tuple[str, str, str], dict[int, dict]] = {}
         self.paths: dict[tuple[str, str, str], dict[int, Path]] = {}
         for key, files in sorted(inputs.metrics.items()):
-            task, variant, split = key
-            if tasks is not None and task not in tasks:
-                continue
-            if variants is not None and variant not in variants:
+            if (tasks is not None and key[0] not in tasks) or (variants is not None and key[1] not in variants):
                 continue
             for seed, path in sorted(files.items()):
                 data = read_json(path)
@@ -257,7 +253,7 @@ def build_tables(runs: Runs, paper: dict, generators: dict[str, str] | None = No
     name -> what it is; key "": the generator group's) where it has them."""
     tables = []
     wnotes = weights_notes(runs)
-    for key in ("table1", "table2", "table5", "table6"):
+    for key in TABLE_KEYS:
         spec = paper[key]
         split = TABLE_SPLIT[key]
         columns = list(spec["columns"])
@@ -424,7 +420,7 @@ def figure3(inputs: ReportInputs) -> list[dict]:
     tasks = _ordered({key[0] for key in inputs.experiment_keys("topk")}, TASKS)
     figures = []
     for task in tasks:
-        series_em, series_recall = [], []
+        series: dict[str, list] = {"em": [], "answer_recall": []}  # metric -> its curves, one per variant
         for variant in ("rag_token", "rag_sequence"):
             files = inputs.experiment("topk", task, variant)
             if not files or any(not p.is_file() for p in files.values()):
@@ -446,17 +442,17 @@ def figure3(inputs: ReportInputs) -> list[dict]:
                         raise DataError(f"{path}: '{metric}' must be a list as long as 'k'")
                     rows.append(None if ys is None else [_number(y, f"{path}: {metric}") for y in ys])
             name = VARIANT_NAMES[variant] + (f" (mean of {len(files)} seeds)" if len(files) > 1 else "")
-            for metric, target in (("em", series_em), ("answer_recall", series_recall)):
-                if curves[metric] and None not in curves[metric]:
-                    target.append((name, ks, _seed_mean(curves[metric])))
-        if not series_em and not series_recall:
+            for metric, rows in curves.items():
+                if rows and None not in rows:
+                    series[metric].append((name, ks, _seed_mean(rows)))
+        if not any(series.values()):
             continue
         tname = _task_name(task)
         short = (TASKS[task].figure3_label if task in TASKS else "") or tname
-        panels = [line_chart(series, title=f"{short}: {title}", xlabel="K retrieved documents", ylabel=ylabel,
-                             ymax=100.0)
-                  for series, title, ylabel in ((series_em, "exact match vs test-time K", f"{short} exact match (%)"),
-                                                (series_recall, "answer recall@K", "answer recall@K (%)")) if series]
+        panels = [line_chart(series[metric], title=f"{short}: {title}", xlabel="K retrieved documents", ylabel=ylabel)
+                  for metric, title, ylabel in (("em", "exact match vs test-time K", f"{short} exact match (%)"),
+                                                ("answer_recall", "answer recall@K", "answer recall@K (%)"))
+                  if series[metric]]
         figures.append({"task": tname, "panels": panels})
     return figures
 
@@ -646,11 +642,7 @@ def build_report(
     generators: dict[str, str] | None = None,
 ) -> None:
     """Write the measured tables (CSV) to ``tables`` (key ``table1`` ... -> file) and the HTML
-    report ``out_html``, from exactly the files ``inputs`` names (``ReportInputs.from_files``).
-
-    Missing metrics render as an en dash; every measured number links to
-    ``{tracking_url}/#/experiments/{experiment_id}/runs/{run_id}``.
-    """
+    report ``out_html``, from exactly the files ``inputs`` names; a measured number links to its MLflow run."""
     from rag.data import paper_results
 
     paper = paper_results()

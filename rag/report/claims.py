@@ -1,14 +1,8 @@
 """The report's claims checklist: each qualitative claim of the paper, the paper's evidence, the
-measured evidence with a 95 % interval, and a verdict.
-
-Every figure comes from per-example files the DAG wrote (predictions.jsonl, the top-K sweep,
-the hot-swap and the oracle results), one per fine-tune seed; nothing is taken from the paper but
-its own evidence. The measured difference is the mean over seeds; its interval carries both the
-seed variance and the test sample (:mod:`rag.report.stats`). A verdict says whether that interval
-excludes 0 in the paper's direction (``reproduced``), in the other direction (``not reproduced``),
-or neither (``inconclusive``). The ``bar`` beside it is this harness' own acceptance threshold for
-the embedded benchmark (miniworld), read on the mean over seeds, so that a regression that keeps
-the sign but loses the size of an effect shows too.
+measured difference (the mean over fine-tune seeds of per-example files the DAG wrote) with its 95 %
+interval (:mod:`rag.report.stats`), and a verdict: the interval excludes 0 in the paper's direction
+(``reproduced``), in the other (``not reproduced``), or neither (``inconclusive``). The ``bar`` is this
+harness' own threshold on the mean for miniworld, so that an effect that keeps its sign but loses its size shows.
 """
 
 from __future__ import annotations
@@ -68,16 +62,14 @@ class Claim:
         text = f"{count} seed{'s' if max(sides) > 1 else ''}"
         return text + (f", sd {self.seed_sd:.1f}" if self.seed_sd is not None else "")
 
-    def set_interval(self, iv: Interval, direction: int = 1) -> None:
+    def set_interval(self, iv: Interval) -> None:
         self.diff, self.lo, self.hi = iv.estimate, iv.lo, iv.hi
-        self.verdict = verdict(iv.lo, iv.hi, direction)
+        self.verdict = verdict(iv.lo, iv.hi)
         self.seeds, self.seed_sd, self.side_seeds = iv.seeds, iv.seed_sd, iv.side_seeds
 
 
 class Evidence:
-    """Per-example results of the files one report reads (its rule's inputs), seed by seed.
-
-    Per-example scores come as a matrix (seeds x test examples, examples in id order)."""
+    """Per-example results of the files one report reads, as matrices (seeds x test examples in id order)."""
 
     def __init__(self, inputs: ReportInputs, passages: dict[str, str] | None):
         self.inputs = inputs
@@ -144,14 +136,11 @@ class Evidence:
 
 
 def _diff_claim(claim: str, paper: str, what: str, a, b, bar_text: str, bar: Callable[[float], bool],
-                direction: int = 1, ci_above_zero: bool = False, paired_seeds: bool = False) -> Claim:
-    """A claim on the difference mean(a) - mean(b) of per-example scores (seeds x examples, or one
-    row for one seed), the mean over seeds and examples; its interval carries the seed variance and
-    the test sample (:func:`rag.report.stats.mean_interval`). ``paired_seeds``: row s of a and of b
-    share seed s, either as the same fine-tunes (K = 8 vs K = 1 of one model) or as twins trained with
-    the same seed (a fine-tuned and a frozen retriever: the same batches in the same order from the
-    same pretrained generator), so the seeds' spread is that of their per-seed differences.
-    ``ci_above_zero``: the bar also asks that the interval's lower end be above 0."""
+                ci_above_zero: bool = False, paired_seeds: bool = False) -> Claim:
+    """A claim on mean(a) - mean(b) of per-example scores (seeds x examples, or one row for one seed).
+    ``paired_seeds``: row s of a and of b share seed s (the same fine-tunes, or twins trained with the
+    same seed), so the seeds' spread is that of their per-seed differences. ``ci_above_zero``: the bar
+    also asks that the interval's lower end be above 0."""
     if ci_above_zero:
         bar_text += ", CI above 0"
     if a is None or b is None:
@@ -161,12 +150,9 @@ def _diff_claim(claim: str, paper: str, what: str, a, b, bar_text: str, bar: Cal
         return Claim(claim, paper, f"{what}: different test sets ({a.shape[1]} vs {b.shape[1]})", bar=bar_text)
     if not a.shape[1]:
         return Claim(claim, paper, f"{what}: no examples", bar=bar_text)
-    if paired_seeds:
-        iv = mean_interval([(1, a - b)])
-    else:
-        iv = mean_interval([(1, a), (-1, b)])
+    iv = mean_interval([(1, a - b)] if paired_seeds else [(1, a), (-1, b)])
     c = Claim(claim, paper, f"{what}: {a.mean():.1f} vs {b.mean():.1f} (n = {a.shape[1]})", bar=bar_text)
-    c.set_interval(iv, direction)
+    c.set_interval(iv)
     c.bar_met = bool(bar(iv.estimate)) and (iv.lo > 0 or not ci_above_zero)
     return c
 
@@ -292,10 +278,10 @@ def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: d
     qa_col = TASKS[qa].column("table6")  # the same label in Table 1
     # 1. retrieval is a real problem: the frozen retriever misses at K = 1 and finds at K = 5
     r1, r5 = ev.hits(qa, "rag_token_frozen", 1), ev.hits(qa, "rag_token_frozen", 5)
-    c = _diff_claim("Retrieval is a real problem: more documents find more answers", f"Figure 3 (right): {QA} answer recall rises with K",
-                    f"{QA} frozen dense answer recall@5 vs @1", r5, r1, "recall@1 in [35, 80] and recall@5 ≥ 85",
-                    lambda d: 35 <= np.mean(r1) <= 80 and np.mean(r5) >= 85)
-    out.append(c)
+    out.append(_diff_claim("Retrieval is a real problem: more documents find more answers",
+                           f"Figure 3 (right): {QA} answer recall rises with K",
+                           f"{QA} frozen dense answer recall@5 vs @1", r5, r1, "recall@1 in [35, 80] and recall@5 ≥ 85",
+                           lambda d: 35 <= np.mean(r1) <= 80 and np.mean(r5) >= 85))
     # 2. fine-tuned retriever > frozen (Table 6)
     out += _fine_tuning_claims(ev, pv)
     # 3. dense > BM25 on paraphrased QA
@@ -352,12 +338,12 @@ def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: d
                              "hot-swap: not run", bar="over ≥ 20 changed: matched ≥ 60 %, mismatched ≤ 20 %"))
             continue
         matched, mismatched = hs
-        c = _diff_claim(f"Swapping the index updates the answers ({name})", hs_paper,
-                        "leader questions of changed countries, matched vs mismatched index", matched, mismatched,
-                        "over ≥ 20 changed: matched ≥ 60 %, mismatched ≤ 20 %",
-                        lambda d: matched.shape[1] >= 20 and matched.mean() >= 60 and mismatched.mean() <= 20,
-                        paired_seeds=True)
-        out.append(c)
+        out.append(_diff_claim(f"Swapping the index updates the answers ({name})", hs_paper,
+                               "leader questions of changed countries, matched vs mismatched index",
+                               matched, mismatched,
+                               "over ≥ 20 changed: matched ≥ 60 %, mismatched ≤ 20 %",
+                               lambda d: matched.shape[1] >= 20 and matched.mean() >= 60 and mismatched.mean() <= 20,
+                               paired_seeds=True))
     # 7. RAG on FEVER
     for task in ROLES.classification:
         col = TASKS[task].column("table2")

@@ -1,12 +1,9 @@
-"""The files a report reads, named one by one (no directory globbing): the report shows exactly
-the runs and experiment results its Snakemake rule lists as inputs, so runs of another
-experiment, or of a task since removed from the config, never appear in it.
+"""The files a report reads, named one by one (no globbing): exactly its Snakemake rule's inputs.
 
-Each file says what it is: a ``metrics.json`` records its task, variant, split and fine-tune seed; a
-top-K sweep or oracle file its task, variant and seed; a hot-swap file its variant and seed (a file
-without a seed counts as seed 0). Predictions come in the order of the
-metrics files they belong to (the two outputs of one evaluation); a task's training file, read for
-the majority-label baseline, is given as ``task=path``. Every key maps to its files by seed.
+Each file says what it is: a ``metrics.json`` its task, variant, split and seed; a top-K sweep or
+oracle file its task, variant and seed; a hot-swap file its variant and seed (no seed: seed 0).
+Predictions pair with the metrics files by position; a task's training file (the majority-label
+baseline) is given as ``task=path``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
-"""Intervals that carry both sources of noise in a measured number: the fine-tune seed and the test sample.
+"""95 % intervals that carry both sources of noise in a measured number: the fine-tune seed and the test sample.
 
-A cell (a metric) or a claim (a difference of two cells) is measured on S fine-tunes (seeds) of each
-side, each decoded on the same n test examples; its estimate is the mean over seeds. Its variance is
-the sum of two parts:
-
-- **the test sample**: the variance of the seed-averaged statistic over resamples of the examples
-  (one resample serves every seed and side: a difference is paired). Exact, ``var(x̄_i) / n``, for a
-  mean of per-example scores; by bootstrap for a corpus-level statistic (BLEU, ROUGE-L, distinct
-  tri-grams).
-- **the seeds**: ``σ²_seed / S`` per side; for per-example scores the two-way (seeds x examples)
-  method-of-moments estimate ``max(0, var_s(x̄_s) - σ̂²_interaction / n)``, for a corpus-level
-  statistic the sample variance of the per-seed statistics. A difference within the same models, or
-  between twins trained with the same seeds, is one side whose per-seed statistic is the difference.
-
-The 95 % interval is ``estimate ± t · sqrt(V)``, ``t`` Student's quantile at the Welch-Satterthwaite
-degrees of freedom, each seed term counted with the whole mean square of its per-seed values (S - 1
-degrees of freedom). With one seed per side the interval is the test sample's alone (``seeds == 1``).
+A cell or a claim (a difference of two cells) is the mean over the S seeds of each side, each decoded on
+the same n test examples. Its variance is the test sample's (``var(x̄_i) / n`` for per-example scores,
+by a paired bootstrap for a corpus-level statistic) plus ``σ²_seed / S`` per side (for per-example scores
+the two-way method-of-moments estimate ``max(0, var_s(x̄_s) - σ̂²_interaction / n)``); the interval is
+``estimate ± t · sqrt(V)`` at the Welch-Satterthwaite degrees of freedom. One seed per side: the test sample's alone.
 """
 
 from __future__ import annotations

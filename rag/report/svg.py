@@ -1,14 +1,9 @@
-"""Small hand-written inline SVG charts for the HTML report.
-
-Every piece of text that goes into the SVG (titles, axis labels, legend entries, tooltips) is
-passed through ``markupsafe.escape``; numbers are formatted by this module. The functions return
-``markupsafe.Markup`` so the template can embed the chart, which is sound only because of that
-escaping: nothing from the data enters the markup unescaped.
+"""Small inline SVG charts for the HTML report, returned as ``markupsafe.Markup``: every text that goes
+into the SVG (titles, labels, legends, tooltips) is passed through ``markupsafe.escape``.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 from markupsafe import Markup, escape
@@ -19,18 +14,6 @@ FONT = 'font-family="sans-serif"'
 
 def _fmt(v: float) -> str:
     return f"{v:.2f}".rstrip("0").rstrip(".") if v != int(v) else str(int(v))
-
-
-def nice_ceiling(v: float) -> float:
-    """Smallest 'nice' number (1, 2, 2.5, 5 times a power of ten) at or above ``v``."""
-    if v <= 0 or not math.isfinite(v):
-        return 1.0
-    exp = math.floor(math.log10(v))
-    for m in (1, 2, 2.5, 5, 10):
-        cand = m * 10**exp
-        if cand >= v - 1e-12:
-            return float(cand)
-    return float(10 ** (exp + 1))
 
 
 def _text(x: float, y: float, s: str, *, anchor: str = "middle", size: int = 12, extra: str = "") -> str:
@@ -67,23 +50,18 @@ def line_chart(
     title: str,
     xlabel: str,
     ylabel: str,
-    ymax: float | None = None,
+    ymax: float = 100.0,
     width: int = 440,
     height: int = 310,
 ) -> Markup:
-    """A line chart with markers; ``series`` is [(label, xs, ys)], ys may hold None (gap).
-
-    The y axis runs from 0 to ``ymax`` (100 for percentages); without it, to a 'nice' number
-    just above the largest value."""
+    """A line chart with markers; ``series`` is [(label, xs, ys)], ys may hold None (gap); the y axis
+    runs from 0 to ``ymax``."""
     left, right, top, bottom = 58, 16, 34, 52
     pw, ph = width - left - right, height - top - bottom
     xs_all = [float(x) for _, xs, _ in series for x in xs]
-    ys_all = [float(y) for _, _, ys in series for y in ys if y is not None]
     xmin, xmax = (min(xs_all), max(xs_all)) if xs_all else (0.0, 1.0)
     if xmax == xmin:
         xmin, xmax = xmin - 1, xmax + 1
-    if ymax is None:
-        ymax = nice_ceiling(max(ys_all) * 1.05) if ys_all else 1.0
 
     def sx(x: float) -> float:
         return left + (x - xmin) / (xmax - xmin) * pw

@@ -61,8 +61,3 @@ def rouge_l_scores(predictions: Sequence[str], references: Sequence[Sequence[str
     rouge = Rouge()
     return [rouge.calc_score([h], r) for h, r in zip(hyps, refs)]
 
-
-def rouge_l_mean(scores: Sequence) -> float:
-    """The mean of per-example ROUGE-L scores (:func:`rouge_l_scores`), in percent: MS MARCO's ROUGE-L."""
-    return 100.0 * float(sum(scores) / len(scores))
-

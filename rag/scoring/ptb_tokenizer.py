@@ -1,10 +1,6 @@
-"""Tokenization as coco-caption's scorers see it (BLEU-1, ROUGE-L, Q-BLEU-1).
-
-The official scripts run Stanford's Java ``PTBTokenizer`` (``-preserveLines -lowerCase``) and then
-drop the tokens in coco-caption's ``PUNCTUATIONS`` list. ``tokenize_batch(texts, "python")`` (the
-default) uses ``ptb_tokenize``, a pure Python re-implementation of that behaviour, so that scores
-do not depend on Java being installed; ``"ptb"`` uses pycocoevalcap's Java wrapper (needs ``java``
-on PATH). Known differences of the fallback are listed in ``ptb_tokenize``'s docstring.
+"""Tokenization as coco-caption's scorers see it (BLEU-1, ROUGE-L, Q-BLEU-1): Stanford's ``PTBTokenizer``
+(``-preserveLines -lowerCase``), then coco-caption's ``PUNCTUATIONS`` dropped. ``tokenize_batch(texts, "python")``
+(the default) imitates it in Python (:func:`ptb_tokenize`); ``"ptb"`` runs pycocoevalcap's Java wrapper.
 """
 
 from __future__ import annotations

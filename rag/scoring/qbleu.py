@@ -85,25 +85,16 @@ def qbleu_components(question: str) -> dict[str, str]:
     return {"imp": " ".join(imp), "ner": " ".join(ner), "qt": " ".join(qt), "sw": " ".join(sw)}
 
 
-def qbleu1_scores(
-    predictions: Sequence[str],
-    references: Sequence[Sequence[str]],
-    tokenizer: str = "python",
-    w_ner: float | None = None,
-    w_qt: float | None = None,
-    w_re: float | None = None,
-    delta: float | None = None,
-) -> list[float]:
+def qbleu1_scores(predictions: Sequence[str], references: Sequence[Sequence[str]], tokenizer: str = "python",
+                  **weights: float) -> list[float]:
     """Per-example Q-BLEU-1 in [0, 1]: ``delta * Answerability + (1 - delta) * BLEU-1``, the best of each
-    example's references. Each Answerability component (relevant words, named entities, question type, stop
-    words) is the harmonic mean of the sentence BLEU-1 of the predicted component against the reference one and
-    vice versa, and 1 when both are empty, as the authors' head script
-    (github.com/PrekshaNema25/Answerability-Metric at ec5cf5e) computes it; equal to that script run with
-    Java's PTB tokenizer, within 1e-6, on ``tests/data/qbleu_head_vectors.json`` with either tokenizer.
-    An empty prediction scores 0 (the authors' script stops with an IndexError on it)."""
+    example's references (``weights``: w_ner, w_qt, w_re, delta; the defaults where absent). Each
+    Answerability component is the harmonic mean of the sentence BLEU-1 of the predicted component against
+    the reference one and vice versa (1 when both are empty), as the authors' head script
+    (github.com/PrekshaNema25/Answerability-Metric at ec5cf5e) computes it (tests/data/qbleu_head_vectors.json).
+    An empty prediction scores 0."""
     check_pairs(predictions, references)
-    given = {k: v for k, v in {"w_ner": w_ner, "w_qt": w_qt, "w_re": w_re, "delta": delta}.items() if v is not None}
-    W = check_qbleu_weights(given, "qbleu1 weights")
+    W = check_qbleu_weights(weights, "qbleu1 weights")
     w_ner, w_qt, w_re, delta = W["w_ner"], W["w_qt"], W["w_re"], W["delta"]
     w_sw = 1.0 - w_ner - w_qt - w_re
 
