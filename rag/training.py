@@ -30,10 +30,8 @@ CKPT = "checkpoint.pt"
 
 
 def ddp_setup() -> tuple[int, int]:
-    """(rank, world size); under torchrun (WORLD_SIZE > 1) initialise the process group first.
-
-    gloo on CPU, nccl when CUDA is available (each process then uses GPU LOCAL_RANK).
-    """
+    """(rank, world size); under torchrun (WORLD_SIZE > 1) initialise the process group first
+    (nccl on GPU LOCAL_RANK when CUDA is available, else gloo)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return 0, 1
@@ -71,15 +69,10 @@ def make_optimizer(system, lr: float, qenc_lr: float, train_question_encoder: bo
 
 
 class Checkpoint:
-    """The one checkpoint rule of every resumable loop (fine-tuning, pretraining).
-
-    ``path`` holds the step, the losses so far, the state of each of ``modules`` (name -> module,
-    None for one the run does not train), the optimizer's, scheduler's, gradient scaler's and torch
-    RNG states (the save after the last step, ``final``, leaves the optimizer, scheduler and scaler
-    out), any ``extra`` state of the loop, and ``identity``: what the run was configured with. A
-    checkpoint of another identity is not resumed (a warning names the differences): the run starts
-    from step 0. An unreadable one is set aside as ``checkpoint.pt.corrupt-<n>`` (:meth:`load`).
-    """
+    """The checkpoint of every resumable loop (fine-tuning, pretraining): the step, the losses, the
+    state of each of ``modules`` (None: not trained), optimizer, scheduler, gradient scaler and torch
+    RNG (the ``final`` save leaves the first three out), the loop's ``extra`` state and ``identity``
+    (what the run was configured with: a checkpoint of another identity is not resumed)."""
 
     def __init__(self, path: str | Path, identity: dict, modules: dict[str, torch.nn.Module | None]):
         self.path = Path(path)
@@ -106,10 +99,9 @@ class Checkpoint:
     KEYS = ("step", "run", "optimizer", "scheduler", "torch_rng", "losses")
 
     def load(self, opt, sched, scaler=None) -> tuple[int, list[float], dict]:
-        """(step, losses, extra state) restored from the checkpoint; (0, [], {}) when there is
-        none, when it was written under another configuration, or when it cannot be read (empty,
-        truncated, corrupt): that file is set aside as ``checkpoint.pt.corrupt-<n>`` and a warning
-        names both."""
+        """(step, losses, extra state) restored from the checkpoint; (0, [], {}) when there is none,
+        when it was written under another configuration, or when it cannot be read (set aside as
+        ``checkpoint.pt.corrupt-<n>``, with a warning)."""
         if not self.path.is_file():
             return 0, [], {}
         try:
@@ -159,11 +151,10 @@ def optimize(step_loss: Callable[[int], torch.Tensor], params: list, opt, sched,
              checkpoint_every: int = 100, extra_state: Callable[[], dict] | None = None,
              log_every: int = 50, log_fn: Callable[[int, float], None] | None = None, desc: str = "train",
              progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1) -> list[float]:
-    """The training loop: steps ``start`` .. ``steps`` - 1 of ``step_loss(step)``, each a gradient
-    step (clipped to norm 1; fp16 through ``scaler``) and a scheduler step; returns ``losses``
-    extended with each step's loss (the mean over the DDP processes). ``checkpoint`` (rank 0) is
-    saved every ``checkpoint_every`` steps and after the last, with ``extra_state()``;
-    ``stop_after`` ends this call after that many steps (tests play an interruption with it)."""
+    """Steps ``start`` .. ``steps`` - 1 of ``step_loss(step)``, each a gradient step (clipped to norm
+    1; fp16 through ``scaler``) and a scheduler step; returns ``losses`` extended with each step's
+    loss (the mean over DDP processes). ``checkpoint`` (rank 0) is saved every ``checkpoint_every``
+    steps and after the last; ``stop_after`` ends this call after that many steps."""
     from tqdm.auto import tqdm
 
     losses = [] if losses is None else losses
@@ -207,11 +198,9 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
           checkpoint_every: int, log_every: int, log_fn: Callable[[int, float], None] | None = None,
           progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1,
           ddp_module=None, precision: str | None = None, identity: dict | None = None) -> list[float]:
-    """Train ``system`` for ``steps`` steps; resume from ``ckpt_dir/checkpoint.pt`` when it was
-    written under the same settings and ``identity`` (:class:`Checkpoint`). ``ddp_module``: the
-    DistributedDataParallel wrapper under torchrun, whose forward is ``system.loss``;
-    ``precision`` (default: the system's) sets ``system.precision``; ``stop_after`` as :func:`optimize`.
-    """
+    """Train ``system`` for ``steps`` steps, resumed from ``ckpt_dir/checkpoint.pt`` written under the
+    same settings and ``identity``. ``ddp_module``: the DistributedDataParallel wrapper under torchrun;
+    ``precision`` (default: the system's) sets ``system.precision``."""
     from rag import precision as P
 
     torch.manual_seed(seed)
@@ -263,15 +252,11 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
              absent_share: float = 0.0, ckpt_path: str | Path | None = None, identity: dict | None = None,
              checkpoint_every: int = PRETRAIN_CHECKPOINT_EVERY, stop_after: int | None = None,
              generator=None) -> list[float]:
-    """Pretrain ``model`` (on the device it is on) with the cloze objective, and a share
-    ``restatement_share`` of each batch from ``restatements`` when given, of which shares
-    ``claim_share``, ``sentence_share`` and ``absent_share`` are claims to label, facts to restate
-    as a sentence and facts asked of a passage that does not state them (:class:`Restatements`).
-    ``chunk_overhead``: generator.chunk_overhead (None: the device's default). With ``ckpt_path``
-    it is resumable (:class:`Checkpoint`, also holding the batch sampler's RNG state);
-    ``stop_after`` ends this call after that many steps. ``model`` is a seq2seq model unless
-    ``generator`` is given: a :class:`rag.models.interface.Generator` holding ``model`` (a causal
-    LM) that tokenizes and scores each example."""
+    """Pretrain ``model`` with the cloze objective and a share ``restatement_share`` of each batch
+    from ``restatements`` (of which shares ``claim_share``, ``sentence_share`` and ``absent_share``
+    are claims, sentences and absent facts: :class:`Restatements`); resumable with ``ckpt_path``.
+    ``model`` is a seq2seq model unless ``generator`` (a :class:`rag.models.interface.Generator`
+    holding it) is given to tokenize and score each example."""
     from rag import precision as P
     from rag.models.seq2seq import chunk_overhead_for, target_logprobs
 
