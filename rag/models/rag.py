@@ -188,14 +188,11 @@ class RagSystem(torch.nn.Module):
             return self._predictions(enc, self._rag_sequence_decode(enc, beams, max_new_tokens, thorough=method == "thorough"))
         beams = 1 if method == "greedy" else beams
         kk, dev = enc.k, self.device
-        if self.model_kind == "bart":
-            step = CachedStep(self, enc, lambda owner: owner[:, None], lambda lp, owner: lp[:, 0])
-        elif self.model_kind == "sequence":
-            # RAG-Sequence with greedy/beam: decode the top document alone (not marginalized)
-            step = CachedStep(self, enc, lambda owner: owner[:, None] * kk, lambda lp, owner: lp[:, 0])
-        else:  # RAG-Token: the next-token distribution marginalized over the K documents
+        if self.model_kind == "token":  # the next-token distribution marginalized over the K documents
             step = CachedStep(self, enc, lambda owner: owner[:, None] * kk + torch.arange(kk, device=dev),
                               lambda lp, owner: torch.logsumexp(lp + enc.doc_lp[owner][:, :, None], dim=1))
+        else:  # the top document alone (RAG-Sequence's greedy/beam; BART's one source, K = 1)
+            step = CachedStep(self, enc, lambda owner: owner[:, None] * kk, lambda lp, owner: lp[:, 0])
         found = beam_search(step, len(questions), beams, max_new_tokens, self.bos_id, self.eos_id)
         return self._predictions(enc, [h[0] for h in found])
 

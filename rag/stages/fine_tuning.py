@@ -8,7 +8,7 @@ import logging
 import time
 from pathlib import Path
 
-from rag.errors import ConfigError, DataError
+from rag.errors import DataError
 from rag.io import atomic_dir, read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
 from rag.sections import TrainSection
@@ -19,8 +19,8 @@ log = logging.getLogger("rag")
 
 
 def _targets_for_training(cfg: TrainSection, system, rows: list[dict]) -> tuple[list[str], list[str]]:
-    """Training (input, target) pairs. A task with regex answers: as the paper, the target is the
-    most frequent match of the regex in the top retrieved documents."""
+    """Training (input, target) pairs: a label's token, the first target, or for regex answers (as the
+    paper) the most frequent match in the top retrieved passages (closed-book: ``meta.answer``)."""
     name = cfg.task_name
     spec = TASKS[name]
     if spec.classifies:
@@ -32,8 +32,9 @@ def _targets_for_training(cfg: TrainSection, system, rows: list[dict]) -> tuple[
     from rag.scoring.answer_match import compile_regex
 
     if system.passages is None:
-        raise ConfigError(f"task {name}: regex answers need a retriever to find training targets; the bart variant "
-                          "uses the answer recorded in meta.answer when the data has one")
+        if any("answer" not in r.get("meta", {}) for r in rows):
+            raise DataError(f"task {name}: regex answers without a recorded meta.answer cannot be trained closed-book")
+        return [r["input"] for r in rows], [r["meta"]["answer"] for r in rows]
     inputs, targets, missing = [], [], 0
     depth = min(len(system.passages), 50)
     import torch
@@ -62,13 +63,6 @@ def _targets_for_training(cfg: TrainSection, system, rows: list[dict]) -> tuple[
     if not inputs:
         raise DataError(f"task {name}: no training question has a regex match in its retrieved passages")
     return inputs, targets
-
-
-def _bart_regex_targets(name: str, rows):
-    out = [(r["input"], r["meta"]["answer"]) for r in rows if "answer" in r.get("meta", {})]
-    if len(out) < len(rows):
-        raise DataError(f"task {name}: regex answers without a recorded meta.answer cannot be trained closed-book (bart)")
-    return [a for a, _ in out], [b for _, b in out]
 
 
 def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str | Path, generator: str | Path,
@@ -123,10 +117,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     if spec.classifies:
         ensure_label_tokens(system.tokenizer, system.generator, list(spec.labels))
     system.prepare_training()  # after the label tokens: a causal LM's adapters wrap the resized model
-    if spec.regex_targets and vspec.retriever is None:
-        inputs, targets = _bart_regex_targets(name, rows)
-    else:
-        inputs, targets = _targets_for_training(cfg, system, rows)
+    inputs, targets = _targets_for_training(cfg, system, rows)
     run = None
     if rank == 0:
         # one run per seed; tag ``cell`` groups a (task, variant)'s seeds in the MLflow UI (group by tag)
