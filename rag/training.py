@@ -258,8 +258,11 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
     ``model`` is a seq2seq model unless ``generator`` (a :class:`rag.models.interface.Generator`
     holding it) is given to tokenize and score each example."""
     from rag import precision as P
-    from rag.models.seq2seq import chunk_overhead_for, target_logprobs
+    from rag.models.generator import Seq2SeqGenerator
+    from rag.models.seq2seq import chunk_overhead_for
 
+    if generator is None:  # a seq2seq model; pretraining targets are not truncated
+        generator = Seq2SeqGenerator(model, tokenizer, max_source_len, None)
     device = next(model.parameters()).device
     overhead = chunk_overhead_for(device.type, chunk_overhead)
     scaler = P.grad_scaler(device.type, precision)
@@ -300,18 +303,11 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
             ex = cloze_example(titles[i], texts[i], rng, tokenizer.mask_token, window)
             if ex:
                 pairs.append(ex)
-        if generator is not None:
-            ids, mask = generator.tokenize_sources([p[0] for p in pairs])
-            tgt = generator.tokenize_targets([p[1] for p in pairs])
-            with P.autocast(device.type, precision):
-                ll, _ = generator.target_logprobs(ids, mask, tgt, tokenizer.pad_token_id, False, overhead)
-            return -ll.float().sum(1).mean()
-        src = tokenizer([p[0] for p in pairs], padding=True, truncation=True, max_length=max_source_len, return_tensors="pt")
-        tgt = tokenizer([p[1] for p in pairs], padding=True, return_tensors="pt")["input_ids"].to(device)
+        ids, mask = generator.tokenize_sources([p[0] for p in pairs])
+        tgt = generator.tokenize_targets([p[1] for p in pairs])
         with P.autocast(device.type, precision):
-            ll, _ = target_logprobs(model, src["input_ids"].to(device), src["attention_mask"].to(device), tgt,
-                                    tokenizer.pad_token_id, overhead_tokens=overhead)
-        return -ll.float().sum(1).mean()  # target_logprobs returns fp32 log-probabilities
+            ll, _ = generator.target_logprobs(ids, mask, tgt, tokenizer.pad_token_id, False, overhead)
+        return -ll.float().sum(1).mean()
 
     def sampler_state() -> dict:
         version, state, gauss = rng.getstate()

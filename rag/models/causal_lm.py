@@ -189,11 +189,8 @@ class CausalLMGenerator(Generator):
     def tokenize_targets(self, targets: list[str]) -> torch.Tensor:
         tok = self.tokenizer
         body = tok(targets, add_special_tokens=False, truncation=True, max_length=self.max_target_len - 2)["input_ids"]
-        rows = [[tok.bos_token_id] + ids + [tok.eos_token_id] for ids in body]
-        out = torch.full((len(rows), max(map(len, rows))), tok.pad_token_id, dtype=torch.long)
-        for r, ids in enumerate(rows):
-            out[r, : len(ids)] = torch.tensor(ids)
-        return out.to(self.device)
+        rows = [torch.tensor([tok.bos_token_id] + ids + [tok.eos_token_id]) for ids in body]
+        return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=tok.pad_token_id).to(self.device)
 
     # ---------------------------------------------------------------- training
     def _joined(self, src: torch.Tensor, mask: torch.Tensor, fed: torch.Tensor):

@@ -257,7 +257,8 @@ class Seq2SeqGenerator(Generator):
         return question
 
     def tokenize_targets(self, targets: list[str]) -> torch.Tensor:
-        enc = self.tokenizer(targets, padding=True, truncation=True, max_length=self.max_target_len, return_tensors="pt")
+        enc = self.tokenizer(targets, padding=True, truncation=self.max_target_len is not None,
+                             max_length=self.max_target_len, return_tensors="pt")
         ids = enc["input_ids"]
         bos = self.tokenizer.bos_token_id
         if bos is not None and not bool((ids[:, 0] == bos).all()):

@@ -32,7 +32,7 @@ class Generator(ABC):
     """One generator of a family: its trainable ``model``, tokenizer, source and target lengths,
     and the ``precision`` autocast its passes run under."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, max_source_len: int, max_target_len: int):
+    def __init__(self, model: torch.nn.Module, tokenizer, max_source_len: int, max_target_len: int | None):
         self.model = model
         self.tokenizer = tokenizer
         self.max_source_len = max_source_len

@@ -58,8 +58,6 @@ class RagSystem(torch.nn.Module):
         self.tokenizer = tokenizer
         self.model_kind = model
         self.retriever = retriever
-        self.max_source_len = max_source_len
-        self.max_target_len = max_target_len
         self.configured_chunk_overhead = chunk_overhead
         self.precision = precision
         self.pad_id = tokenizer.pad_token_id

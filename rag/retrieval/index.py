@@ -66,12 +66,11 @@ class EmbeddingShards:
                 continue
             if buf is None or buf.dtype != shard.dtype or len(buf) < min(rows, shard.rows):
                 buf = np.empty((min(rows, shard.rows), self.d), dtype=shard.dtype)
-            raw = buf
             with open(shard.path, "rb") as fh:
                 fh.seek(shard.offset)
                 for lo in range(0, shard.rows, rows):
                     m = min(rows, shard.rows - lo)
-                    view = raw[:m]
+                    view = buf[:m]
                     got = fh.readinto(memoryview(view).cast("B"))
                     if got != view.nbytes:
                         raise DataError(f"{shard.path}: truncated embedding shard ({shard.rows} rows in its header, "
