@@ -1,11 +1,7 @@
-"""The training loop (:func:`optimize`) that fine-tuning (:func:`train`, negative marginal
-log-likelihood) and generator pretraining (:func:`pretrain`) run, its one checkpoint rule
-(:class:`Checkpoint`) and the DDP set-up.
-
-The data order is a pure function of (seed, step) or a sampler whose RNG state is checkpointed,
-so a run stopped at any point and resumed ends with the weights of an uninterrupted run. The
-forward runs under the ``precision``'s autocast, the loss in fp32 (fp16: a gradient scaler). Under
-``torchrun`` each process takes its slice of the global batch.
+"""The training loop (:func:`optimize`) of fine-tuning (:func:`train`) and generator pretraining
+(:func:`pretrain`), its checkpoint (:class:`Checkpoint`) and the DDP set-up. The data order is a
+pure function of (seed, step) or of a checkpointed sampler, so a resumed run ends with the weights
+of an uninterrupted one.
 """
 
 from __future__ import annotations

@@ -83,15 +83,9 @@ def beam_search(step_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], b
 @lru_cache(maxsize=1)
 def _byte_level_chars() -> dict[str, int]:
     """The byte-level BPE alphabet (GPT-2's ``bytes_to_unicode``) read backwards: char -> byte."""
-    printable = {*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)}  # stand for themselves
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[chr(b)] = b
-        else:
-            chars[chr(256 + extra)] = b
-            extra += 1
-    return chars
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {c: b for b, c in bytes_to_unicode().items()}
 
 
 def _is_byte_level(tokenizer) -> bool:

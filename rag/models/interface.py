@@ -117,12 +117,9 @@ class Generator(ABC):
 
 def generator_class(family: str) -> type[Generator]:
     """The :class:`Generator` of a registered family (rag/tasks.py GENERATOR_FAMILIES)."""
-    import importlib
+    from rag.tasks import family_spec, load_object
 
-    from rag.tasks import family_spec
-
-    module, _, name = family_spec(family).generator.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return load_object(family_spec(family).generator, "generator.family")
 
 
 def saved_family(path: str | Path) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from rag import precision as P
 from rag.models.decoding import Hypothesis, beam_search, decode_ids
@@ -273,10 +274,10 @@ class RagSystem(torch.nn.Module):
         per_call = max(1, self.SCORE_ROWS // kk)
         for start in range(0, len(pairs), per_call):
             part = pairs[start : start + per_call]
-            width = max(1, max(len(h) for _, h in part))  # an empty hypothesis (no new token) scores 0
-            tgt = torch.full((len(part), width), self.pad_id, dtype=torch.long)  # the hypothesis tokens
-            for r, (_, h) in enumerate(part):
-                tgt[r, : len(h)] = torch.tensor(h)
+            # the hypothesis tokens, padded; an empty hypothesis (no new token) scores 0
+            tgt = pad_sequence([torch.tensor(h or (self.pad_id,), dtype=torch.long) for _, h in part], batch_first=True,
+                               padding_value=self.pad_id)
+            width = tgt.shape[1]
             tgt = tgt.repeat_interleave(kk, dim=0).to(self.device)  # pair-major, doc-minor
             questions = sorted({i for i, _ in part})
             docs = (torch.tensor(questions, device=self.device)[:, None] * kk + torch.arange(kk, device=self.device)).reshape(-1)
@@ -288,11 +289,7 @@ class RagSystem(torch.nn.Module):
             lengths = torch.tensor([len(h) for _, h in part]).repeat_interleave(kk)
             ll = ll.masked_fill(torch.arange(width)[None, :] >= lengths[:, None], 0.0)
             out[start * kk : (start + len(part)) * kk] = ll.sum(1)
-        res, pos = [], 0
-        for hs in hyps:
-            res.append(out[pos * kk : (pos + len(hs)) * kk].view(len(hs), kk))
-            pos += len(hs)
-        return res
+        return list(out.view(len(pairs), kk).split([len(hs) for hs in hyps]))
 
     @torch.inference_mode()
     def score_labels(self, questions: list[str], label_token_ids: list[int], k: int) -> tuple[torch.Tensor, Encoded]:

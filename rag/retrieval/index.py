@@ -1,10 +1,6 @@
-"""Dense index over passage embeddings (FAISS: flat, HNSW or IVF-PQ, inner product).
-
-The embeddings come as ``.npy`` shards (``rag encode``, one per job). :func:`build_index_from_shards`
-builds the index from them in bounded memory: it reads each shard's header only
-(:class:`EmbeddingShards`), reserves the index's storage once, and adds the shards in chunks of
-rows read straight from the files, so the build takes the index plus one chunk, never the
-embeddings a second or third time. IVF-PQ trains its codebooks on a sample of rows first.
+"""Dense index over passage embeddings (FAISS: flat, HNSW or IVF-PQ, inner product), built from
+the ``.npy`` shards of ``rag encode`` in bounded memory (:func:`build_index_from_shards`: the
+index plus one chunk of rows read straight from the files).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def evaluate_model(cfg: TrainSection, variant: str, io: dict[str, tuple[str, str
         run = Run(cfg.tracking.uri, f"{cfg.name}/{name}", run_name=f"{variant} seed {cfg.seed}",
                   tags={"task": name, "variant": variant, "seed": cfg.seed, "cell": f"{name}/{variant}",
                         "rule": "evaluate", "imported": "yes"})
-    dec = ev.decode.of(variant_spec(variant).model).to_dict()
+    dec = ev.decode.of(model).to_dict()
     manifest = _manifest(Path(model_dir), io)
     for split, (data_path, pred_path, metrics_path) in io.items():
         rows = read_jsonl(data_path, required=("id", "input", "targets"))

@@ -78,13 +78,11 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
 
     name = cfg.task_name
     vspec, t = variant_spec(variant), cfg.train
-    ks = []  # every K this job retrieves with, checked against the corpus before anything is built
-    if vspec.retriever is not None:
-        ks.append(("train.k", t.k))
-        if eval_io:  # the eval_<task> section is there (cfg.decoding() refuses before training, not after)
-            ks.append((f"tasks.{name}.decode_{vspec.model}.k", cfg.decoding().decode.of(vspec.model).k))
-    elif eval_io:
-        cfg.decoding()
+    retrieves = vspec.retriever is not None
+    ks = [("train.k", t.k)] if retrieves else []  # every K this job retrieves with, checked before anything is built
+    if eval_io:  # cfg.decoding() refuses a missing eval_<task> section before training, not after
+        decode_k = cfg.decoding().decode.of(vspec.model).k
+        ks += [(f"tasks.{name}.decode_{vspec.model}.k", decode_k)] if retrieves else []
     check_k_in_passages(files, ks)
     rank, world = ddp_setup()  # torchrun (train.ddp_processes > 1): one process per device
     with contextlib.ExitStack() as hold:
