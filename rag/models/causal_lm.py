@@ -47,10 +47,6 @@ class CausalStates(SourceStates):
         return CausalStates([(k[rows], v[rows]) for k, v in self.kv], self.mask[rows], self.last[rows],
                             pick(self.ids), pick(self.hidden))
 
-    def prompt(self) -> dict:
-        """The keyword arguments by which :class:`CopyLlama` reads this cached prompt."""
-        return {"prompt_ids": self.ids, "prompt_hidden": self.hidden, "prompt_mask": self.mask}
-
 
 @dataclass
 class CopyLMOutput(CausalLMOutputWithPast):
@@ -231,8 +227,9 @@ class CausalLMGenerator(Generator):
         t = fed.shape[1]
         am = torch.cat([states.mask, states.mask.new_ones(len(fed), done + t)], 1)
         pos = states.mask.long().sum(1, keepdim=True) + done + torch.arange(t, device=fed.device)
+        prompt = {"prompt_ids": states.ids, "prompt_hidden": states.hidden, "prompt_mask": states.mask}
         out = self.model(input_ids=fed, attention_mask=am, position_ids=pos, past_key_values=past, use_cache=True,
-                         **(states.prompt() if self.copies else {}))
+                         **(prompt if self.copies else {}))
         return out.logits, out.past_key_values
 
     def _cache(self, states: CausalStates):

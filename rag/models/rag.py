@@ -250,12 +250,8 @@ class RagSystem(torch.nn.Module):
         for i in range(b):
             if thorough:
                 seq_lp = seq_lps[i]
-            else:
-                seq_lp = torch.full((len(hyps[i]), kk), float("-inf"))
-                for h, toks in enumerate(hyps[i]):
-                    for j in range(kk):
-                        if toks in beam_scores[i][j]:
-                            seq_lp[h, j] = beam_scores[i][j][toks]
+            else:  # a hypothesis missing from a document's beam has probability 0 there
+                seq_lp = torch.tensor([[beam_scores[i][j].get(t, float("-inf")) for j in range(kk)] for t in hyps[i]])
             marg = torch.logsumexp(seq_lp + enc.doc_lp[i].cpu()[None, :], dim=1)
             h = int(marg.argmax())
             best.append(Hypothesis(hyps[i][h], float(marg[h])))
