@@ -62,8 +62,7 @@ class CopyLlama(LlamaForCausalLM):
 
     Every call names its prompt: ``prompt_len`` (the first columns of ``input_ids``; the output
     then holds their hidden states, ``prompt_hidden_state``), or ``prompt_ids``, ``prompt_hidden``
-    and ``prompt_mask`` of a prompt run earlier, whose cache ``past_key_values`` extends.
-    """
+    and ``prompt_mask`` of a prompt run earlier, whose cache ``past_key_values`` extends."""
 
     def __init__(self, config):
         super().__init__(config)

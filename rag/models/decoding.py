@@ -20,12 +20,9 @@ class Hypothesis:
 
 def beam_search(step_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], batch_size: int, beams: int,
                 max_new_tokens: int, bos_id: int, eos_id: int, return_all: bool = False) -> list[list[Hypothesis]]:
-    """Search ``batch_size`` independent problems.
-
-    step_fn(prefix_ids [N, t], owner [N]) -> log-probs [N, V]: ``owner`` maps each prefix row to
-    its problem index, so the step function can pick that problem's encoder states.
-    Returns, per problem, its finished hypotheses (best first; all of them when return_all).
-    """
+    """Search ``batch_size`` independent problems. step_fn(prefix_ids [N, t], owner [N]) -> log-probs
+    [N, V], ``owner`` each prefix row's problem. Returns, per problem, its finished hypotheses
+    (best first; all of them when return_all)."""
     live = [[((bos_id,), 0.0)] for _ in range(batch_size)]
     done: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
     for _ in range(max_new_tokens):

@@ -76,8 +76,7 @@ class CopyBart(BartForConditionalGeneration):
 
     With ``config.copy_next`` the decoder also reads on from the token it generated last (CopyNet's
     selective read, Gu et al. 2016): the mean encoder state of the positions that follow it
-    (:func:`continuation`), projected, is added to the decoder state, and their copy score gets a learnt bias.
-    """
+    (:func:`continuation`), projected, is added to the decoder state; their copy score gets a learnt bias."""
 
     def __init__(self, config):
         super().__init__(config)

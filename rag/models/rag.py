@@ -326,8 +326,7 @@ class CachedStep:
     step(prefix [N, t], owner [N]) -> log-probs [N, V]: the generator runs on the newest token only;
     each prefix's parent row (the prefix minus its last token) picks its cache row. ``rows_of(owner)``
     gives each prefix row's source rows [N, R] (R = K for RAG-Token, else 1); ``combine(lp [N, R, V],
-    owner)`` turns their log-probs into the step's distribution.
-    """
+    owner)`` turns their log-probs into the step's distribution."""
 
     def __init__(self, system: RagSystem, enc: Encoded, rows_of, combine):
         self.system, self.enc, self.rows_of, self.combine = system, enc, rows_of, combine

@@ -31,11 +31,8 @@ class Shard:
 
 
 class EmbeddingShards:
-    """The embedding shards of one corpus, in order, known by their ``.npy`` headers only.
-
-    Rows are read on demand (:meth:`chunks`, :meth:`rows`); a shard of 0 rows (an empty shard of a
-    tiny corpus) is allowed, every other one must be 2-D, C-ordered, floating point and of the same
-    width."""
+    """The embedding shards of one corpus, in order, known by their ``.npy`` headers only; rows are
+    read on demand. Each must be 2-D, C-ordered, floating point and of one width (or empty)."""
 
     def __init__(self, paths: list[str | Path]):
         self.shards: list[Shard] = []
@@ -53,9 +50,8 @@ class EmbeddingShards:
         self.starts = np.cumsum([0] + [s.rows for s in self.shards])
 
     def chunks(self, rows: int = CHUNK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
-        """(first row, float32 [m, d] C-contiguous) for consecutive chunks of at most ``rows`` rows.
-
-        The array is a buffer reused for the next chunk: use it (or copy it) before asking for the next."""
+        """(first row, float32 [m, d] C-contiguous) for consecutive chunks of at most ``rows`` rows, in
+        a buffer reused for the next chunk."""
         buf: np.ndarray | None = None
         for shard, start in zip(self.shards, self.starts):
             if not shard.rows:
@@ -165,9 +161,7 @@ def _empty_index(kind: str, d: int, n: int, hnsw_m: int, ivf_lists: int, pq_m: i
 
 
 def _reserve(index, kind: str, n: int, d: int, hnsw_m: int) -> None:
-    """Allocate the index's growing arrays once for ``n`` vectors: adding in chunks then never
-    reallocates them (a std::vector that grows doubles its capacity and copies, which would take
-    the storage up to three times over)."""
+    """Allocate the index's growing arrays once for ``n`` vectors, so adding in chunks never reallocates them."""
     import faiss
 
     def reserve(vec, size: int) -> None:
@@ -178,7 +172,7 @@ def _reserve(index, kind: str, n: int, d: int, hnsw_m: int) -> None:
         reserve(index.codes, n * d * 4)
     elif kind == "hnsw":
         reserve(faiss.downcast_index(index.storage).codes, n * d * 4)
-        # 2M links at level 0, M per upper level, about 1 / (M - 1) upper levels per vector
+        # 2M links at level 0, M per upper level, about 1 / (M - 1) upper levels per vector; 4 bytes a link
         reserve(index.hnsw.neighbors, int(n * (2 * hnsw_m + hnsw_m / (hnsw_m - 1) + 1)))
 
 
@@ -287,16 +281,13 @@ def recall_against_exact(index, shards: EmbeddingShards, queries: np.ndarray, k:
 
 def index_bytes(kind: str, n: int, d: int, *, hnsw_m: int = 128, ivf_lists: int = 256, pq_m: int | None = None) -> dict:
     """What a FAISS index of ``n`` ``d``-dimensional vectors takes, by arithmetic: ``memory`` once
-    loaded and ``disk`` (its file), with the parts they add up from. HNSW (M links): 2M links at level
-    0 and M per upper level, 1 / (M - 1) upper levels per vector on average, 4 bytes a link, plus a
-    level (4 bytes) and offset (8 bytes); IVF-PQ: a ``pq_m``-byte code and an 8-byte id per vector,
-    the coarse centroids and the codebooks."""
+    loaded and ``disk`` (its file), with the parts they add up from."""
     vectors = n * d * 4
     if kind == "flat":
         parts = {"vectors": vectors}
         header = 45
     elif kind == "hnsw":
-        links = n * (2 * hnsw_m + hnsw_m / (hnsw_m - 1))
+        links = n * (2 * hnsw_m + hnsw_m / (hnsw_m - 1))  # as _reserve; a level (4 bytes) and offset (8) each
         parts = {"vectors": vectors, "graph": int(links * 4 + n * (4 + 8))}
         header = 45 + 45 + 8 * 20
     elif kind == "ivfpq":

@@ -19,10 +19,8 @@ log = logging.getLogger("rag")
 
 def evaluate_model(cfg: TrainSection, variant: str, io: dict[str, tuple[str, str, str]], model_dir: str, device: str,
                    files: RetrievalFiles | None = None, retriever=None) -> None:
-    """Decode dev and test with the saved model folder, score, write predictions + metrics, log to its run.
-
-    ``io``: split -> (data jsonl to read, predictions jsonl and metrics.json to write); the
-    retriever is ``retriever`` or the variant's over ``files``; ``cfg`` carries the eval_<task> section."""
+    """Decode dev and test with the saved model folder, score, write predictions + metrics, log to its
+    run. ``io``: split -> (data, predictions, metrics files); ``retriever`` or the variant's over ``files``."""
     from rag.tracking import Run
 
     name, ev = cfg.task_name, cfg.decoding()

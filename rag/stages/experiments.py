@@ -16,10 +16,9 @@ from rag.tasks import TASKS
 
 def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant: str, *, model_dir: str | Path,
                files: RetrievalFiles, test: str | Path, out: str | Path, decoded: str | Path | None = None) -> None:
-    """Figure 3: decode ``test`` at each test-time K of the sweep with the saved model (together:
-    ``predict_sweep``); write the task metric, answer recall and per-question results.
-    ``decoded``: the run's own test predictions, read for the task's test-time K instead of
-    decoding it again."""
+    """Figure 3: decode ``test`` at each K of the sweep with the saved model; write the task metric,
+    answer recall and per-question results. ``decoded``: the run's own test predictions, read for
+    the task's test-time K."""
     from rag.tracking import Run
 
     ev = cfg.decoding()

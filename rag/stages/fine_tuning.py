@@ -68,11 +68,9 @@ def _targets_for_training(cfg: TrainSection, system, rows: list[dict]) -> tuple[
 def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str | Path, generator: str | Path,
               checkpoint_dir: str | Path, out: str | Path, files: RetrievalFiles, init_from: str | Path | None = None,
               config_hash: str = "", eval_io: dict[str, tuple[str, str, str]] | None = None) -> None:
-    """Fine-tune one task x variant (``cfg``: the train_<task> section, carrying eval_<task> when
-    ``eval_io`` is given) from the ``generator`` folder or the model folder ``init_from``, over the
-    retrieval ``files``, resumable from ``checkpoint_dir`` (holding its lock); write the model folder
-    ``out`` and log the run to MLflow. ``eval_io`` (split -> data, predictions, metrics files): then
-    decode dev and test in this process (:func:`rag.stages.evaluation.evaluate_model`)."""
+    """Fine-tune one task x variant from the ``generator`` folder or the model folder ``init_from``,
+    resumable from ``checkpoint_dir``; write the model folder ``out`` and log the run to MLflow.
+    ``eval_io`` (split -> data, predictions, metrics files): then evaluate in this process."""
     from rag.io import run_lock
     from rag.training import ddp_setup
 

@@ -17,8 +17,7 @@ def trained_question_encoder(model_dir: str | Path | None) -> str | None:
 
 def check_k_in_passages(files: RetrievalFiles | None, ks: list[tuple[str, int]]) -> None:
     """ConfigError naming the first config key of ``ks`` ((key, K) pairs) whose K exceeds the
-    passages of ``files.passages``, counted only as far as the largest K: a stage calls it before
-    it builds anything (nothing to check without passages: BART retrieves nothing)."""
+    passages of ``files.passages`` (counted only as far as the largest K)."""
     if not ks or files is None or not files.passages:
         return
     from itertools import islice

@@ -34,11 +34,9 @@ def copy_pretrained_generator(cfg: GeneratorSection, out: str | Path) -> None:
 
 def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | Path], out: str | Path, *,
                        restatements: str | Path | None = None, checkpoint_dir: str | Path | None = None) -> None:
-    """``generator.init: scratch`` (``cfg``: the generator section): train the tokenizer on the
-    passages, build the configured BART (a Llama with ``generator.family: causal_lm``, pretrained
-    through the generator interface) on ``device`` and pretrain it (:func:`rag.training.pretrain`; with ``restatements``, miniworld's restated facts
-    too); resumable from ``checkpoint_dir``, holding its lock (one writer at a time). Writes the
-    folder ``out`` with ``pretrain.json`` (steps, seconds, final loss, the loss curve)."""
+    """``generator.init: scratch``: train the tokenizer on the passages, build the configured generator
+    on ``device`` and pretrain it (:func:`rag.training.pretrain`, also on ``restatements``), resumable
+    from ``checkpoint_dir``; writes the folder ``out`` with ``pretrain.json``."""
     from rag.data.corpus import read_passages
     from rag.models.generator import Seq2SeqGenerator, build_bart
     from rag.models.pretraining_data import Restatements
