@@ -248,11 +248,9 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
              absent_share: float = 0.0, ckpt_path: str | Path | None = None, identity: dict | None = None,
              checkpoint_every: int = PRETRAIN_CHECKPOINT_EVERY, stop_after: int | None = None,
              generator=None) -> list[float]:
-    """Pretrain ``model`` with the cloze objective and a share ``restatement_share`` of each batch
-    from ``restatements`` (of which shares ``claim_share``, ``sentence_share`` and ``absent_share``
-    are claims, sentences and absent facts: :class:`Restatements`); resumable with ``ckpt_path``.
-    ``model`` is a seq2seq model unless ``generator`` (a :class:`rag.models.interface.Generator`
-    holding it) is given to tokenize and score each example."""
+    """Pretrain ``model`` (a seq2seq model, or the model of ``generator``) on cloze examples and a share
+    ``restatement_share`` of each batch from ``restatements`` (:class:`Restatements`; shares
+    ``claim_share``, ``sentence_share``, ``absent_share`` of those); resumable with ``ckpt_path``."""
     from rag import precision as P
     from rag.models.generator import Seq2SeqGenerator
     from rag.models.seq2seq import chunk_overhead_for

@@ -98,10 +98,8 @@ class Generator(ABC):
 
     @abstractmethod
     def step(self, states: SourceStates, inputs: torch.Tensor, past) -> tuple[torch.Tensor, object]:
-        """Next-token logits [N, V] after prefixes, and the key/value cache that extends them.
-
-        ``past`` None: ``inputs`` [N, t] are whole prefixes (start token first) read from the
-        sources' states; else ``inputs`` [N, 1] are each prefix's newest token, read on ``past``."""
+        """Next-token logits [N, V] after prefixes, and the cache that extends them: ``inputs`` [N, t]
+        are whole prefixes (``past`` None) or [N, 1] each prefix's newest token, read on ``past``."""
 
     def reorder(self, past, order: torch.Tensor):
         """The cache whose row i is row ``order[i]`` of ``past`` (beam search)."""

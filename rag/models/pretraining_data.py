@@ -115,9 +115,8 @@ class Restatements:
             self.values[attribute] = sorted(set(pools[kind]) | set(self.values[attribute]))
 
     def _render_row(self, row: int, texts: list[str], rng: random.Random, i: int | None = None):
-        """Passage ``row`` re-rendered (every fact it states gets a random value in a random
-        phrasing, the sentences shuffled): (sentences, and for record ``i`` the value it now has,
-        its sentence and the phrasing it is stated in; None for those without ``i``)."""
+        """Passage ``row`` re-rendered: (shuffled sentences, and for record ``i`` the value it now has,
+        its sentence and the phrasing it is stated in; None without ``i``)."""
         text = texts[row]
         value = swapped = used = None
         for j in self.siblings.get(row, ()):  # every fact of the passage, so no re-rendered one stands out
@@ -135,9 +134,8 @@ class Restatements:
         return sentences, value, swapped, used
 
     def _absent_rows(self, titles: list[str], texts: list[str]) -> list[tuple[int, list[int]]]:
-        """(record, the other passages of its entity's article that state no fact of its attribute
-        and do not hold its value): the records that can be asked of a passage that does not answer
-        them. An entity's passages are those with its title; computed once per corpus."""
+        """(record, the other passages of its entity (same title) that neither state its attribute nor
+        hold its value), for the records that have some; computed once per corpus."""
         if self._absent_for is not texts:
             rows: dict[str, list[int]] = {}
             for row, title in enumerate(titles):
@@ -198,10 +196,8 @@ class Restatements:
 
     def claim(self, titles: list[str], texts: list[str], rng: random.Random, labels: tuple[str, ...],
               max_context: int | None = None):
-        """(generator input, label token): a claim about a re-rendered passage's entity, as FEVER
-        states claims (record key ``claims``), labelled by what the passage says: its value
-        (SUPPORTS), another value (REFUTES), or an attribute the passage does not state (NOT
-        ENOUGH INFO, record key ``unstated``: [attribute, claim] pairs)."""
+        """(generator input, label token): a FEVER-style claim (record key ``claims``) about a re-rendered
+        passage's entity: its value (SUPPORTS), another (REFUTES) or an unstated attribute (NOT ENOUGH INFO)."""
         if not self.claimable:
             raise ConfigError("restatements: no record has FEVER-style claims (records of an older corpus rule?)")
         i = rng.choice(self.claimable)

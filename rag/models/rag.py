@@ -198,10 +198,9 @@ class RagSystem(torch.nn.Module):
     @torch.inference_mode()
     def generate_sweep(self, questions: list[str], ks: list[int], method: str = "greedy", beams: int = 1,
                        max_new_tokens: int = 32) -> dict[int, list[Prediction]]:
-        """:meth:`generate` at each number of documents in ``ks``. RAG-Sequence's thorough and fast
-        decoding search (and score) the top max(ks) documents once, each K marginalizing over its
-        first K, where the retriever's rankings nest (``Retriever.nested_top_k``); otherwise each K
-        is decoded on its own."""
+        """:meth:`generate` at each K in ``ks``. RAG-Sequence's thorough and fast decoding search the
+        top max(ks) documents once, each K marginalizing over its first K, where the retriever's
+        rankings nest (``Retriever.nested_top_k``)."""
         shared = self.model_kind == "sequence" and method in ("thorough", "fast")
         if not (shared and self.retriever is not None and self.retriever.nested_top_k(max(ks))):
             return {k: self.generate(questions, k, method, beams, max_new_tokens) for k in ks}

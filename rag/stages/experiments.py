@@ -27,12 +27,11 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
     system = load_trained(cfg, variant, model_dir, device, files)
     passages = system.passages
     rows = read_jsonl(test, required=("id", "input", "targets"))
-    primary = TASKS[cfg.task_name].primary
-    ks = sorted(exp.experiments.topk_sweep)
-    res = {"task": cfg.task_name, "variant": variant, "seed": cfg.seed, "k": ks, "em": [], "answer_recall": [], "metric": primary}
+    spec = TASKS[cfg.task_name]
+    primary, ks = spec.primary, sorted(exp.experiments.topk_sweep)
+    res = {"task": cfg.task_name, "variant": variant, "seed": cfg.seed, "k": ks, "em": [], "answer_recall": [],
+           "metric": primary, "per_example": {}}
     run = Run(cfg.tracking.uri, "", run_id=meta["mlflow_run_id"])
-    res["per_example"] = {}
-    regex = TASKS[cfg.task_name].regex_targets
     sc = scorer(ev)
     reuse = _decoded_at(decoded, ev, variant, rows) if decoded is not None else None
     to_decode = [k for k in ks if reuse is None or reuse[0] != k]
@@ -47,7 +46,7 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
         res["per_example"][str(k)] = {
             "id": [x["id"] for x in preds],
             "correct": [sc.compute(primary, [x["prediction"]], [x["targets"]]) for x in preds],
-            "hit": answer_hits(preds, passages, regex),
+            "hit": answer_hits(preds, passages, spec.regex_targets),
         }
         res["em"].append(scores[primary])
         res["answer_recall"].append(rec.get(f"answer_recall@{k}", float("nan")))
