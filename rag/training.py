@@ -65,10 +65,9 @@ def make_optimizer(system, lr: float, qenc_lr: float, train_question_encoder: bo
 
 
 class Checkpoint:
-    """The checkpoint of every resumable loop (fine-tuning, pretraining): the step, the losses, the
-    state of each of ``modules`` (None: not trained), optimizer, scheduler, gradient scaler and torch
-    RNG (the ``final`` save leaves the first three out), the loop's ``extra`` state and ``identity``
-    (what the run was configured with: a checkpoint of another identity is not resumed)."""
+    """The checkpoint of every resumable loop: step, losses, the state of each of ``modules`` (None: not
+    trained), optimizer, scheduler, gradient scaler, torch RNG, the loop's ``extra`` state and
+    ``identity`` (what the run was configured with: a checkpoint of another is not resumed)."""
 
     def __init__(self, path: str | Path, identity: dict, modules: dict[str, torch.nn.Module | None]):
         self.path = Path(path)
@@ -147,10 +146,9 @@ def optimize(step_loss: Callable[[int], torch.Tensor], params: list, opt, sched,
              checkpoint_every: int = 100, extra_state: Callable[[], dict] | None = None,
              log_every: int = 50, log_fn: Callable[[int, float], None] | None = None, desc: str = "train",
              progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1) -> list[float]:
-    """Steps ``start`` .. ``steps`` - 1 of ``step_loss(step)``, each a gradient step (clipped to norm
-    1; fp16 through ``scaler``) and a scheduler step; returns ``losses`` extended with each step's
-    loss (the mean over DDP processes). ``checkpoint`` (rank 0) is saved every ``checkpoint_every``
-    steps and after the last; ``stop_after`` ends this call after that many steps."""
+    """Steps ``start`` .. ``steps`` - 1 of ``step_loss(step)`` (gradients clipped to norm 1); returns
+    ``losses`` extended with each step's loss (the mean over DDP processes). ``checkpoint`` is saved
+    every ``checkpoint_every`` steps and after the last; ``stop_after`` ends this call early."""
     from tqdm.auto import tqdm
 
     losses = [] if losses is None else losses

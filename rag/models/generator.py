@@ -102,9 +102,8 @@ class CopyBart(BartForConditionalGeneration):
             torch.nn.init.zeros_(self.next_read.bias)
 
     def _mixture(self, out, input_ids, attention_mask, decoder_input_ids):
-        """The parts of the output distribution at each decoder state: log p_vocab [N, T, V], the
-        copy attention over source positions [N, T, S] and the gate g_t [N, T, 1] (the share
-        generated from the vocabulary)."""
+        """The parts of the output distribution at each decoder state: log p_vocab [N, T, V], the copy
+        attention over source positions [N, T, S] and the gate g_t [N, T, 1]."""
         h = out.last_hidden_state  # [N, T, d]
         enc = out.encoder_last_hidden_state  # [N, S, d]
         if self.copy_next:
@@ -121,9 +120,8 @@ class CopyBart(BartForConditionalGeneration):
 
     def target_logprobs(self, targets, input_ids, attention_mask, decoder_input_ids, encoder_outputs,
                         past_key_values=None):
-        """log p(targets[n, t]) [N, T] under the distribution ``forward``'s logits give at each
-        decoder position, without the [N, T, V] mixture: the copy share of a target is the
-        attention on the source positions that hold it (thorough decoding's rescoring)."""
+        """log p(targets[n, t]) [N, T] under ``forward``'s distribution, without the [N, T, V] mixture
+        (the copy share of a target is the attention on the source positions that hold it)."""
         # past_key_values (the decoder start token's cache) is read; no cache is handed back
         out = self.model(attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
                          encoder_outputs=encoder_outputs, past_key_values=past_key_values, use_cache=False)

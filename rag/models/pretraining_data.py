@@ -47,9 +47,8 @@ def _window(text: str, sentences: list[str], i: int, rng: random.Random, max_con
 
 
 def cloze_example(title: str, text: str, rng: random.Random, mask_token: str = "<mask>", max_context: int | None = None):
-    """(generator input, target span): one sentence of the passage with a salient span masked is
-    the query; the context is the passage, or a window of at most ``max_context`` of its
-    sentences around the masked one (the pretraining curriculum)."""
+    """(generator input, target span): a sentence of the passage with a salient span masked is the
+    query; the context, the passage or a window of at most ``max_context`` sentences around it."""
     from rag.models.seq2seq import format_input
 
     sentences = [s for s in _SENT.split(text) if s.strip()]

@@ -126,9 +126,8 @@ class RagSystem(torch.nn.Module):
 
     def marginal_nll(self, src: torch.Tensor, mask: torch.Tensor, doc_scores: torch.Tensor | None, target_ids: torch.Tensor,
                      epsilon: float = 0.0) -> torch.Tensor:
-        """Per-example NLL given the tokenized generator inputs [B*K, L] (question-major) and the
-        doc scores [B, K] (None for the BART baseline: one input per question). The generator runs
-        under the ``precision`` autocast; the loss and the marginalisation are computed in fp32."""
+        """Per-example NLL given the tokenized generator inputs [B*K, L] (question-major) and the doc
+        scores [B, K] (None for the BART baseline: one input per question); the loss in fp32."""
         if doc_scores is None:
             doc_scores, dec = torch.zeros(target_ids.shape[0], 1, device=src.device), target_ids
         else:

@@ -104,10 +104,8 @@ def target_logprobs(generator, input_ids: torch.Tensor, attention_mask: torch.Te
 
 def scored_logprobs(run, attention_mask: torch.Tensor, target: torch.Tensor, pad_id: int, smooth: bool,
                     overhead_tokens: int):
-    """:func:`target_logprobs` of any generator: ``run(rows, keep, used)`` gives the logits [M, V]
-    of source rows ``rows`` (a length-sorted chunk of :func:`length_chunks`) at the target
-    positions ``keep`` [len(rows), used] marks (those whose next token is scored; positions after
-    ``used`` predict padding only)."""
+    """:func:`target_logprobs` of any generator: ``run(rows, keep, used)`` gives the logits [M, V] of
+    a length-sorted chunk of source ``rows`` at the target positions ``keep`` [len(rows), used] marks."""
     n, t = target.shape
     nxt = torch.cat([target[:, 1:], target.new_full((n, 1), pad_id)], 1)
     scored = nxt.ne(pad_id)  # positions whose prediction is scored

@@ -55,9 +55,8 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
 
 
 def _decoded_at(path: str | Path, ev, variant: str, rows: list[dict]) -> tuple[int, list[dict]]:
-    """(the task's test-time K, the predictions of ``path``): a run's test predictions, checked to
-    answer ``rows`` in their order with that many documents each (the file of another test set or
-    K stops the sweep, naming it)."""
+    """(the task's test-time K, the predictions of ``path``), checked to answer ``rows`` in their order
+    with that many documents each."""
     from rag.errors import DataError
     from rag.tasks import variant_spec
 
@@ -75,9 +74,8 @@ def _decoded_at(path: str | Path, ev, variant: str, rows: list[dict]) -> tuple[i
 
 def hotswap(cfg: TrainSection, device: str, variant: str, *, model_dir: str | Path, questions: str | Path,
             snapshots: dict[str, RetrievalFiles], out: str | Path) -> None:
-    """Section 4.5: answer the leader ``questions`` with the index of each world snapshot
-    (``snapshots``: "a" and "b" -> that snapshot's passages, embeddings and index); write the
-    2 x 2 table of questions answered right for either snapshot's answers."""
+    """Section 4.5: answer the leader ``questions`` with the index of each world snapshot ("a", "b");
+    write the 2 x 2 table of questions answered right for either snapshot's answers."""
     from rag.scoring.answer_match import exact_match
 
     ev = cfg.decoding()

@@ -31,9 +31,8 @@ def check_k_in_passages(files: RetrievalFiles | None, ks: list[tuple[str, int]])
 
 def build_system(cfg: TrainSection, variant: str, model_dir: str, device: str, files: RetrievalFiles | None = None,
                  question_encoder_dir: str | None = None, retriever=None):
-    """The variant's RAG system: the generator of ``model_dir`` and ``retriever``, or (None) the
-    variant's registered retriever over ``files`` (its question encoder from ``question_encoder_dir``
-    or the configured one)."""
+    """The variant's RAG system: the generator of ``model_dir`` and ``retriever``, or (None) the variant's
+    retriever over ``files`` (its question encoder from ``question_encoder_dir`` or the configured one)."""
     from rag.models.interface import load_generator
     from rag.models.rag import RagSystem
     from rag.retrieval import build_retriever
