@@ -1,11 +1,7 @@
-"""The training loop (:func:`optimize`) that fine-tuning (:func:`train`, negative marginal
-log-likelihood) and generator pretraining (:func:`pretrain`) run, its one checkpoint rule
-(:class:`Checkpoint`) and the DDP set-up.
-
-The data order is a pure function of (seed, step) or a sampler whose RNG state is checkpointed,
-so a run stopped at any point and resumed ends with the weights of an uninterrupted run. The
-forward runs under the ``precision``'s autocast, the loss in fp32 (fp16: a gradient scaler). Under
-``torchrun`` each process takes its slice of the global batch.
+"""The training loop (:func:`optimize`) of fine-tuning (:func:`train`) and generator pretraining
+(:func:`pretrain`), its checkpoint (:class:`Checkpoint`) and the DDP set-up. The data order is a
+pure function of (seed, step) or of a checkpointed sampler, so a resumed run ends with the weights
+of an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -30,10 +26,8 @@ CKPT = "checkpoint.pt"
 
 
 def ddp_setup() -> tuple[int, int]:
-    """(rank, world size); under torchrun (WORLD_SIZE > 1) initialise the process group first.
-
-    gloo on CPU, nccl when CUDA is available (each process then uses GPU LOCAL_RANK).
-    """
+    """(rank, world size); under torchrun (WORLD_SIZE > 1) initialise the process group first
+    (nccl on GPU LOCAL_RANK when CUDA is available, else gloo)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return 0, 1
@@ -71,15 +65,9 @@ def make_optimizer(system, lr: float, qenc_lr: float, train_question_encoder: bo
 
 
 class Checkpoint:
-    """The one checkpoint rule of every resumable loop (fine-tuning, pretraining).
-
-    ``path`` holds the step, the losses so far, the state of each of ``modules`` (name -> module,
-    None for one the run does not train), the optimizer's, scheduler's, gradient scaler's and torch
-    RNG states (the save after the last step, ``final``, leaves the optimizer, scheduler and scaler
-    out), any ``extra`` state of the loop, and ``identity``: what the run was configured with. A
-    checkpoint of another identity is not resumed (a warning names the differences): the run starts
-    from step 0. An unreadable one is set aside as ``checkpoint.pt.corrupt-<n>`` (:meth:`load`).
-    """
+    """The checkpoint of every resumable loop: step, losses, the state of each of ``modules`` (None: not
+    trained), optimizer, scheduler, gradient scaler, torch RNG, the loop's ``extra`` state and
+    ``identity`` (what the run was configured with: a checkpoint of another is not resumed)."""
 
     def __init__(self, path: str | Path, identity: dict, modules: dict[str, torch.nn.Module | None]):
         self.path = Path(path)
@@ -106,10 +94,9 @@ class Checkpoint:
     KEYS = ("step", "run", "optimizer", "scheduler", "torch_rng", "losses")
 
     def load(self, opt, sched, scaler=None) -> tuple[int, list[float], dict]:
-        """(step, losses, extra state) restored from the checkpoint; (0, [], {}) when there is
-        none, when it was written under another configuration, or when it cannot be read (empty,
-        truncated, corrupt): that file is set aside as ``checkpoint.pt.corrupt-<n>`` and a warning
-        names both."""
+        """(step, losses, extra state) restored from the checkpoint; (0, [], {}) when there is none,
+        when it was written under another configuration, or when it cannot be read (set aside as
+        ``checkpoint.pt.corrupt-<n>``, with a warning)."""
         if not self.path.is_file():
             return 0, [], {}
         try:
@@ -159,11 +146,9 @@ def optimize(step_loss: Callable[[int], torch.Tensor], params: list, opt, sched,
              checkpoint_every: int = 100, extra_state: Callable[[], dict] | None = None,
              log_every: int = 50, log_fn: Callable[[int, float], None] | None = None, desc: str = "train",
              progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1) -> list[float]:
-    """The training loop: steps ``start`` .. ``steps`` - 1 of ``step_loss(step)``, each a gradient
-    step (clipped to norm 1; fp16 through ``scaler``) and a scheduler step; returns ``losses``
-    extended with each step's loss (the mean over the DDP processes). ``checkpoint`` (rank 0) is
-    saved every ``checkpoint_every`` steps and after the last, with ``extra_state()``;
-    ``stop_after`` ends this call after that many steps (tests play an interruption with it)."""
+    """Steps ``start`` .. ``steps`` - 1 of ``step_loss(step)`` (gradients clipped to norm 1); returns
+    ``losses`` extended with each step's loss (the mean over DDP processes). ``checkpoint`` is saved
+    every ``checkpoint_every`` steps and after the last; ``stop_after`` ends this call early."""
     from tqdm.auto import tqdm
 
     losses = [] if losses is None else losses
@@ -207,11 +192,9 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
           checkpoint_every: int, log_every: int, log_fn: Callable[[int, float], None] | None = None,
           progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1,
           ddp_module=None, precision: str | None = None, identity: dict | None = None) -> list[float]:
-    """Train ``system`` for ``steps`` steps; resume from ``ckpt_dir/checkpoint.pt`` when it was
-    written under the same settings and ``identity`` (:class:`Checkpoint`). ``ddp_module``: the
-    DistributedDataParallel wrapper under torchrun, whose forward is ``system.loss``;
-    ``precision`` (default: the system's) sets ``system.precision``; ``stop_after`` as :func:`optimize`.
-    """
+    """Train ``system`` for ``steps`` steps, resumed from ``ckpt_dir/checkpoint.pt`` written under the
+    same settings and ``identity``. ``ddp_module``: the DistributedDataParallel wrapper under torchrun;
+    ``precision`` (default: the system's) sets ``system.precision``."""
     from rag import precision as P
 
     torch.manual_seed(seed)
@@ -263,18 +246,15 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
              absent_share: float = 0.0, ckpt_path: str | Path | None = None, identity: dict | None = None,
              checkpoint_every: int = PRETRAIN_CHECKPOINT_EVERY, stop_after: int | None = None,
              generator=None) -> list[float]:
-    """Pretrain ``model`` (on the device it is on) with the cloze objective, and a share
-    ``restatement_share`` of each batch from ``restatements`` when given, of which shares
-    ``claim_share``, ``sentence_share`` and ``absent_share`` are claims to label, facts to restate
-    as a sentence and facts asked of a passage that does not state them (:class:`Restatements`).
-    ``chunk_overhead``: generator.chunk_overhead (None: the device's default). With ``ckpt_path``
-    it is resumable (:class:`Checkpoint`, also holding the batch sampler's RNG state);
-    ``stop_after`` ends this call after that many steps. ``model`` is a seq2seq model unless
-    ``generator`` is given: a :class:`rag.models.interface.Generator` holding ``model`` (a causal
-    LM) that tokenizes and scores each example."""
+    """Pretrain ``model`` (a seq2seq model, or the model of ``generator``) on cloze examples and a share
+    ``restatement_share`` of each batch from ``restatements`` (:class:`Restatements`; shares
+    ``claim_share``, ``sentence_share``, ``absent_share`` of those); resumable with ``ckpt_path``."""
     from rag import precision as P
-    from rag.models.seq2seq import chunk_overhead_for, target_logprobs
+    from rag.models.generator import Seq2SeqGenerator
+    from rag.models.seq2seq import chunk_overhead_for
 
+    if generator is None:  # a seq2seq model; pretraining targets are not truncated
+        generator = Seq2SeqGenerator(model, tokenizer, max_source_len, None)
     device = next(model.parameters()).device
     overhead = chunk_overhead_for(device.type, chunk_overhead)
     scaler = P.grad_scaler(device.type, precision)
@@ -315,18 +295,11 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
             ex = cloze_example(titles[i], texts[i], rng, tokenizer.mask_token, window)
             if ex:
                 pairs.append(ex)
-        if generator is not None:
-            ids, mask = generator.tokenize_sources([p[0] for p in pairs])
-            tgt = generator.tokenize_targets([p[1] for p in pairs])
-            with P.autocast(device.type, precision):
-                ll, _ = generator.target_logprobs(ids, mask, tgt, tokenizer.pad_token_id, False, overhead)
-            return -ll.float().sum(1).mean()
-        src = tokenizer([p[0] for p in pairs], padding=True, truncation=True, max_length=max_source_len, return_tensors="pt")
-        tgt = tokenizer([p[1] for p in pairs], padding=True, return_tensors="pt")["input_ids"].to(device)
+        ids, mask = generator.tokenize_sources([p[0] for p in pairs])
+        tgt = generator.tokenize_targets([p[1] for p in pairs])
         with P.autocast(device.type, precision):
-            ll, _ = target_logprobs(model, src["input_ids"].to(device), src["attention_mask"].to(device), tgt,
-                                    tokenizer.pad_token_id, overhead_tokens=overhead)
-        return -ll.float().sum(1).mean()  # target_logprobs returns fp32 log-probabilities
+            ll, _ = generator.target_logprobs(ids, mask, tgt, tokenizer.pad_token_id, False, overhead)
+        return -ll.float().sum(1).mean()
 
     def sampler_state() -> dict:
         version, state, gauss = rng.getstate()

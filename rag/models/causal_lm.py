@@ -1,24 +1,12 @@
 """The causal-LM family of the generator interface: any ``AutoModelForCausalLM`` as RAG's generator.
 
-The source of a (question, passage) pair is a prompt (``generator.prompt_template``, default
-``Title: {title} Passage: {text} Question: {question} Answer:``); the target follows
-the prompt, and only its tokens are scored. The target's start token (the tokenizer's BOS, as
-for the seq2seq family) is never fed: it stands for the prompt's end, so position t of the
-log-probabilities predicts ``target[t + 1]`` from the prompt and ``target[1 : t + 1]``, the
-layout :mod:`rag.models.marginal` reads.
-
-Prompts are padded and truncated on the left (a prompt too long loses the start of its passage,
-never the question), so the K prompts of a question end at the same column and the target's
-tokens follow without a gap; position ids count the real tokens only, as the model saw them in
-pretraining. Decoding runs each prompt once (:meth:`CausalLMGenerator.encode`) and extends its
-key/value cache (``transformers.DynamicCache``), reordered for beam search.
-
-Loaded from a local path or hub name (``generator.name_or_path``, ``generator.init: pretrained``),
-or built from the configured sizes (:func:`build_causal_lm`, a Llama on the corpus-trained
-tokenizer, ``generator.init: scratch``) and pretrained on the corpus as the seq2seq generator is;
-optionally with LoRA adapters (:func:`add_lora`, through ``peft``) and gradient checkpointing.
-With ``generator.copy`` the scratch Llama mixes a copy distribution over its prompt's tokens into
-its output (:class:`CopyLlama`, the pointer-generator of the seq2seq family's CopyBart).
+The source of a (question, passage) pair is a prompt (``generator.prompt_template``), padded and
+truncated on the left so the K prompts of a question end together and the target follows without
+a gap; position ids count real tokens only. The target's start token is never fed: it stands for
+the prompt's end, so position t of the log-probabilities predicts ``target[t + 1]``, the layout
+:mod:`rag.models.marginal` reads. Loaded from a path or hub name, or built from the configured sizes
+(:func:`build_causal_lm`, a Llama; :class:`CopyLlama` with ``generator.copy``); optionally with
+LoRA adapters (:func:`add_lora`) and gradient checkpointing.
 """
 
 from __future__ import annotations
@@ -47,10 +35,8 @@ COPY_KEY = "copy_mechanism"  # a saved scratch Llama's config.json: true for a C
 
 
 class CausalStates(SourceStates):
-    """Per prompt: its key/value cache (per layer, keys and values [N, heads, L, d]), its
-    attention mask [N, L] (left-padded) and its last position's logits [N, V] (the target's first
-    token); for a copying model (:class:`CopyLlama`) also its token ids [N, L] and last-layer
-    hidden states [N, L, d], which every later position's copy distribution reads (else None)."""
+    """Per prompt: its key/value cache (per layer), attention mask [N, L] and last position's logits
+    [N, V]; for a :class:`CopyLlama` also its token ids [N, L] and last-layer hidden states [N, L, d]."""
 
     def __init__(self, kv: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor, last: torch.Tensor,
                  ids: torch.Tensor | None = None, hidden: torch.Tensor | None = None):
@@ -60,10 +46,6 @@ class CausalStates(SourceStates):
         pick = lambda t: None if t is None else t[rows]  # noqa: E731
         return CausalStates([(k[rows], v[rows]) for k, v in self.kv], self.mask[rows], self.last[rows],
                             pick(self.ids), pick(self.hidden))
-
-    def prompt(self) -> dict:
-        """The keyword arguments by which :class:`CopyLlama` reads this cached prompt."""
-        return {"prompt_ids": self.ids, "prompt_hidden": self.hidden, "prompt_mask": self.mask}
 
 
 @dataclass
@@ -75,21 +57,12 @@ class CopyLMOutput(CausalLMOutputWithPast):
 
 
 class CopyLlama(LlamaForCausalLM):
-    """A Llama with a copy distribution over its prompt's tokens (a pointer-generator, See et al.
-    2017, as the seq2seq family's :class:`rag.models.generator.CopyBart`).
+    """A Llama with a copy distribution over its prompt's tokens, the pointer-generator of
+    :class:`rag.models.generator.CopyBart` (attention over the prompt's last-layer hidden states).
 
-    p(y_t) = g_t * p_vocab(y_t) + (1 - g_t) * sum over prompt positions i with x_i = y_t of a_ti,
-    where a_t is an attention of the last hidden state at t over the prompt's last-layer hidden
-    states (prompt tokens only: padding, and positions after t, masked) and g_t a learnt gate.
-    ``logits`` are the log of that mixture (normalised log-probabilities, so every marginalisation
-    and decoder of the project applies as is).
-
-    The model must know its prompt at every call: ``prompt_len``, the prompt is the first
-    ``prompt_len`` columns of ``input_ids`` (the output then holds its hidden states,
-    ``prompt_hidden_state``); or ``prompt_ids``, ``prompt_hidden`` and ``prompt_mask`` of a prompt
-    run earlier, whose key/value cache ``past_key_values`` extends. ``generator.copy`` turns it on
-    for a scratch causal LM.
-    """
+    Every call names its prompt: ``prompt_len`` (the first columns of ``input_ids``; the output
+    then holds their hidden states, ``prompt_hidden_state``), or ``prompt_ids``, ``prompt_hidden``
+    and ``prompt_mask`` of a prompt run earlier, whose cache ``past_key_values`` extends."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -140,12 +113,10 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
 class CausalLMGenerator(Generator):
     """A decoder-only language model behind the generator interface.
 
-    ``template``: the prompt, with the fields ``{title}``, ``{text}`` and ``{question}`` (the
-    closed-book prompt is the template after its ``{text}``, leading white space stripped:
-    ``Question: {question} Answer:`` of the default). Fine-tuning (:meth:`prepare_training`) adds LoRA adapters when ``lora`` holds
-    ``rank`` (> 0), ``alpha`` and ``target_modules``, and turns on gradient checkpointing with
-    ``gradient_checkpointing``. :meth:`save` writes these settings into the folder's
-    ``config.json`` (``rag_generator``), so fine-tuning and decoding read them from the folder."""
+    ``template``: the prompt, with the fields ``{title}``, ``{text}`` and ``{question}`` (closed
+    book: the template after its ``{text}``). :meth:`prepare_training` adds LoRA adapters when
+    ``lora`` holds ``rank`` (> 0), ``alpha`` and ``target_modules``. :meth:`save` writes these
+    settings into the folder's ``config.json`` (``rag_generator``)."""
 
     SETTINGS_KEY = "rag_generator"
 
@@ -210,18 +181,11 @@ class CausalLMGenerator(Generator):
         head, field, tail = self.template.partition("{text}")
         return (tail if field else head).format(title="", text="", question=question).lstrip()
 
-    def tokenize_sources(self, texts: list[str]):
-        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_source_len, return_tensors="pt")
-        return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
-
     def tokenize_targets(self, targets: list[str]) -> torch.Tensor:
         tok = self.tokenizer
         body = tok(targets, add_special_tokens=False, truncation=True, max_length=self.max_target_len - 2)["input_ids"]
-        rows = [[tok.bos_token_id] + ids + [tok.eos_token_id] for ids in body]
-        out = torch.full((len(rows), max(map(len, rows))), tok.pad_token_id, dtype=torch.long)
-        for r, ids in enumerate(rows):
-            out[r, : len(ids)] = torch.tensor(ids)
-        return out.to(self.device)
+        rows = [torch.tensor([tok.bos_token_id] + ids + [tok.eos_token_id]) for ids in body]
+        return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=tok.pad_token_id).to(self.device)
 
     # ---------------------------------------------------------------- training
     def _joined(self, src: torch.Tensor, mask: torch.Tensor, fed: torch.Tensor):
@@ -262,8 +226,9 @@ class CausalLMGenerator(Generator):
         t = fed.shape[1]
         am = torch.cat([states.mask, states.mask.new_ones(len(fed), done + t)], 1)
         pos = states.mask.long().sum(1, keepdim=True) + done + torch.arange(t, device=fed.device)
+        prompt = {"prompt_ids": states.ids, "prompt_hidden": states.hidden, "prompt_mask": states.mask}
         out = self.model(input_ids=fed, attention_mask=am, position_ids=pos, past_key_values=past, use_cache=True,
-                         **(states.prompt() if self.copies else {}))
+                         **(prompt if self.copies else {}))
         return out.logits, out.past_key_values
 
     def _cache(self, states: CausalStates):
@@ -280,10 +245,6 @@ class CausalLMGenerator(Generator):
         else:
             logits, past = self._extend(states, inputs, past)
         return logits[:, -1], past
-
-    def reorder(self, past, order):
-        past.reorder_cache(order)
-        return past
 
     def hypothesis_logprobs(self, states: CausalStates, docs, expand, tgt) -> torch.Tensor:
         """Each hypothesis row reads its prompt's cache (computed once by :meth:`encode`)."""
@@ -308,9 +269,8 @@ def check_template(template: str) -> None:
 
 
 def prepare_tokenizer(tokenizer, model) -> None:
-    """Left padding and truncation; a pad token of its own (added, and the embeddings resized,
-    when the tokenizer has none or pads with its EOS: targets are masked by the pad token and
-    must keep their EOS); a BOS (the EOS when the tokenizer has none: the start token is never fed)."""
+    """Left padding and truncation; a pad token of its own (added, and the embeddings resized, when
+    the tokenizer has none or pads with its EOS); a BOS (the EOS when the tokenizer has none)."""
     tokenizer.padding_side = "left"
     tokenizer.truncation_side = "left"
     if tokenizer.eos_token_id is None:
@@ -326,9 +286,8 @@ def prepare_tokenizer(tokenizer, model) -> None:
 
 def scratch_config(vocab_size: int, d_model: int, layers: int, heads: int, ffn: int, max_source_len: int,
                    max_target_len: int, **more):
-    """The Llama configuration of a scratch causal LM of these sizes (``generator.*``), long enough
-    for a prompt and its target, initialised as the scratch BART is (standard deviation
-    d_model ** -0.5); ``more``: further LlamaConfig fields (special tokens, dropout)."""
+    """The Llama configuration of a scratch causal LM of these sizes (``generator.*``), initialised
+    as the scratch BART is; ``more``: further LlamaConfig fields."""
     from transformers import LlamaConfig
 
     if d_model % heads:
@@ -340,9 +299,7 @@ def scratch_config(vocab_size: int, d_model: int, layers: int, heads: int, ffn: 
 
 
 def build_causal_lm(tokenizer, g: GeneratorOptions):
-    """A decoder-only Llama of the configured size (``generator.d_model``, ``layers``, ``heads``,
-    ``ffn``, ``dropout``: :func:`scratch_config`) on ``tokenizer``'s vocabulary and special tokens;
-    a :class:`CopyLlama` with ``generator.copy``."""
+    """A Llama of the configured size on ``tokenizer``'s vocabulary; a :class:`CopyLlama` with ``generator.copy``."""
     cfg = scratch_config(len(tokenizer), g.d_model, g.layers, g.heads, g.ffn, g.max_source_len, g.max_target_len,
                          attention_dropout=g.dropout, pad_token_id=tokenizer.pad_token_id,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **{COPY_KEY: g.copy})

@@ -1,11 +1,6 @@
-"""Beam search over any next-token distribution, and the RAG decoders built on it.
-
-One search routine serves all models: ``step_fn(prefixes)`` returns next-token
-log-probabilities for every live prefix, so RAG-Token (marginalized distribution), the
-per-document beams of RAG-Sequence and the BART baseline share it. Scores are summed
-log-probabilities (no length normalisation), so with a beam at least as wide as the number of
-prefixes the search is exhaustive and returns the exact argmax. ``decode_ids`` turns a found
-sequence into its text.
+"""Beam search over any next-token distribution (RAG-Token's marginal, RAG-Sequence's per-document
+beams, the BART baseline), and ``decode_ids``, a found sequence's text. Scores are summed
+log-probabilities without length normalisation.
 """
 
 from __future__ import annotations
@@ -25,12 +20,9 @@ class Hypothesis:
 
 def beam_search(step_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], batch_size: int, beams: int,
                 max_new_tokens: int, bos_id: int, eos_id: int, return_all: bool = False) -> list[list[Hypothesis]]:
-    """Search ``batch_size`` independent problems.
-
-    step_fn(prefix_ids [N, t], owner [N]) -> log-probs [N, V]: ``owner`` maps each prefix row to
-    its problem index, so the step function can pick that problem's encoder states.
-    Returns, per problem, its finished hypotheses (best first; all of them when return_all).
-    """
+    """Search ``batch_size`` independent problems. step_fn(prefix_ids [N, t], owner [N]) -> log-probs
+    [N, V], ``owner`` each prefix row's problem. Returns, per problem, its finished hypotheses
+    (best first; all of them when return_all)."""
     live = [[((bos_id,), 0.0)] for _ in range(batch_size)]
     done: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
     for _ in range(max_new_tokens):
@@ -88,15 +80,9 @@ def beam_search(step_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], b
 @lru_cache(maxsize=1)
 def _byte_level_chars() -> dict[str, int]:
     """The byte-level BPE alphabet (GPT-2's ``bytes_to_unicode``) read backwards: char -> byte."""
-    printable = {*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)}  # stand for themselves
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[chr(b)] = b
-        else:
-            chars[chr(256 + extra)] = b
-            extra += 1
-    return chars
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {c: b for b, c in bytes_to_unicode().items()}
 
 
 def _is_byte_level(tokenizer) -> bool:
@@ -109,16 +95,9 @@ def _is_byte_level(tokenizer) -> bool:
 
 
 def decode_ids(tokenizer, ids: Sequence[int]) -> str:
-    """The text of one generated sequence (special tokens left out), always valid UTF-8 without
-    U+FFFD replacement characters.
-
-    A byte-level BPE token (the project's tokenizer, BART's) can hold part of a multi-byte UTF-8
-    character ("ü" is two bytes, "東" three), so the bytes of the whole sequence are joined and
-    decoded once. Bytes that form no complete character (a sequence cut by the length limit, or
-    one a model started with a continuation byte) are dropped, where ``tokenizer.decode`` would
-    put U+FFFD. Added tokens stand for their own text. Other tokenizers: ``tokenizer.decode`` of
-    the whole sequence.
-    """
+    """The text of one generated sequence (special tokens left out). A byte-level BPE tokenizer's
+    bytes are joined and decoded once, bytes that form no complete UTF-8 character dropped (never
+    U+FFFD); other tokenizers: ``tokenizer.decode``."""
     ids = [int(i) for i in ids]
     special = set(tokenizer.all_special_ids)
     ids = [i for i in ids if i not in special]

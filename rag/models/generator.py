@@ -1,13 +1,7 @@
-"""The seq2seq generator: a small BART built from config (default) or a pretrained one.
-
-Default (miniworld): a byte-level BPE tokenizer trained on the corpus (:mod:`rag.models.tokenizer`;
-so invented names are one or two tokens) and a BART of the configured size, pretrained once on the
-corpus by the ``pretrain`` rule (:func:`rag.training.pretrain`, on :mod:`rag.models.pretraining_data`)
-before every task x variant fine-tune starts from it, as the paper fine-tuned a pretrained BART.
-Paper scale: ``generator.init: pretrained`` with ``name_or_path: facebook/bart-large``: the same
-loading code as any saved checkpoint. ``generator.copy`` adds a copy distribution over the source
-tokens (:class:`CopyBart`), ``generator.copy_next`` lets it read on from the token it last
-copied (:func:`continuation`); ``generator.local_context`` and ``generator.exact_match`` its
+"""The seq2seq generator: a BART built from config (default) or a pretrained one, behind the
+generator interface (:class:`Seq2SeqGenerator`). ``generator.copy`` adds a copy distribution over
+the source tokens (:class:`CopyBart`), ``generator.copy_next`` reading on from the last copied
+token (:func:`continuation`), ``generator.local_context`` and ``generator.exact_match`` its
 encoder's inputs (:class:`LocalContextEncoder`).
 """
 
@@ -31,15 +25,8 @@ if TYPE_CHECKING:
 
 class LocalContextEncoder(BartEncoder):
     """BART's encoder, each token's embedding plus a convolution over the embeddings of the
-    ``config.local_context`` tokens on either side of it, so a token enters the first layer knowing
-    the words around it (a value knows the phrase that states it: "is governed by Vroux").
-    Padding embeddings are zeroed before the convolution, so a row's states do not depend on
-    how much padding its batch adds.
-
-    With ``config.query_separator`` (the token ids of ``DOC_SEP``; ``generator.exact_match``),
-    each embedding also gets a learnt embedding of :func:`exact_match`: whether its token occurs
-    on the other side of the passage | query separator (whether a claim's value is in the passage).
-    """
+    ``config.local_context`` tokens on either side (padding zeroed first); with
+    ``config.query_separator`` (``generator.exact_match``) also a learnt embedding of :func:`exact_match`."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -61,9 +48,8 @@ class LocalContextEncoder(BartEncoder):
 
 def exact_match(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, separator: tuple[int, ...]) -> torch.Tensor:
     """(B, L) 0/1: whether a source token's id also occurs on the other side of the last
-    ``separator`` (the token ids of ``DOC_SEP``: passage | query) of its row, DrQA's exact-match
-    feature (Chen et al. 2017). A row without the separator is all passage: all 0. Padding is 0
-    and matches nothing."""
+    ``separator`` (passage | query) of its row, DrQA's exact-match feature (Chen et al. 2017).
+    A row without the separator is all 0; padding is 0 and matches nothing."""
     B, L = input_ids.shape
     n = len(separator)
     valid = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
@@ -85,20 +71,12 @@ class CopyBart(BartForConditionalGeneration):
     """BART with a copy distribution over its source tokens (a pointer-generator, See et al. 2017).
 
     p(y_t) = g_t * p_vocab(y_t) + (1 - g_t) * sum over source positions i with x_i = y_t of a_ti,
-    where a_t is an attention of the decoder state over the encoder states and g_t a learned gate.
-    ``logits`` are the log of that mixture (normalised log-probabilities, so log_softmax leaves
-    them unchanged and every RAG marginalisation and decoder of the project applies as is).
-    The source tokens are needed at every decoder call: pass ``input_ids`` with
-    ``encoder_outputs``. ``generator.copy`` turns it on.
+    where a_t is an attention of the decoder state over the encoder states and g_t a learned gate;
+    ``logits`` are the log of that mixture. Pass ``input_ids`` at every call (also with ``encoder_outputs``).
 
-    With ``config.copy_next`` (``generator.copy_next``) the decoder also reads on from the token it
-    generated last, CopyNet's selective read (Gu et al. 2016) in a post-decoder form: the encoder
-    states of the source positions that follow that token (:func:`continuation`) are averaged,
-    projected and added to the decoder state before the vocabulary, the gate and the copy
-    attention read it, and the copy score of those positions gets a learnt bias. A name's second
-    word is then found from its first by position, not by a learnt match of two rare tokens'
-    embeddings, and whether the answer goes on is read off the next source token's state.
-    """
+    With ``config.copy_next`` the decoder also reads on from the token it generated last (CopyNet's
+    selective read, Gu et al. 2016): the mean encoder state of the positions that follow it
+    (:func:`continuation`), projected, is added to the decoder state; their copy score gets a learnt bias."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -124,9 +102,8 @@ class CopyBart(BartForConditionalGeneration):
             torch.nn.init.zeros_(self.next_read.bias)
 
     def _mixture(self, out, input_ids, attention_mask, decoder_input_ids):
-        """The parts of the output distribution at each decoder state: log p_vocab [N, T, V], the
-        copy attention over source positions [N, T, S] and the gate g_t [N, T, 1] (the share
-        generated from the vocabulary)."""
+        """The parts of the output distribution at each decoder state: log p_vocab [N, T, V], the copy
+        attention over source positions [N, T, S] and the gate g_t [N, T, 1]."""
         h = out.last_hidden_state  # [N, T, d]
         enc = out.encoder_last_hidden_state  # [N, S, d]
         if self.copy_next:
@@ -143,9 +120,8 @@ class CopyBart(BartForConditionalGeneration):
 
     def target_logprobs(self, targets, input_ids, attention_mask, decoder_input_ids, encoder_outputs,
                         past_key_values=None):
-        """log p(targets[n, t]) [N, T] under the distribution ``forward``'s logits give at each
-        decoder position, without the [N, T, V] mixture: the copy share of a target is the
-        attention on the source positions that hold it (thorough decoding's rescoring)."""
+        """log p(targets[n, t]) [N, T] under ``forward``'s distribution, without the [N, T, V] mixture
+        (the copy share of a target is the attention on the source positions that hold it)."""
         # past_key_values (the decoder start token's cache) is read; no cache is handed back
         out = self.model(attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
                          encoder_outputs=encoder_outputs, past_key_values=past_key_values, use_cache=False)
@@ -184,10 +160,8 @@ class CopyBart(BartForConditionalGeneration):
 
 def continuation(input_ids: torch.Tensor, attention_mask: torch.Tensor, decoder_input_ids: torch.Tensor,
                  specials: tuple[int, ...]) -> torch.Tensor:
-    """(N, T, S) 0/1: source position s follows an occurrence of the decoder's input token at t
-    (the token generated last), i.e. ``input_ids[n, s - 1] == decoder_input_ids[n, t]``; special
-    tokens (the decoder start, separators, padding) continue nothing. The positions a copy reads
-    on at: after "vaegour", the "glashial" of every "vaegour glashial" in the source."""
+    """(N, T, S) 0/1: ``input_ids[n, s - 1] == decoder_input_ids[n, t]`` (source position s follows
+    the token generated last); special tokens continue nothing."""
     prev = torch.cat([input_ids.new_full((input_ids.shape[0], 1), -1), input_ids[:, :-1]], 1)  # [N, S]
     ok_src = attention_mask.bool() & ~torch.isin(prev, torch.tensor(specials + (-1,), device=prev.device))
     ok_dec = ~torch.isin(decoder_input_ids, torch.tensor(specials, device=prev.device))
@@ -220,8 +194,6 @@ def build_bart(tokenizer, g: GeneratorOptions):
         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=tokenizer.bos_token_id, forced_bos_token_id=None, dropout=g.dropout,
         attention_dropout=0.0, scale_embedding=False,
-        # BART's init_std 0.02 suits d_model 1024; at small widths the embeddings carry too little
-        # signal and training stalls at the unigram distribution: scaled with the width
         init_std=g.d_model ** -0.5,
         copy_mechanism=g.copy, copy_next=g.copy_next, local_context=g.local_context,
         query_separator=query_separator(tokenizer) if g.exact_match else None,
@@ -267,9 +239,8 @@ class Seq2SeqStates(SourceStates):
 
 
 class Seq2SeqGenerator(Generator):
-    """An encoder-decoder (BART, :class:`rag.models.generator.CopyBart`): the source is
-    ``title / text // question`` as transformers' RagRetriever builds it, the target the decoder's
-    input from its start token on; a decoding step runs the decoder on the encoder states."""
+    """An encoder-decoder (BART, :class:`CopyBart`): the source is ``title / text // question`` as
+    transformers' RagRetriever builds it, the target the decoder's input from its start token on."""
 
     @classmethod
     def load(cls, path, device, max_source_len, max_target_len) -> "Seq2SeqGenerator":
@@ -282,12 +253,9 @@ class Seq2SeqGenerator(Generator):
     def question_text(self, question: str) -> str:
         return question
 
-    def tokenize_sources(self, texts: list[str]):
-        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_source_len, return_tensors="pt")
-        return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
-
     def tokenize_targets(self, targets: list[str]) -> torch.Tensor:
-        enc = self.tokenizer(targets, padding=True, truncation=True, max_length=self.max_target_len, return_tensors="pt")
+        enc = self.tokenizer(targets, padding=True, truncation=self.max_target_len is not None,
+                             max_length=self.max_target_len, return_tensors="pt")
         ids = enc["input_ids"]
         bos = self.tokenizer.bos_token_id
         if bos is not None and not bool((ids[:, 0] == bos).all()):
@@ -310,15 +278,9 @@ class Seq2SeqGenerator(Generator):
                          attention_mask=states.mask, decoder_input_ids=inputs, past_key_values=past, use_cache=True)
         return out.logits[:, -1], out.past_key_values
 
-    def reorder(self, past, order):
-        past.reorder_cache(order)
-        return past
-
     def hypothesis_logprobs(self, states: Seq2SeqStates, docs, expand, tgt) -> torch.Tensor:
-        """The decoder start token runs once per document (the cross-attention keys and values over
-        its encoder states are computed there, once), then that cache is copied to every
-        hypothesis row and the hypotheses' tokens run on it. A generator with ``target_logprobs``
-        (the copy generator) scores only the hypothesis tokens instead of the vocabulary mixture."""
+        """The decoder start token runs once per document, then its cache is copied to every
+        hypothesis row and the hypotheses' tokens run on it."""
         from transformers.modeling_outputs import BaseModelOutput
 
         from rag.models.marginal import token_logprobs

@@ -1,19 +1,11 @@
-"""The generator interface: what RAG's code (:mod:`rag.models.rag`) asks of a generator.
+"""The generator interface: what RAG's code (:mod:`rag.models.rag`) asks of a generator family
+(``rag.tasks.GENERATOR_FAMILIES``): a target's token log-probabilities under each of K sources, a
+decoding step on a key/value cache, and a reorder of that cache (beam search).
 
-RAG needs three things of a generator, whatever its architecture: the log-probabilities of a
-target's tokens under each of K sources (training, RAG-Sequence's rescoring), a decoding step
-that extends prefixes on a key/value cache, and a reorder of that cache (beam search). A family
-(``rag.tasks.GENERATOR_FAMILIES``) implements them for one kind of model: the encoder-decoder of
-:mod:`rag.models.generator`, the decoder-only language model of :mod:`rag.models.causal_lm`.
-
-Layout shared by every family: a target is ``[N, T]`` token ids whose first entry is the start
-token (the tokenizer's BOS); position t of the log-probabilities predicts ``target[t + 1]``, as
-:mod:`rag.models.marginal` reads them. A family may feed the start token (an encoder-decoder's
-decoder start) or stand it for the end of its source (a causal LM's prompt).
-
-A saved generator folder says its family: config key ``rag_family`` of its ``config.json``,
-else ``seq2seq`` for an encoder-decoder and ``causal_lm`` for a decoder-only model
-(:func:`load_generator`).
+A target is ``[N, T]`` token ids whose first entry is the start token (the tokenizer's BOS);
+position t of the log-probabilities predicts ``target[t + 1]``, as :mod:`rag.models.marginal`
+reads them. A saved generator's ``config.json`` names its family (``rag_family``), else its
+architecture does (:func:`load_generator`).
 """
 
 from __future__ import annotations
@@ -37,11 +29,10 @@ class SourceStates(ABC):
 
 
 class Generator(ABC):
-    """One generator of a family: its model (``model``, the trainable ``torch.nn.Module``) and
-    tokenizer, the source and target lengths, and the ``precision`` autocast
-    (:mod:`rag.precision`) its passes run under."""
+    """One generator of a family: its trainable ``model``, tokenizer, source and target lengths,
+    and the ``precision`` autocast its passes run under."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, max_source_len: int, max_target_len: int):
+    def __init__(self, model: torch.nn.Module, tokenizer, max_source_len: int, max_target_len: int | None):
         self.model = model
         self.tokenizer = tokenizer
         self.max_source_len = max_source_len
@@ -79,9 +70,10 @@ class Generator(ABC):
     def question_text(self, question: str) -> str:
         """The source of a question alone (the closed-book generator)."""
 
-    @abstractmethod
     def tokenize_sources(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Token ids and attention mask [N, L] of the sources, on the model's device."""
+        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_source_len, return_tensors="pt")
+        return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
 
     @abstractmethod
     def tokenize_targets(self, targets: list[str]) -> torch.Tensor:
@@ -106,31 +98,26 @@ class Generator(ABC):
 
     @abstractmethod
     def step(self, states: SourceStates, inputs: torch.Tensor, past) -> tuple[torch.Tensor, object]:
-        """Next-token logits [N, V] after prefixes, and the key/value cache that extends them.
+        """Next-token logits [N, V] after prefixes, and the cache that extends them: ``inputs`` [N, t]
+        are whole prefixes (``past`` None) or [N, 1] each prefix's newest token, read on ``past``."""
 
-        ``past`` None: ``inputs`` [N, t] are whole prefixes (start token first) read from the
-        sources' states; else ``inputs`` [N, 1] are each prefix's newest token, read on ``past``."""
-
-    @abstractmethod
     def reorder(self, past, order: torch.Tensor):
         """The cache whose row i is row ``order[i]`` of ``past`` (beam search)."""
+        past.reorder_cache(order)
+        return past
 
     @abstractmethod
     def hypothesis_logprobs(self, states: SourceStates, docs: torch.Tensor, expand: torch.Tensor,
                             tgt: torch.Tensor) -> torch.Tensor:
-        """log p(tgt[r, t] | source docs[expand[r]], start token, tgt[r, :t]) [R, W] on the CPU,
-        every position scored (the caller masks by hypothesis length): RAG-Sequence's thorough
-        rescoring of R (hypothesis, document) rows over the distinct sources ``docs``."""
+        """log p(tgt[r, t] | source docs[expand[r]], start token, tgt[r, :t]) [R, W] on the CPU, every
+        position scored: RAG-Sequence's thorough rescoring of R (hypothesis, document) rows."""
 
 
 def generator_class(family: str) -> type[Generator]:
     """The :class:`Generator` of a registered family (rag/tasks.py GENERATOR_FAMILIES)."""
-    import importlib
+    from rag.tasks import family_spec, load_object
 
-    from rag.tasks import family_spec
-
-    module, _, name = family_spec(family).generator.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return load_object(family_spec(family).generator, "generator.family")
 
 
 def saved_family(path: str | Path) -> str:

@@ -1,19 +1,12 @@
-"""RAG marginalization (Lewis et al. 2020, Section 2) as pure tensor functions.
-
-Conventions follow ``transformers.RagSequenceForGeneration`` / ``RagTokenForGeneration`` so
-the two are comparable number for number: ``target`` is the label sequence *including* the
-leading BOS, fed as decoder input; position t of the logits predicts ``target[t + 1]``; the
-last position predicts padding and is masked.
+"""RAG marginalization (Lewis et al. 2020, Section 2) as pure tensor functions, in fp32 whatever
+the dtype of their inputs.
 
 RAG-Sequence:  p(y|x) = sum_z p(z|x) prod_i p(y_i | x, z, y_<i)
 RAG-Token:     p(y|x) = prod_i sum_z p(z|x) p(y_i | x, z, y_<i)
 p(z|x) = softmax over the top-K of the doc scores d(z).q(x).
 
-The implementations gather the target log-probability (logit minus logsumexp) instead of
-materialising full log-softmax tensors, and only sum over the vocabulary when label
-smoothing asks for it. Every function computes in fp32 whatever dtype its inputs have (bf16 or
-fp16 logits under ``precision`` autocast, ``rag.precision``): logits, log-probabilities and doc
-scores are cast to float32 before any softmax or logsumexp (a no-op for fp32 inputs).
+As ``transformers.RagSequenceForGeneration`` / ``RagTokenForGeneration``: ``target`` includes the
+leading BOS; position t of the logits predicts ``target[t + 1]``; the last position is masked.
 """
 
 from __future__ import annotations
@@ -39,10 +32,8 @@ def rag_sequence_nll_from_logprobs(ll: torch.Tensor, smooth_obj: torch.Tensor | 
                                    target: torch.Tensor, pad_id: int, epsilon: float = 0.0, exclude_bos_score: bool = False,
                                    bos_id: int | None = None) -> torch.Tensor:
     """Per-example negative marginal log-likelihood of RAG-Sequence from the target tokens'
-    log-probabilities ``ll`` [B*K, T] (position t scores target[t + 1]) and, for label smoothing,
-    ``smooth_obj`` [B*K, T] (the sum over the vocabulary of log p at each position): what
-    :func:`target_logprobs` computes without materialising [B*K, T, V] logits. doc_scores: [B, K];
-    target: [B, T]."""
+    log-probabilities ``ll`` [B*K, T] and, for label smoothing, ``smooth_obj`` [B*K, T] (the sum over
+    the vocabulary of log p at each position). doc_scores: [B, K]; target: [B, T]."""
     b, k = doc_scores.shape
     tgt = shift_left(target, pad_id)  # [B, T]
     t = tgt.shape[1]
@@ -51,10 +42,8 @@ def rag_sequence_nll_from_logprobs(ll: torch.Tensor, smooth_obj: torch.Tensor | 
     pad = tgt.eq(pad_id).unsqueeze(1)  # [B, 1, T]
     ll = ll.masked_fill(pad, 0.0)
     use_bos = bos_id is not None and bool(tgt[:, 0].eq(bos_id).all())
-    # log p(z|x) enters once per (x, z). transformers adds it at the second target position,
-    # which equals adding it to the sum unless that position is padding (a target of a single
-    # token and no EOS), where transformers drops the prior; we keep it, so RAG-Sequence and
-    # RAG-Token agree on length-1 targets as the paper says (Section 2.4).
+    # log p(z|x) enters once per (x, z), also for a one-token target (transformers drops it there),
+    # so RAG-Sequence and RAG-Token agree on length-1 targets (Section 2.4)
     seq_ll = (ll[:, :, 1:].sum(2) if exclude_bos_score and use_bos else ll.sum(2)) + doc_lp
     nll = -torch.logsumexp(seq_ll, dim=1)
     if epsilon <= 0:

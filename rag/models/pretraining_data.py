@@ -1,16 +1,8 @@
-"""The generator's pretraining examples, each laid out exactly like a RAG generator input
-(``title / text // query``) with the span as the target:
-
-- salient-span cloze with the passage in context (REALM's salient span masking, Guu et al.
-  2020, with the passage given): one of the passage's sentences with a salient span (a run of
-  capitalised words or a number, or the final word) replaced by ``<mask>`` is the query
-  (:func:`cloze_example`);
-- restated-fact cloze (:class:`Restatements`, miniworld): a training entity's fact asked in
-  another phrasing than its passage's, with a random value swapped into the passage.
-
-They teach the small model to find the sentence a query points at and copy from it: the
-reading skill RAG needs. :func:`curriculum_window` grows the context over the steps.
-The loop that trains on them is :func:`rag.training.pretrain`.
+"""The generator's pretraining examples, laid out like a RAG generator input (``title / text //
+query``) with the span as the target: salient-span cloze with the passage in context
+(:func:`cloze_example`, REALM's salient span masking, Guu et al. 2020) and restated-fact cloze
+(:class:`Restatements`, miniworld). :func:`curriculum_window` grows the context over the steps;
+:func:`rag.training.pretrain` trains on them.
 """
 
 from __future__ import annotations
@@ -55,9 +47,8 @@ def _window(text: str, sentences: list[str], i: int, rng: random.Random, max_con
 
 
 def cloze_example(title: str, text: str, rng: random.Random, mask_token: str = "<mask>", max_context: int | None = None):
-    """(generator input, target span): one sentence of the passage with a salient span masked is
-    the query; the context is the passage, or a window of at most ``max_context`` of its
-    sentences around the masked one (the pretraining curriculum)."""
+    """(generator input, target span): a sentence of the passage with a salient span masked is the
+    query; the context, the passage or a window of at most ``max_context`` sentences around it."""
     from rag.models.seq2seq import format_input
 
     sentences = [s for s in _SENT.split(text) if s.strip()]
@@ -74,24 +65,13 @@ def cloze_example(title: str, text: str, rng: random.Random, mask_token: str = "
 
 
 class Restatements:
-    """Restated-fact cloze (miniworld): a passage of a training entity, re-rendered so that only
-    reading can answer, and one of its facts asked in another phrasing with ``<mask>`` for the
-    value; the target is the value the re-rendered passage states.
+    """Restated-fact cloze (miniworld): a training entity's passage re-rendered (every fact a random
+    value of its attribute in a random phrasing, the sentences shuffled) and one of its facts asked
+    in another phrasing with ``<mask>`` for the value, the value the re-rendered passage states as
+    the target. ``questions`` (record key, optional): the relation asked as the tasks ask it.
 
-    Re-rendering: every fact sentence of the passage gets a random value of its attribute (a
-    counterfactual) in a random phrasing of its relation, and the passage's sentences are
-    shuffled. The values keep the answer from being memorised; the phrasings and the order keep
-    the model from memorising where in each training passage a relation sits (with values
-    swapped but each passage's wording and order fixed, 2,500 pretraining steps read 85 % of
-    training restatements and 45 % of held-out ones: the model had learnt the training
-    passages' layouts). ``questions`` (record key, optional): the relation asked as the tasks
-    ask it, e.g. "who is the leader of X", also drawn as queries.
-
-    The counterfactual values of an attribute are the values its training facts have, or, with
-    ``pools`` (kind -> names, :func:`rag.data.miniworld.kind_pools`), for an attribute whose
-    records name the kind of their value (record key ``value_kind``: a leader is a person), the
-    names of every entity of that kind, held-out ones included: the reader then copies names it
-    never saw as a training fact's value, as a held-out entity's leader is (docs/models.md)."""
+    An attribute's counterfactual values are its training facts' values or, with ``pools`` (kind ->
+    names, :func:`rag.data.miniworld.kind_pools`) and record key ``value_kind``, every name of that kind."""
 
     def __init__(self, records: list[dict], passage_ids: list[str], pools: dict[str, list[str]] | None = None):
         row = {pid: i for i, pid in enumerate(passage_ids)}
@@ -133,15 +113,9 @@ class Restatements:
                 raise ConfigError(f"restatements: {attribute!r} values are {kind} names and the corpus has no {kind}")
             self.values[attribute] = sorted(set(pools[kind]) | set(self.values[attribute]))
 
-    def _render(self, i: int, texts: list[str], rng: random.Random):
-        """The passage of record ``i`` re-rendered: (shuffled sentences, the value record ``i`` now
-        has, its sentence, the phrasing it is stated in)."""
-        return self._render_row(self.row[i], texts, rng, i)
-
     def _render_row(self, row: int, texts: list[str], rng: random.Random, i: int | None = None):
-        """Passage ``row`` re-rendered (every fact it states gets a random value in a random
-        phrasing, the sentences shuffled): (sentences, and for record ``i`` the value it now has,
-        its sentence and the phrasing it is stated in; None for those without ``i``)."""
+        """Passage ``row`` re-rendered: (shuffled sentences, and for record ``i`` the value it now has,
+        its sentence and the phrasing it is stated in; None without ``i``)."""
         text = texts[row]
         value = swapped = used = None
         for j in self.siblings.get(row, ()):  # every fact of the passage, so no re-rendered one stands out
@@ -159,9 +133,8 @@ class Restatements:
         return sentences, value, swapped, used
 
     def _absent_rows(self, titles: list[str], texts: list[str]) -> list[tuple[int, list[int]]]:
-        """(record, the other passages of its entity's article that state no fact of its attribute
-        and do not hold its value): the records that can be asked of a passage that does not answer
-        them. An entity's passages are those with its title; computed once per corpus."""
+        """(record, the other passages of its entity (same title) that neither state its attribute nor
+        hold its value), for the records that have some; computed once per corpus."""
         if self._absent_for is not texts:
             rows: dict[str, list[int]] = {}
             for row, title in enumerate(titles):
@@ -176,11 +149,7 @@ class Restatements:
     def absent(self, titles: list[str], texts: list[str], rng: random.Random, mask_token: str = "<mask>",
                max_context: int | None = None):
         """(generator input, target): a fact asked of another passage of its entity's article, one
-        that does not state it (re-rendered like the others), with a random value of the attribute
-        as the target. The reader learns that a passage which does not state the asked relation
-        leaves its value open (the attribute's values spread), instead of answering another of the
-        entity's facts with confidence; RAG's marginalisation over K documents then follows the
-        passage that states it (docs/models.md)."""
+        that does not state it (re-rendered like the others), a random value of the attribute the target."""
         candidates = self._absent_rows(titles, texts)
         if not candidates:
             raise ConfigError("restatements: no fact can be asked of a passage that does not state it "
@@ -209,32 +178,29 @@ class Restatements:
                 max_context: int | None = None):
         """(generator input, target); ``max_context``: the curriculum's window of sentences, as cloze_example."""
         i = rng.randrange(len(self.records))
-        sentences, value, swapped, used = self._render(i, texts, rng)
+        sentences, value, swapped, used = self._render_row(self.row[i], texts, rng, i)
         r = self.records[i]
         asks = [q for q in [r["sentence"]] + r["queries"] if q != used] + list(r.get("questions", ()))
         return self._input(titles[self.row[i]], sentences, swapped, rng.choice(asks).format(v=mask_token), rng, max_context), value
 
     def sentence(self, titles: list[str], texts: list[str], rng: random.Random, max_context: int | None = None):
         """(generator input, target): a fact of a re-rendered passage restated as a whole sentence
-        (record key ``sentences``: an MS-MARCO answer, a Jeopardy clue), so the generator also
-        learns to write sentences around what it reads, not only to copy a span."""
+        (record key ``sentences``: an MS-MARCO answer, a Jeopardy clue)."""
         if not self.sentence_records:
             raise ConfigError("restatements: no record has sentences to write (records of an older corpus rule?)")
         i = rng.choice(self.sentence_records)
-        sentences, value, swapped, _ = self._render(i, texts, rng)
+        sentences, value, swapped, _ = self._render_row(self.row[i], texts, rng, i)
         query, target = rng.choice(self.records[i]["sentences"])
         return self._input(titles[self.row[i]], sentences, swapped, query, rng, max_context), target.format(v=value)
 
     def claim(self, titles: list[str], texts: list[str], rng: random.Random, labels: tuple[str, ...],
               max_context: int | None = None):
-        """(generator input, label token): a claim about a re-rendered passage's entity, as FEVER
-        states claims (record key ``claims``), labelled by what the passage says: its value
-        (SUPPORTS), another value (REFUTES), or an attribute the passage does not state (NOT
-        ENOUGH INFO, record key ``unstated``: [attribute, claim] pairs)."""
+        """(generator input, label token): a FEVER-style claim (record key ``claims``) about a re-rendered
+        passage's entity: its value (SUPPORTS), another (REFUTES) or an unstated attribute (NOT ENOUGH INFO)."""
         if not self.claimable:
             raise ConfigError("restatements: no record has FEVER-style claims (records of an older corpus rule?)")
         i = rng.choice(self.claimable)
-        sentences, value, swapped, _ = self._render(i, texts, rng)
+        sentences, value, swapped, _ = self._render_row(self.row[i], texts, rng, i)
         r = self.records[i]
         label = rng.choice([lb for lb in labels if lb != "NOT ENOUGH INFO" or r.get("unstated")])
         if label == "NOT ENOUGH INFO":
@@ -247,8 +213,8 @@ class Restatements:
 
 
 def curriculum_window(step: int, steps: int, sentences: int = 12) -> int | None:
-    """Context size (sentences) of pretraining step ``step``: copying is learned first on one or
-    two sentences, then the window grows to the whole passage by half of the steps."""
+    """Context size (sentences) of pretraining step ``step``: from one sentence up to the whole
+    passage (None) by half of the steps."""
     half = max(1, steps // 2)
     if step >= half:
         return None

@@ -1,15 +1,7 @@
-"""A RAG model: a retriever (``rag.retrieval.Retriever``: dense, BM25, gold) + a generator.
-
-Works with any generator behind the generator interface (:mod:`rag.models.interface`; the
-families of ``rag.tasks.GENERATOR_FAMILIES``: a Hugging Face seq2seq model, by default a small BART
-built from a config, ``facebook/bart-large`` at paper scale; any causal language model) and any
-retriever. With the dense retriever the
-document encoder and the index stay fixed; gradients reach its question encoder through the
-doc scores d(z).q(x) and the generator through the marginal likelihood.
-
-``precision`` (config key, ``rag.precision``): bf16/fp16 run the question encoder and the generator
-under ``torch.autocast`` in training, scoring and decoding; the doc scores, log-probabilities and the
-marginalisation over documents stay fp32.
+"""A RAG model: a retriever (``rag.retrieval.Retriever``) and a generator behind the generator
+interface (:mod:`rag.models.interface`). Gradients reach a dense retriever's question encoder
+through the doc scores d(z).q(x) and the generator through the marginal likelihood. Under a
+``precision`` autocast (bf16/fp16) the doc scores, log-probabilities and marginalisation stay fp32.
 """
 
 from __future__ import annotations
@@ -17,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from rag import precision as P
 from rag.models.decoding import Hypothesis, beam_search, decode_ids
@@ -66,9 +59,6 @@ class RagSystem(torch.nn.Module):
         self.tokenizer = tokenizer
         self.model_kind = model
         self.retriever = retriever
-        self.max_source_len = max_source_len
-        self.max_target_len = max_target_len
-        # generator inputs run in length-sorted chunks (rag.models.seq2seq); None: the device's default
         self.configured_chunk_overhead = chunk_overhead
         self.precision = precision
         self.pad_id = tokenizer.pad_token_id
@@ -136,9 +126,8 @@ class RagSystem(torch.nn.Module):
 
     def marginal_nll(self, src: torch.Tensor, mask: torch.Tensor, doc_scores: torch.Tensor | None, target_ids: torch.Tensor,
                      epsilon: float = 0.0) -> torch.Tensor:
-        """Per-example NLL given the tokenized generator inputs [B*K, L] (question-major) and the
-        doc scores [B, K] (None for the BART baseline: one input per question). The generator runs
-        under the ``precision`` autocast; the loss and the marginalisation are computed in fp32."""
+        """Per-example NLL given the tokenized generator inputs [B*K, L] (question-major) and the doc
+        scores [B, K] (None for the BART baseline: one input per question); the loss in fp32."""
         if doc_scores is None:
             doc_scores, dec = torch.zeros(target_ids.shape[0], 1, device=src.device), target_ids
         else:
@@ -175,12 +164,6 @@ class RagSystem(torch.nn.Module):
             doc_lp = torch.log_softmax(retrieved.scores.float(), dim=1)
         return Encoded(states, doc_lp, retrieved, kk)
 
-    def _decoder_logprobs(self, enc: Encoded, rows: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
-        """log p(next | x, z, prefix) for source rows ``rows`` [N] and prefixes [N, t] -> [N, V]."""
-        with self.autocast():
-            logits, _ = self.gen.step(enc.states.select(rows), prefix.to(self.device), None)
-        return torch.log_softmax(logits.float(), dim=-1)
-
     def _predictions(self, enc: Encoded, best: list[Hypothesis]) -> list[Prediction]:
         out = []
         for b, hyp in enumerate(best):
@@ -203,31 +186,20 @@ class RagSystem(torch.nn.Module):
             return self._predictions(enc, self._rag_sequence_decode(enc, beams, max_new_tokens, thorough=method == "thorough"))
         beams = 1 if method == "greedy" else beams
         kk, dev = enc.k, self.device
-        if self.model_kind == "bart":
-            step = CachedStep(self, enc, lambda owner: owner[:, None], lambda lp, owner: lp[:, 0])
-        elif self.model_kind == "sequence":
-            # RAG-Sequence with greedy/beam: decode the top document alone (not marginalized)
-            step = CachedStep(self, enc, lambda owner: owner[:, None] * kk, lambda lp, owner: lp[:, 0])
-        else:  # RAG-Token: the next-token distribution marginalized over the K documents
+        if self.model_kind == "token":  # the next-token distribution marginalized over the K documents
             step = CachedStep(self, enc, lambda owner: owner[:, None] * kk + torch.arange(kk, device=dev),
                               lambda lp, owner: torch.logsumexp(lp + enc.doc_lp[owner][:, :, None], dim=1))
+        else:  # the top document alone (RAG-Sequence's greedy/beam; BART's one source, K = 1)
+            step = CachedStep(self, enc, lambda owner: owner[:, None] * kk, lambda lp, owner: lp[:, 0])
         found = beam_search(step, len(questions), beams, max_new_tokens, self.bos_id, self.eos_id)
         return self._predictions(enc, [h[0] for h in found])
 
     @torch.inference_mode()
     def generate_sweep(self, questions: list[str], ks: list[int], method: str = "greedy", beams: int = 1,
                        max_new_tokens: int = 32) -> dict[int, list[Prediction]]:
-        """:meth:`generate` at each number of documents in ``ks``.
-
-        RAG-Sequence's thorough and fast decoding do the work of the largest K once: a document's
-        beam depends on the question and that document only, and a hypothesis' probability under a
-        document on neither K nor the other documents. So the top max(ks) documents are encoded,
-        searched and (thorough) scored once, and each K marginalizes over its first K of them,
-        with p(z|x) renormalized over those K; it needs a retriever whose first K passages of a
-        larger search are its top K (``Retriever.nested_top_k``: not an HNSW index searched with
-        an efSearch below the largest K). Otherwise, and for other models, each K is decoded on
-        its own (RAG-Token's next-token distribution, and so its beam, is a mixture over all K
-        documents)."""
+        """:meth:`generate` at each K in ``ks``. RAG-Sequence's thorough and fast decoding search the
+        top max(ks) documents once, each K marginalizing over its first K, where the retriever's
+        rankings nest (``Retriever.nested_top_k``)."""
         shared = self.model_kind == "sequence" and method in ("thorough", "fast")
         if not (shared and self.retriever is not None and self.retriever.nested_top_k(max(ks))):
             return {k: self.generate(questions, k, method, beams, max_new_tokens) for k in ks}
@@ -246,11 +218,7 @@ class RagSystem(torch.nn.Module):
         return out
 
     def _rag_sequence_decode(self, enc: Encoded, beams: int, max_new_tokens: int, thorough: bool) -> list[Hypothesis]:
-        """Beam search per document, then marginalize hypothesis probabilities over documents.
-
-        thorough: every hypothesis is scored under every document (extra forward passes);
-        fast: a hypothesis missing from a document's beam has probability 0 there.
-        """
+        """Beam search per document, then marginalize hypothesis probabilities over documents."""
         return self.marginalize_beams(enc, self._document_beams(enc, beams, max_new_tokens), thorough)
 
     def _document_beams(self, enc: Encoded, beams: int, max_new_tokens: int) -> list[list[Hypothesis]]:
@@ -263,9 +231,8 @@ class RagSystem(torch.nn.Module):
                           rescored: tuple[list[list[tuple]], list[torch.Tensor]] | None = None) -> list[Hypothesis]:
         """The best hypothesis per question from its documents' beams (``per_doc[i * K + j]``),
         scored thorough (every hypothesis under every document) or fast (0 where not in a beam).
-        ``rescored``: thorough scores already computed over a superset (per question, sorted
-        hypotheses and their [H, K'] log-probabilities under its first K' >= K documents), read
-        instead of scoring again (:meth:`generate_sweep`)."""
+        ``rescored``: thorough scores over a superset (per question, sorted hypotheses and their
+        [H, K'] log-probabilities, K' >= K), read instead of scoring again."""
         b, kk = enc.doc_lp.shape
         beam_scores: list[list[dict[tuple, float]]] = [
             [{h.tokens: h.score for h in per_doc[i * kk + j]} for j in range(kk)] for i in range(b)]
@@ -281,12 +248,8 @@ class RagSystem(torch.nn.Module):
         for i in range(b):
             if thorough:
                 seq_lp = seq_lps[i]
-            else:
-                seq_lp = torch.full((len(hyps[i]), kk), float("-inf"))
-                for h, toks in enumerate(hyps[i]):
-                    for j in range(kk):
-                        if toks in beam_scores[i][j]:
-                            seq_lp[h, j] = beam_scores[i][j][toks]
+            else:  # a hypothesis missing from a document's beam has probability 0 there
+                seq_lp = torch.tensor([[beam_scores[i][j].get(t, float("-inf")) for j in range(kk)] for t in hyps[i]])
             marg = torch.logsumexp(seq_lp + enc.doc_lp[i].cpu()[None, :], dim=1)
             h = int(marg.argmax())
             best.append(Hypothesis(hyps[i][h], float(marg[h])))
@@ -297,22 +260,18 @@ class RagSystem(torch.nn.Module):
 
     def sequence_logprobs_batch(self, enc: Encoded, hyps: list[list[tuple[int, ...]]]) -> list[torch.Tensor]:
         """log p(h | x_i, z_j) for every hypothesis h (tokens after BOS) of every question i and
-        document j: ``hyps[i]`` the hypotheses of question i -> per question [H_i, K].
-
-        The (question, hypothesis, document) rows of all questions go through the generator
-        ``SCORE_ROWS`` at a time (``Generator.hypothesis_logprobs``: each document's source is
-        read once, then its cache copied to every hypothesis row, as beam search's
-        :class:`CachedStep` does)."""
+        document j: ``hyps[i]`` the hypotheses of question i -> per question [H_i, K], scored
+        ``SCORE_ROWS`` (question, hypothesis, document) rows at a time."""
         kk = enc.k
         pairs = [(i, h) for i, hs in enumerate(hyps) for h in hs]  # question-major, hypothesis-minor
         out = torch.empty(len(pairs) * kk)
         per_call = max(1, self.SCORE_ROWS // kk)
         for start in range(0, len(pairs), per_call):
             part = pairs[start : start + per_call]
-            width = max(1, max(len(h) for _, h in part))  # an empty hypothesis (no new token) scores 0
-            tgt = torch.full((len(part), width), self.pad_id, dtype=torch.long)  # the hypothesis tokens
-            for r, (_, h) in enumerate(part):
-                tgt[r, : len(h)] = torch.tensor(h)
+            # the hypothesis tokens, padded; an empty hypothesis (no new token) scores 0
+            tgt = pad_sequence([torch.tensor(h or (self.pad_id,), dtype=torch.long) for _, h in part], batch_first=True,
+                               padding_value=self.pad_id)
+            width = tgt.shape[1]
             tgt = tgt.repeat_interleave(kk, dim=0).to(self.device)  # pair-major, doc-minor
             questions = sorted({i for i, _ in part})
             docs = (torch.tensor(questions, device=self.device)[:, None] * kk + torch.arange(kk, device=self.device)).reshape(-1)
@@ -324,19 +283,17 @@ class RagSystem(torch.nn.Module):
             lengths = torch.tensor([len(h) for _, h in part]).repeat_interleave(kk)
             ll = ll.masked_fill(torch.arange(width)[None, :] >= lengths[:, None], 0.0)
             out[start * kk : (start + len(part)) * kk] = ll.sum(1)
-        res, pos = [], 0
-        for hs in hyps:
-            res.append(out[pos * kk : (pos + len(hs)) * kk].view(len(hs), kk))
-            pos += len(hs)
-        return res
+        return list(out.view(len(pairs), kk).split([len(hs) for hs in hyps]))
 
     @torch.inference_mode()
     def score_labels(self, questions: list[str], label_token_ids: list[int], k: int) -> tuple[torch.Tensor, Encoded]:
         """log p(label | x) for single-token labels -> [B, L]; RAG-Sequence and RAG-Token agree here."""
         enc = self.encode(questions, k)
         n = len(questions) * enc.k
-        prefix = torch.full((n, 1), self.bos_id, dtype=torch.long)
-        lp = self._decoder_logprobs(enc, torch.arange(n, device=self.device), prefix).view(len(questions), enc.k, -1)
+        prefix = torch.full((n, 1), self.bos_id, dtype=torch.long, device=self.device)
+        with self.autocast():
+            logits, _ = self.gen.step(enc.states.select(torch.arange(n, device=self.device)), prefix, None)
+        lp = torch.log_softmax(logits.float(), dim=-1).view(len(questions), enc.k, -1)
         lab = lp[:, :, label_token_ids]  # [B, K, L]
         return torch.logsumexp(lab + enc.doc_lp[:, :, None], dim=1).cpu(), enc
 
@@ -362,21 +319,12 @@ def _first_documents(enc: Encoded, k: int) -> Encoded:
 
 
 class CachedStep:
-    """The step function :func:`beam_search` calls, with the generator's key/value cache.
+    """The step function :func:`beam_search` calls, on the generator's key/value cache.
 
-    step(prefix [N, t], owner [N]) -> log-probs [N, V]. Each step runs the generator on the newest
-    token only (``Generator.step``: an encoder-decoder's cross-attention keys/values over the
-    encoder states, a causal LM's prompt, are computed once), instead of re-running the whole
-    prefix. Beam search hands over bare prefixes; each prefix's parent row is found by the prefix
-    minus its last token, and the cache rows are reordered to match (``Generator.reorder``).
-    ``rows_of(owner)`` gives, per prefix row, the source rows it is decoded against ([N, R]:
-    R = K documents for RAG-Token, 1 otherwise); ``combine(lp [N, R, V], owner)`` turns their
-    log-probs into the step's distribution.
-
-    Two copies are skipped where they would change nothing: the cache is not reordered when every
-    row keeps its place (greedy search, until a problem finishes), and the source rows are indexed
-    once and reused while the set of live rows stays the same.
-    """
+    step(prefix [N, t], owner [N]) -> log-probs [N, V]: the generator runs on the newest token only;
+    each prefix's parent row (the prefix minus its last token) picks its cache row. ``rows_of(owner)``
+    gives each prefix row's source rows [N, R] (R = K for RAG-Token, else 1); ``combine(lp [N, R, V],
+    owner)`` turns their log-probs into the step's distribution."""
 
     def __init__(self, system: RagSystem, enc: Encoded, rows_of, combine):
         self.system, self.enc, self.rows_of, self.combine = system, enc, rows_of, combine

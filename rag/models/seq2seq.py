@@ -1,15 +1,6 @@
-"""Generator passes that skip padding: length-sorted row chunks, and logits only where scored.
-
-A RAG batch feeds the generator B*K "title / passage // question" inputs of unequal length,
-padded to the longest. :func:`encode` and :func:`target_logprobs` sort the rows by length and
-run the generator on chunks of rows, each cut to its own longest row, so little compute goes to
-padding (the outputs are the same: padded positions are masked out of every attention). The
-chunks minimise padded tokens + ``overhead_tokens`` per extra generator call.
-:func:`target_logprobs` also drops the last decoder position (it predicts
-the padding after the target) and, for BART-family generators, applies the output projection
-only at positions whose next token is scored, instead of materialising [B*K, T, V] logits.
-:class:`rag.models.generator.Seq2SeqGenerator`, the seq2seq family of the generator interface,
-runs them.
+"""Generator passes that skip padding: rows sorted by length and run in chunks, each cut to its
+longest row, and logits only at the positions whose next token is scored.
+:class:`rag.models.generator.Seq2SeqGenerator` (the seq2seq family) runs them.
 """
 
 from __future__ import annotations
@@ -29,10 +20,9 @@ def format_input(title: str, text: str, question: str) -> str:
     return (title + TITLE_SEP + text + DOC_SEP + question).replace("  ", " ")
 
 # cost of one more generator call, in padded tokens: a chunk costs rows x width + this
-DEFAULT_CHUNK_OVERHEAD = 512  # the fastest for the default generator on CPU (benchmarks/README.md, training step)
-# an overhead no padding saving can pay for: always one generator call
-ONE_CHUNK = 10**9
-# per device type (config key generator.chunk_overhead: null); on CUDA one chunk is the fastest (docs/precision.md)
+DEFAULT_CHUNK_OVERHEAD = 512
+ONE_CHUNK = 10**9  # an overhead no padding saving can pay for: always one generator call
+# per device type (config key generator.chunk_overhead: null)
 DEVICE_CHUNK_OVERHEAD = {"cpu": DEFAULT_CHUNK_OVERHEAD, "cuda": ONE_CHUNK}
 
 
@@ -98,12 +88,8 @@ def _bart_like(generator) -> bool:
 
 def target_logprobs(generator, input_ids: torch.Tensor, attention_mask: torch.Tensor, target: torch.Tensor, pad_id: int,
                     smooth: bool = False, overhead_tokens: int = DEFAULT_CHUNK_OVERHEAD):
-    """log p(target[n, t+1] | input n, target[n, :t+1]) -> ll [N, T] (0 where the next token is
-    padding) and, if ``smooth``, the sum over the vocabulary of log p at each position [N, T].
-
-    ``target`` [N, T] starts with the decoder start token; the results equal gathering from
-    ``log_softmax(generator(input_ids, attention_mask, decoder_input_ids=target).logits)``.
-    """
+    """log p(target[n, t+1] | input n, target[n, :t+1]) [N, T] (0 where the next token is padding)
+    and, if ``smooth``, the sum over the vocabulary of log p at each position [N, T]."""
     bart = _bart_like(generator)
 
     def run(rows, keep, used):
@@ -118,10 +104,8 @@ def target_logprobs(generator, input_ids: torch.Tensor, attention_mask: torch.Te
 
 def scored_logprobs(run, attention_mask: torch.Tensor, target: torch.Tensor, pad_id: int, smooth: bool,
                     overhead_tokens: int):
-    """:func:`target_logprobs` of any generator: ``run(rows, keep, used)`` gives the logits [M, V]
-    of source rows ``rows`` (a length-sorted chunk of :func:`length_chunks`) at the target
-    positions ``keep`` [len(rows), used] marks (those whose next token is scored; positions after
-    ``used`` predict padding only)."""
+    """:func:`target_logprobs` of any generator: ``run(rows, keep, used)`` gives the logits [M, V] of
+    a length-sorted chunk of source ``rows`` at the target positions ``keep`` [len(rows), used] marks."""
     n, t = target.shape
     nxt = torch.cat([target[:, 1:], target.new_full((n, 1), pad_id)], 1)
     scored = nxt.ne(pad_id)  # positions whose prediction is scored
@@ -145,8 +129,7 @@ def scored_logprobs(run, attention_mask: torch.Tensor, target: torch.Tensor, pad
 
 def logits(generator, input_ids: torch.Tensor, attention_mask: torch.Tensor, decoder_input_ids: torch.Tensor,
            overhead_tokens: int = DEFAULT_CHUNK_OVERHEAD) -> torch.Tensor:
-    """Full generator logits [N, T, V], computed on length-sorted chunks (for losses that need
-    every vocabulary entry, e.g. RAG-Token with label smoothing)."""
+    """Full generator logits [N, T, V], computed on length-sorted chunks."""
     parts, order = [], []
     for rows in length_chunks(attention_mask, overhead_tokens):
         ids, mask = _cut(input_ids, attention_mask, rows)

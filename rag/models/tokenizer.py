@@ -35,10 +35,9 @@ def train_tokenizer(texts, vocab_size: int, extra_tokens: list[str], out_dir: Pa
 
 
 def save_tokenizer(tokenizer, folder: str | Path, max_length: int) -> None:
-    """Save ``tokenizer`` to ``folder`` in the state the run tokenizes its inputs with: padding to
-    the longest in the batch, truncation at ``max_length``. A fast tokenizer's tokenizer.json
-    records the padding and truncation of its last call, so without this a run resumed at its last
-    step (no call made) wrote another file than the uninterrupted run."""
+    """Save ``tokenizer`` to ``folder`` in the state the run tokenizes its inputs with (padding to the
+    longest, truncation at ``max_length``), whatever its last call was: a fast tokenizer's
+    tokenizer.json records the padding and truncation of its last call."""
     if getattr(tokenizer, "is_fast", False):
         from transformers.tokenization_utils_base import TruncationStrategy
         from transformers.utils import PaddingStrategy
@@ -47,7 +46,6 @@ def save_tokenizer(tokenizer, folder: str | Path, max_length: int) -> None:
                                              max_length=max_length, stride=0, pad_to_multiple_of=None,
                                              padding_side=None)
     tokenizer.save_pretrained(folder)
-
 
 
 def ensure_label_tokens(tokenizer, model, labels: list[str]) -> list[int]:

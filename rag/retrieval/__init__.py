@@ -1,9 +1,6 @@
-"""Retrieval behind one interface: ``Retriever.retrieve(questions, k) -> Retrieved``.
-
-Each kind of retriever (``rag/tasks.py`` RETRIEVERS: dense, bm25; the oracle's gold retriever)
-returns passage row numbers and doc scores in the same order, best first (:mod:`rag.retrieval.base`,
-which needs torch; this module does not). A retriever is built from one description of the
-retrieval files (:class:`RetrievalFiles`): the roles its registry entry names.
+"""Retrieval behind one interface: ``Retriever.retrieve(questions, k) -> Retrieved``
+(:mod:`rag.retrieval.base`, which needs torch; this module does not), each registered retriever
+(``rag/tasks.py`` RETRIEVERS) built from the retrieval files it reads (:class:`RetrievalFiles`).
 """
 
 from __future__ import annotations

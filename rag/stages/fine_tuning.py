@@ -8,7 +8,7 @@ import logging
 import time
 from pathlib import Path
 
-from rag.errors import ConfigError, DataError
+from rag.errors import DataError
 from rag.io import atomic_dir, read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
 from rag.sections import TrainSection
@@ -19,8 +19,8 @@ log = logging.getLogger("rag")
 
 
 def _targets_for_training(cfg: TrainSection, system, rows: list[dict]) -> tuple[list[str], list[str]]:
-    """Training (input, target) pairs. A task with regex answers: as the paper, the target is the
-    most frequent match of the regex in the top retrieved documents."""
+    """Training (input, target) pairs: a label's token, the first target, or for regex answers (as the
+    paper) the most frequent match in the top retrieved passages (closed-book: ``meta.answer``)."""
     name = cfg.task_name
     spec = TASKS[name]
     if spec.classifies:
@@ -32,8 +32,9 @@ def _targets_for_training(cfg: TrainSection, system, rows: list[dict]) -> tuple[
     from rag.scoring.answer_match import compile_regex
 
     if system.passages is None:
-        raise ConfigError(f"task {name}: regex answers need a retriever to find training targets; the bart variant "
-                          "uses the answer recorded in meta.answer when the data has one")
+        if any("answer" not in r.get("meta", {}) for r in rows):
+            raise DataError(f"task {name}: regex answers without a recorded meta.answer cannot be trained closed-book")
+        return [r["input"] for r in rows], [r["meta"]["answer"] for r in rows]
     inputs, targets, missing = [], [], 0
     depth = min(len(system.passages), 50)
     import torch
@@ -64,33 +65,22 @@ def _targets_for_training(cfg: TrainSection, system, rows: list[dict]) -> tuple[
     return inputs, targets
 
 
-def _bart_regex_targets(name: str, rows):
-    out = [(r["input"], r["meta"]["answer"]) for r in rows if "answer" in r.get("meta", {})]
-    if len(out) < len(rows):
-        raise DataError(f"task {name}: regex answers without a recorded meta.answer cannot be trained closed-book (bart)")
-    return [a for a, _ in out], [b for _, b in out]
-
-
 def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str | Path, generator: str | Path,
               checkpoint_dir: str | Path, out: str | Path, files: RetrievalFiles, init_from: str | Path | None = None,
               config_hash: str = "", eval_io: dict[str, tuple[str, str, str]] | None = None) -> None:
-    """Fine-tune one task x variant (``cfg``: the train_<task> section, carrying eval_<task> when
-    ``eval_io`` is given) from the ``generator`` folder or the model folder ``init_from``, over the
-    retrieval ``files``, resumable from ``checkpoint_dir`` (holding its lock); write the model folder
-    ``out`` and log the run to MLflow. ``eval_io`` (split -> data, predictions, metrics files): then
-    decode dev and test in this process (:func:`rag.stages.evaluation.evaluate_model`)."""
+    """Fine-tune one task x variant from the ``generator`` folder or the model folder ``init_from``,
+    resumable from ``checkpoint_dir``; write the model folder ``out`` and log the run to MLflow.
+    ``eval_io`` (split -> data, predictions, metrics files): then evaluate in this process."""
     from rag.io import run_lock
     from rag.training import ddp_setup
 
     name = cfg.task_name
     vspec, t = variant_spec(variant), cfg.train
-    ks = []  # every K this job retrieves with, checked against the corpus before anything is built
-    if vspec.retriever is not None:
-        ks.append(("train.k", t.k))
-        if eval_io:  # the eval_<task> section is there (cfg.decoding() refuses before training, not after)
-            ks.append((f"tasks.{name}.decode_{vspec.model}.k", cfg.decoding().decode.of(vspec.model).k))
-    elif eval_io:
-        cfg.decoding()
+    retrieves = vspec.retriever is not None
+    ks = [("train.k", t.k)] if retrieves else []  # every K this job retrieves with, checked before anything is built
+    if eval_io:  # cfg.decoding() refuses a missing eval_<task> section before training, not after
+        decode_k = cfg.decoding().decode.of(vspec.model).k
+        ks += [(f"tasks.{name}.decode_{vspec.model}.k", decode_k)] if retrieves else []
     check_k_in_passages(files, ks)
     rank, world = ddp_setup()  # torchrun (train.ddp_processes > 1): one process per device
     with contextlib.ExitStack() as hold:
@@ -123,10 +113,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     if spec.classifies:
         ensure_label_tokens(system.tokenizer, system.generator, list(spec.labels))
     system.prepare_training()  # after the label tokens: a causal LM's adapters wrap the resized model
-    if spec.regex_targets and vspec.retriever is None:
-        inputs, targets = _bart_regex_targets(name, rows)
-    else:
-        inputs, targets = _targets_for_training(cfg, system, rows)
+    inputs, targets = _targets_for_training(cfg, system, rows)
     run = None
     if rank == 0:
         # one run per seed; tag ``cell`` groups a (task, variant)'s seeds in the MLflow UI (group by tag)

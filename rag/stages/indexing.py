@@ -39,9 +39,8 @@ def encode_shard(cfg: EncodeSection, device: str, passages: str | Path, shard: i
 
 
 def build_faiss_index(cfg: IndexSection, embeddings: list[str | Path], out: str | Path, stats_out: str | Path) -> None:
-    """The configured FAISS index (``cfg``: the index section) over the embedding shards, built in
-    bounded memory, and its build statistics: for an approximate index (HNSW, IVF-PQ) recall@1 and
-    @10 against exact search on up to 200 passages as queries."""
+    """The configured FAISS index over the embedding shards and its build statistics (an approximate
+    index: recall@1 and @10 against exact search on up to 200 passages as queries)."""
     import numpy as np
 
     from rag.retrieval.index import EmbeddingShards, build_index_from_shards, recall_against_exact, save_index

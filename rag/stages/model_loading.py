@@ -17,8 +17,7 @@ def trained_question_encoder(model_dir: str | Path | None) -> str | None:
 
 def check_k_in_passages(files: RetrievalFiles | None, ks: list[tuple[str, int]]) -> None:
     """ConfigError naming the first config key of ``ks`` ((key, K) pairs) whose K exceeds the
-    passages of ``files.passages``, counted only as far as the largest K: a stage calls it before
-    it builds anything (nothing to check without passages: BART retrieves nothing)."""
+    passages of ``files.passages`` (counted only as far as the largest K)."""
     if not ks or files is None or not files.passages:
         return
     from itertools import islice
@@ -32,9 +31,8 @@ def check_k_in_passages(files: RetrievalFiles | None, ks: list[tuple[str, int]])
 
 def build_system(cfg: TrainSection, variant: str, model_dir: str, device: str, files: RetrievalFiles | None = None,
                  question_encoder_dir: str | None = None, retriever=None):
-    """The variant's RAG system: the generator of ``model_dir`` and ``retriever``, or (None) the
-    variant's registered retriever over ``files`` (its question encoder from ``question_encoder_dir``
-    or the configured one)."""
+    """The variant's RAG system: the generator of ``model_dir`` and ``retriever``, or (None) the variant's
+    retriever over ``files`` (its question encoder from ``question_encoder_dir`` or the configured one)."""
     from rag.models.interface import load_generator
     from rag.models.rag import RagSystem
     from rag.retrieval import build_retriever

@@ -34,13 +34,11 @@ def copy_pretrained_generator(cfg: GeneratorSection, out: str | Path) -> None:
 
 def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | Path], out: str | Path, *,
                        restatements: str | Path | None = None, checkpoint_dir: str | Path | None = None) -> None:
-    """``generator.init: scratch`` (``cfg``: the generator section): train the tokenizer on the
-    passages, build the configured BART (a Llama with ``generator.family: causal_lm``, pretrained
-    through the generator interface) on ``device`` and pretrain it (:func:`rag.training.pretrain`; with ``restatements``, miniworld's restated facts
-    too); resumable from ``checkpoint_dir``, holding its lock (one writer at a time). Writes the
-    folder ``out`` with ``pretrain.json`` (steps, seconds, final loss, the loss curve)."""
+    """``generator.init: scratch``: train the tokenizer on the passages, build the configured generator
+    on ``device`` and pretrain it (:func:`rag.training.pretrain`, also on ``restatements``), resumable
+    from ``checkpoint_dir``; writes the folder ``out`` with ``pretrain.json``."""
     from rag.data.corpus import read_passages
-    from rag.models.generator import build_bart
+    from rag.models.generator import Seq2SeqGenerator, build_bart
     from rag.models.pretraining_data import Restatements
     from rag.models.tokenizer import label_token, save_tokenizer, train_tokenizer
     from rag.tasks import FEVER3_LABELS
@@ -75,22 +73,20 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
     with hold, atomic_dir(out) as tmp:
         tok = train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g.vocab_size,
                                 [label_token(lb) for lb in FEVER3_LABELS], tmp)
-        generator = None
         if g.family == "causal_lm":
             from rag.models.causal_lm import CausalLMGenerator, build_causal_lm
 
             generator = CausalLMGenerator.from_options(build_causal_lm(tok, g).to(device), tok, g)
-            model = generator.model
-        else:
-            model = build_bart(tok, g).to(device)
+        else:  # pretraining targets are not truncated
+            generator = Seq2SeqGenerator(build_bart(tok, g).to(device), tok, g.max_source_len, None)
         t = time.time()
-        losses = pretrain(model, tok, titles, texts, g.pretrain_steps, g.pretrain_batch_size, g.pretrain_lr,
+        losses = pretrain(generator.model, tok, titles, texts, g.pretrain_steps, g.pretrain_batch_size, g.pretrain_lr,
                             g.max_source_len, cfg.seed, precision=cfg.precision,
                             chunk_overhead=g.chunk_overhead, restatements=restated,
                             restatement_share=g.pretrain_restatements, claim_share=g.pretrain_claims,
                             sentence_share=g.pretrain_sentences, absent_share=g.pretrain_absent, ckpt_path=ckpt_path, identity=identity,
                             generator=generator)
-        (generator.save if generator is not None else model.save_pretrained)(tmp)
+        generator.save(tmp)
         save_tokenizer(tok, tmp, g.max_source_len)  # as the run tokenizes, also after a resume at the last step
         write_json(tmp / "pretrain.json", {"init": "scratch", "steps": g.pretrain_steps, "seconds": time.time() - t,
                                            "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
