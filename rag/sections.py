@@ -35,20 +35,20 @@ class Read:
     """A section field that is a declared config key (:func:`read`)."""
 
     path: str | None  # the dotted config key; None: a key only sections have (task_name)
-    node: keyspec.Node
+    node: dict  # its declaration
     optional: bool | None
 
     def required(self) -> bool:
-        return self.optional is False or (self.optional is None and self.node.has_default())
+        return self.optional is False or (self.optional is None and "default" in self.node)
 
 
-def read(key: "str | config_keys.Definition", *, optional: bool | None = None) -> Any:
-    """The section field holding the config key ``key`` (dotted, "train.k"; or a definition of
-    :mod:`rag.config_keys` for a key only sections have). ``optional``: whether the section may
-    leave it out (default: a config key without default may be absent)."""
+def read(key: str | dict, *, optional: bool | None = None) -> Any:
+    """The section field holding the config key ``key`` (dotted, "train.k"; or the declaration of a
+    key only sections have). ``optional``: whether the section may leave it out (default: a config
+    key without default may be absent)."""
     if isinstance(key, str):
         return Read(key, config_keys.key(key), optional)
-    return Read(None, key.ref(), False if optional is None else optional)
+    return Read(None, key, False if optional is None else optional)
 
 
 @dataclass(frozen=True)
@@ -64,20 +64,20 @@ class Section:
         own = dict(cls.__dict__.get("__annotations__", {}))
         keys: dict[str, Read] = {n: v for n, v in cls.__dict__.items() if isinstance(v, Read)}
         if every_key_of is not None:
-            group = config_keys.key(every_key_of).target()
-            if not isinstance(group, keyspec.Group) or set(exclude) - set(group.keys):
+            group = keyspec.target(config_keys.key(every_key_of)).get("properties")
+            if group is None or set(exclude) - set(group):
                 raise TypeError(f"{cls.__name__}: {every_key_of} is no group of keys, or lacks one of {exclude}")
             known = {f.name for f in fields(cls)} | set(keys) | set(own)
-            for name, node in group.keys.items():
+            for name, node in group.items():
                 if name in known or name in exclude:
                     continue
-                if isinstance(node.target(), keyspec.Group):
+                if "properties" in keyspec.target(node):
                     raise TypeError(f"{cls.__name__}: {every_key_of}.{name} is a group of keys: "
                                     "annotate it with its own Section class")
                 keys[name] = Read(f"{every_key_of}.{name}", node, None)
         annotations = {}
         for name, r in keys.items():
-            annotations[name] = r.node.py_type() if r.required() else r.node.py_type() | None
+            annotations[name] = keyspec.py_type(r.node) if r.required() else keyspec.py_type(r.node) | None
             meta = {"key": True, "read": r}
             setattr(cls, name, field(metadata=meta) if r.required() else field(default=None, metadata=meta))
         for name, tp in own.items():
@@ -111,7 +111,7 @@ class Section:
         for f in fields(cls):
             if not f.metadata.get("key", True):
                 continue
-            props[f.name] = f.metadata["read"].node.schema() if "read" in f.metadata else f.metadata["part"].json_schema()
+            props[f.name] = f.metadata["read"].node if "read" in f.metadata else f.metadata["part"].json_schema()
             if _required(f):
                 required.append(f.name)
         return {"type": "object", "additionalProperties": False, "properties": props,
@@ -169,7 +169,7 @@ def _part(tp) -> type | None:
 def _validator(cls, names: tuple):
     """The section's schema and validator, built again when the registry's names change (``names``:
     its enums read them)."""
-    sch = {**cls.json_schema(), "definitions": config_keys.json_schema()["definitions"]}
+    sch = {**keyspec.resolve(cls.json_schema()), "definitions": config_keys.json_schema()["definitions"]}
     return sch, keyspec.validator_class(fill_defaults=False)(sch)
 
 
@@ -404,7 +404,7 @@ class TaskSection(Section):
 class DataSection(TaskSection):
     """``data_<task>``: one task's train/dev/test files."""
 
-    task_name = read(TASK_NAME)
+    task_name = read(keyspec.ref(TASK_NAME))
     task: TaskData
     seed = read("seed", optional=True)  # miniworld tasks
     miniworld: MiniworldCut | None = None
@@ -414,7 +414,7 @@ class EvalSection(TaskSection):
     """``eval_<task>``: test-time decoding and the metric options (only for tasks whose metrics read
     them); ``task``: the declaration of a task the config declares."""
 
-    task_name = read(TASK_NAME)
+    task_name = read(keyspec.ref(TASK_NAME))
     decode: Decode
     metrics: MetricOptions | None = None
     task: TaskDeclaration | None = None
@@ -428,7 +428,7 @@ class TrainSection(TaskSection):
     seed = read("seed")
     device = read("device")
     precision = read("precision")
-    task_name = read(TASK_NAME)
+    task_name = read(keyspec.ref(TASK_NAME))
     tracking: Tracking
     task: TaskOptions
     train: TrainOptions
