@@ -18,12 +18,11 @@ from typing import Any, Callable, Sequence
 import yaml
 
 from rag import config_keys, keyspec
-from rag.config_keys import INDEX_PARAMS
 from rag.config_keys import json_schema as schema
 from rag.errors import ConfigError, DataError
 from rag.io import not_a_file, read_json
-from rag.sections import (ContextEncoder, CorpusOptions, GeneratorLengths, GeneratorOptions, MetricOptions, Miniworld,
-                          QuestionEncoder, TaskData, TaskDeclaration, TaskOptions, Tracking, TrainOptions)
+from rag.sections import (CorpusSection, DataSection, EncodeSection, EvalSection, ExperimentsSection, GeneratorSection,
+                          IndexSection, TaskDeclaration, TrainSection)
 from rag.tasks import BUILTIN_TASKS, TASKS, declare_tasks
 
 
@@ -481,64 +480,24 @@ def task_decode(cfg: dict, task: str, model: str) -> dict:
 
 
 def sections(cfg: dict) -> dict[str, dict]:
-    """Split the resolved config into the pieces each stage reads, and only those: Snakemake writes
-    each to ``results/<name>/config/<piece>.json`` (a rule param: an edit re-runs only its readers).
-
-    ``corpus``        the corpus rule and the hot-swap questions (miniworld world, passage cut)
-    ``encode``        passage encoding (context encoder, pooling, max length, batch, device)
-    ``index``         the FAISS index (its type and that type's parameters)
-    ``generator``     generator construction and pretraining
-    ``data_<task>``   one task's train/dev/test files (miniworld sizes, or format options)
-    ``train_<task>``  fine-tuning (train keys, the question encoder and retrieval scale, MLflow)
-    ``eval_<task>``   test-time decoding (K, method) and metric options; read with ``train_<task>``
-    ``experiments``   Figure 3's K sweep
-    ``report``        the report's scale summary, samples, tasks and variants
-
-    A piece holds the keys of its typed section (:mod:`rag.sections`), sorted; runtime knobs
-    (``threads``, ``resources``) are in none.
-    """
-    corpus, r, g = cfg["corpus"], cfg["retriever"], cfg["generator"]
-    miniworld = corpus["source"] == "miniworld"
-    run = {"name": cfg["name"], "seed": cfg["seed"], "device": cfg["device"], "precision": cfg["precision"]}
-    out = {
-        "corpus": {"seed": cfg["seed"],
-                   "corpus": CorpusOptions.pick(corpus, omit=("format",) if miniworld else ()),  # miniworld: no file to convert
-                   **({"miniworld": Miniworld.pick(cfg["miniworld"])} if miniworld else {})},
-        "encode": {"device": cfg["device"], "precision": cfg["precision"], "retriever": ContextEncoder.pick(r)},
-        "index": {"device": cfg["device"], "retriever": {k: r[k] for k in ("index", *INDEX_PARAMS[r["index"]])}},
-        "generator": {"seed": cfg["seed"], "device": cfg["device"], "precision": cfg["precision"], "generator": GeneratorOptions.pick(g)},
-        "experiments": {"experiments": {"topk_sweep": cfg["experiments"]["topk_sweep"]}},
-        "report": {"report": cfg["report"], "variants": cfg["variants"], "tasks": sorted(cfg["tasks"]),
-                   "scale": scale_summary(cfg)},
-    }
+    """The resolved config split into the sections each stage reads (the classes of :mod:`rag.sections`;
+    ``report``: the report's scale summary, samples, tasks and variants), sorted: Snakemake writes each to
+    ``results/<name>/config/<section>.json``, so an edit re-runs only its readers."""
+    out = {name: cls.of_config(cfg) for name, cls in (("corpus", CorpusSection), ("encode", EncodeSection),
+                                                      ("index", IndexSection), ("generator", GeneratorSection),
+                                                      ("experiments", ExperimentsSection))}
+    out["report"] = {"report": cfg["report"], "variants": cfg["variants"], "tasks": sorted(cfg["tasks"]),
+                     "scale": scale_summary(cfg)}
     for name, spec in cfg["generators"].items():  # each further generator's pretraining
-        out[f"generator_{name}"] = {**out["generator"], "generator": GeneratorOptions.pick(spec["generator"])}
+        out[f"generator_{name}"] = GeneratorSection.of_config({**cfg, "generator": spec["generator"]})
     if cfg["generators"]:  # the generators report names them
         out["report"]["generators"] = {name: generator_summary(spec["generator"]) for name, spec in cfg["generators"].items()}
-    declared = {name: TaskDeclaration.pick(task) for name, task in cfg["tasks"].items() if name not in BUILTIN_TASKS}
+    declared = {name: TaskDeclaration.of_config(cfg, name) for name in cfg["tasks"] if name not in BUILTIN_TASKS}
     if declared:  # the report names and scores them as the runs did
         out["report"]["declared_tasks"] = declared
-    for name, task in cfg["tasks"].items():
-        data = {"task_name": name, "task": TaskData.pick(task)}
-        if task["source"] == "miniworld":  # gold passages depend on how the corpus is cut
-            data.update(seed=cfg["seed"], miniworld={**Miniworld.pick(cfg["miniworld"]), "passage_words": corpus["passage_words"]})
-        out[f"data_{name}"] = data
-        out[f"train_{name}"] = {
-            **run,
-            "tracking": Tracking.pick(cfg["tracking"]),
-            "task_name": name,
-            "task": TaskOptions.pick(task),  # all but the decoding keys and which runs it has
-            "train": {**TrainOptions.pick(cfg["train"]), **({"steps": task["steps"]} if "steps" in task else {})},
-            "generator": GeneratorLengths.pick(g),
-            "retriever": QuestionEncoder.pick(r),
-        }
-        out[f"eval_{name}"] = {"task_name": name, "decode": {m: task_decode(cfg, name, m) for m in ("sequence", "token", "bart")}}
-        if name not in BUILTIN_TASKS:  # declared by the config: its sections carry the declaration
-            out[f"eval_{name}"]["task"] = TaskDeclaration.pick(task)
-        if TASKS[name].reads_metric_options:  # only these read metrics options (their own metrics' alone)
-            own = {m: v for m, v in cfg["metrics"].get("options", {}).items() if m in TASKS[name].metrics}
-            out[f"eval_{name}"]["metrics"] = {**MetricOptions.pick(cfg["metrics"], omit=("options",)),
-                                              **({"options": own} if own else {})}
+    for name in cfg["tasks"]:
+        out.update({f"{kind}_{name}": cls.of_config(cfg, name)
+                    for kind, cls in (("data", DataSection), ("train", TrainSection), ("eval", EvalSection))})
     return json.loads(json.dumps(out, sort_keys=True))
 
 

@@ -1,14 +1,10 @@
 """The config sections as typed, frozen objects: what each stage function takes.
 
-Snakemake writes each section of the resolved config (:func:`rag.config.sections`, built from the
-classes' keys: ``pick``) to ``results/<name>/config/<section>.json``; a command reads its file(s)
-into the section's class (:func:`read_section`, :func:`read_task_sections`).
-
 A class names the declared keys its stage reads (``batch_size = read("retriever.batch_size")``, or
-``every_key_of="train"``) and its nested sections (``corpus: CorpusOptions``); types and checks
-come from the declarations (:mod:`rag.config_keys`). Parsing validates a file against the class'
-JSON schema, each problem one :class:`~rag.errors.ConfigError` naming the file and the dotted key.
-Lists become tuples and objects read-only mappings; ``to_dict`` gives back the mapping as read.
+``every_key_of="train"``) and its nested sections (``corpus: CorpusOptions``). :meth:`Section.of_config`
+takes its mapping out of the resolved config (Snakemake writes it to ``results/<name>/config/<section>.json``);
+a command reads the file back into the class (:func:`read_section`), validated against the declarations
+(each problem one ConfigError naming the file and the dotted key); ``to_dict`` gives back the mapping.
 """
 
 import dataclasses
@@ -95,14 +91,24 @@ class Section:
         dataclass(frozen=True, kw_only=True)(cls)
 
     @classmethod
-    def keys(cls) -> tuple[str, ...]:
-        """The keys of the section's mapping, in field order."""
-        return tuple(f.name for f in fields(cls) if f.metadata.get("key", True))
-
-    @classmethod
-    def pick(cls, data: Mapping, omit: tuple = ()) -> dict:
-        """The keys of ``data`` (a group of the resolved config) this class reads, but ``omit``."""
-        return {k: data[k] for k in cls.keys() if k in data and k not in omit}
+    def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
+        """The section's mapping of the resolved config ``cfg``: each key it reads that ``cfg`` holds
+        (``tasks.*``: of ``task``; ``task_name``: ``task``) and each nested section's."""
+        out = {}
+        for f in fields(cls):
+            if "part" in f.metadata:
+                out[f.name] = f.metadata["part"].of_config(cfg, task)
+            elif "read" in f.metadata and f.metadata["read"].path is None:
+                out[f.name] = task
+            elif "read" in f.metadata:
+                value = cfg
+                for part in f.metadata["read"].path.split("."):
+                    value = value.get(task if part == "*" else part, MISSING)
+                    if value is MISSING:
+                        break
+                else:
+                    out[f.name] = value
+        return out
 
     @classmethod
     def json_schema(cls) -> dict:
@@ -243,6 +249,11 @@ class IndexOptions(Section):
     ivf_lists = read("retriever.ivf_lists", optional=True)
     pq_m = read("retriever.pq_m", optional=True)  # given and null: the embedding size / 8
 
+    @classmethod
+    def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
+        out = super().of_config(cfg, task)
+        return {k: v for k, v in out.items() if k == "index" or k in INDEX_PARAMS[out["index"]]}
+
     def _check(self, where: str, prefix: str) -> None:
         for name in INDEX_PARAMS[self.index]:
             if name not in self._given:
@@ -328,6 +339,12 @@ class Decode(Section):
     token: DecodeOptions
     bart: DecodeOptions
 
+    @classmethod
+    def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
+        from rag.config import task_decode
+
+        return {model: task_decode(cfg, task, model) for model in ("sequence", "token", "bart")}
+
     def of(self, model: str) -> DecodeOptions:
         return {"sequence": self.sequence, "token": self.token, "bart": self.bart}[model]
 
@@ -341,6 +358,14 @@ class MetricOptions(Section, every_key_of="metrics"):
 
     qbleu1: QBleuWeights
 
+    @classmethod
+    def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
+        from rag.tasks import TASKS
+
+        out = super().of_config(cfg, task)
+        own = {m: v for m, v in out.pop("options", {}).items() if m in TASKS[task].metrics}
+        return {**out, "options": own} if own else out
+
 
 class ExperimentOptions(Section):
     topk_sweep = read("experiments.topk_sweep")
@@ -353,6 +378,15 @@ class CorpusSection(Section):
     seed = read("seed")
     corpus: CorpusOptions
     miniworld: Miniworld | None = None  # corpus.source: miniworld
+
+    @classmethod
+    def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
+        out = super().of_config(cfg, task)
+        if cfg["corpus"]["source"] == "miniworld":
+            del out["corpus"]["format"]  # no file to convert
+        else:
+            del out["miniworld"]
+        return out
 
     def world(self) -> Miniworld:
         if self.miniworld is None:
@@ -409,6 +443,13 @@ class DataSection(TaskSection):
     seed = read("seed", optional=True)  # miniworld tasks
     miniworld: MiniworldCut | None = None
 
+    @classmethod
+    def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
+        out = super().of_config(cfg, task)
+        if cfg["tasks"][task]["source"] != "miniworld":  # a miniworld task's gold passages depend on the cut
+            del out["seed"], out["miniworld"]
+        return out
+
 
 class EvalSection(TaskSection):
     """``eval_<task>``: test-time decoding and the metric options (only for tasks whose metrics read
@@ -418,6 +459,17 @@ class EvalSection(TaskSection):
     decode: Decode
     metrics: MetricOptions | None = None
     task: TaskDeclaration | None = None
+
+    @classmethod
+    def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
+        from rag.tasks import BUILTIN_TASKS, TASKS
+
+        out = super().of_config(cfg, task)
+        if task in BUILTIN_TASKS:  # a task the config declares: its sections carry the declaration
+            del out["task"]
+        if not TASKS[task].reads_metric_options:
+            del out["metrics"]
+        return out
 
 
 class TrainSection(TaskSection):
@@ -435,6 +487,13 @@ class TrainSection(TaskSection):
     generator: GeneratorLengths
     retriever: QuestionEncoder
     evaluation: EvalSection | None = field(default=None, metadata=_ATTACHED)
+
+    @classmethod
+    def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
+        out = super().of_config(cfg, task)
+        if "steps" in cfg["tasks"][task]:  # a task's steps replace train.steps
+            out["train"]["steps"] = cfg["tasks"][task]["steps"]
+        return out
 
     def decoding(self) -> EvalSection:
         """The eval_<task> section; ConfigError when it was not given."""
