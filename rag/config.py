@@ -139,10 +139,14 @@ def input_files(cfg: dict) -> list[tuple[str, str]]:
         task = cfg["tasks"][name]
         if task["source"] == "local":
             out += [(f"tasks.{name}.files.{split}", path) for split, path in (task.get("files") or {}).items()]
-        refs = [("format", task.get("format"))] + [(f"formats.{s}", f) for s, f in (task.get("formats") or {}).items()]
-        refs += [(f"metrics.{i}", m) for i, m in enumerate(task.get("metrics") or ())]
+        refs = _formats(task) + [(f"metrics.{i}", m) for i, m in enumerate(task.get("metrics") or ())]
         out += [(f"tasks.{name}.{k}", r.rpartition(":")[0]) for k, r in refs if r and r.rpartition(":")[0].endswith(".py")]
     return out
+
+
+def _formats(task: dict) -> list[tuple[str, str | None]]:
+    """(key under the task, format) of the task's ``format`` and each ``formats.<split>``."""
+    return [("format", task.get("format"))] + [(f"formats.{s}", f) for s, f in (task.get("formats") or {}).items()]
 
 
 def check_parsers(cfg: dict) -> None:
@@ -152,8 +156,7 @@ def check_parsers(cfg: dict) -> None:
 
     for name, task in cfg["tasks"].items():
         if task["source"] != "miniworld":
-            given = [("format", task.get("format"))] + [(f"formats.{s}", f) for s, f in (task.get("formats") or {}).items()]
-            for key, fmt in given:
+            for key, fmt in _formats(task):
                 if fmt is not None:
                     parser(fmt, f"tasks.{name}.{key}")
 
@@ -191,7 +194,6 @@ def _check_references(cfg: dict) -> None:
             if missing:
                 raise ConfigError(f"config key 'tasks.{name}.variants': {', '.join(missing)} would start from "
                                   f"{src}'s model (init_from), which tasks.{src}.variants does not train")
-        if src is not None:
             for v in task_variants(cfg, name):
                 missing = [s for s in run_seeds(cfg, name, v) if s not in run_seeds(cfg, src, v)]
                 if missing:

@@ -120,8 +120,7 @@ class Section:
             props[f.name] = f.metadata["read"].node if "read" in f.metadata else f.metadata["part"].json_schema()
             if _required(f):
                 required.append(f.name)
-        return {"type": "object", "additionalProperties": False, "properties": props,
-                **({"required": required} if required else {})}
+        return keyspec.Group(props, required=tuple(required), default=keyspec.NO_DEFAULT)
 
     @classmethod
     def from_dict(cls: type[S], data: Any, where: str, prefix: str = "") -> S:
