@@ -464,7 +464,7 @@ class EvalSection(TaskSection):
         from rag.tasks import BUILTIN_TASKS, TASKS
 
         out = super().of_config(cfg, task)
-        if task in BUILTIN_TASKS:  # a task the config declares: its sections carry the declaration
+        if task in BUILTIN_TASKS:  # only a task the config declares carries its declaration
             del out["task"]
         if not TASKS[task].reads_metric_options:
             del out["metrics"]
