@@ -22,7 +22,7 @@ from rag.config_keys import json_schema as schema
 from rag.errors import ConfigError, DataError
 from rag.io import not_a_file, read_json
 from rag.sections import (CorpusSection, DataSection, EncodeSection, EvalSection, ExperimentsSection, GeneratorSection,
-                          IndexSection, TaskDeclaration, TrainSection)
+                          IndexSection, TaskDeclaration, TrainSection, task_decode)
 from rag.tasks import BUILTIN_TASKS, TASKS, declare_tasks
 
 
@@ -468,17 +468,6 @@ def package_model_folder(name: str) -> Path:
 
 def config_hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def task_decode(cfg: dict, task: str, model: str) -> dict:
-    """The test-time decoding settings of ``task`` for a model kind (sequence | token | bart)."""
-    spec = TASKS[task]
-    key = "decode_token" if model == "token" else "decode_sequence"
-    base = dict(spec.decode_token if model == "token" else spec.decode_sequence)
-    base.update(cfg["tasks"][task].get(key, {}))
-    if model == "bart":
-        base["method"] = "beam" if base["method"] in ("fast", "beam") else "greedy"
-    return base
 
 
 def sections(cfg: dict) -> dict[str, dict]:

@@ -323,7 +323,7 @@ class Tracking(Section):
 
 class DecodeOptions(Section):
     """One model kind's test-time decoding: the task's decode_* keys over the registry's defaults
-    (rag.config.task_decode), all four always given."""
+    (:func:`task_decode`), all four always given."""
 
     k = read("tasks.*.decode_sequence.k")
     method = read("tasks.*.decode_sequence.method", optional=False)
@@ -340,13 +340,24 @@ class Decode(Section):
 
     @classmethod
     def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
-        from rag.config import task_decode
-
         return {model: task_decode(cfg, task, model) for model in ("sequence", "token", "bart")}
 
     def of(self, model: str) -> DecodeOptions:
         return {"sequence": self.sequence, "token": self.token, "bart": self.bart}[model]
 
+
+
+def task_decode(cfg: Mapping, task: str, model: str) -> dict:
+    """The test-time decoding settings of ``task`` for a model kind (sequence | token | bart)."""
+    from rag.tasks import TASKS
+
+    spec = TASKS[task]
+    key = "decode_token" if model == "token" else "decode_sequence"
+    base = dict(spec.decode_token if model == "token" else spec.decode_sequence)
+    base.update(cfg["tasks"][task].get(key, {}))
+    if model == "bart":
+        base["method"] = "beam" if base["method"] in ("fast", "beam") else "greedy"
+    return base
 
 class QBleuWeights(Section, every_key_of="metrics.qbleu1"):
     """The Q-BLEU-1 weights."""
