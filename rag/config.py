@@ -18,12 +18,11 @@ from typing import Any, Callable, Sequence
 import yaml
 
 from rag import config_keys, keyspec
-from rag.config_keys import INDEX_PARAMS
 from rag.config_keys import json_schema as schema
 from rag.errors import ConfigError, DataError
 from rag.io import not_a_file, read_json
-from rag.sections import (ContextEncoder, CorpusOptions, GeneratorLengths, GeneratorOptions, MetricOptions, Miniworld,
-                          QuestionEncoder, TaskData, TaskDeclaration, TaskOptions, Tracking, TrainOptions)
+from rag.sections import (CorpusSection, DataSection, EncodeSection, EvalSection, ExperimentsSection, GeneratorSection,
+                          IndexSection, TaskDeclaration, TrainSection, task_decode)
 from rag.tasks import BUILTIN_TASKS, TASKS, declare_tasks
 
 
@@ -140,10 +139,14 @@ def input_files(cfg: dict) -> list[tuple[str, str]]:
         task = cfg["tasks"][name]
         if task["source"] == "local":
             out += [(f"tasks.{name}.files.{split}", path) for split, path in (task.get("files") or {}).items()]
-        refs = [("format", task.get("format"))] + [(f"formats.{s}", f) for s, f in (task.get("formats") or {}).items()]
-        refs += [(f"metrics.{i}", m) for i, m in enumerate(task.get("metrics") or ())]
+        refs = _formats(task) + [(f"metrics.{i}", m) for i, m in enumerate(task.get("metrics") or ())]
         out += [(f"tasks.{name}.{k}", r.rpartition(":")[0]) for k, r in refs if r and r.rpartition(":")[0].endswith(".py")]
     return out
+
+
+def _formats(task: dict) -> list[tuple[str, str | None]]:
+    """(key under the task, format) of the task's ``format`` and each ``formats.<split>``."""
+    return [("format", task.get("format"))] + [(f"formats.{s}", f) for s, f in (task.get("formats") or {}).items()]
 
 
 def check_parsers(cfg: dict) -> None:
@@ -153,8 +156,7 @@ def check_parsers(cfg: dict) -> None:
 
     for name, task in cfg["tasks"].items():
         if task["source"] != "miniworld":
-            given = [("format", task.get("format"))] + [(f"formats.{s}", f) for s, f in (task.get("formats") or {}).items()]
-            for key, fmt in given:
+            for key, fmt in _formats(task):
                 if fmt is not None:
                     parser(fmt, f"tasks.{name}.{key}")
 
@@ -192,7 +194,6 @@ def _check_references(cfg: dict) -> None:
             if missing:
                 raise ConfigError(f"config key 'tasks.{name}.variants': {', '.join(missing)} would start from "
                                   f"{src}'s model (init_from), which tasks.{src}.variants does not train")
-        if src is not None:
             for v in task_variants(cfg, name):
                 missing = [s for s in run_seeds(cfg, name, v) if s not in run_seeds(cfg, src, v)]
                 if missing:
@@ -469,76 +470,25 @@ def config_hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def task_decode(cfg: dict, task: str, model: str) -> dict:
-    """The test-time decoding settings of ``task`` for a model kind (sequence | token | bart)."""
-    spec = TASKS[task]
-    key = "decode_token" if model == "token" else "decode_sequence"
-    base = dict(spec.decode_token if model == "token" else spec.decode_sequence)
-    base.update(cfg["tasks"][task].get(key, {}))
-    if model == "bart":
-        base["method"] = "beam" if base["method"] in ("fast", "beam") else "greedy"
-    return base
-
-
 def sections(cfg: dict) -> dict[str, dict]:
-    """Split the resolved config into the pieces each stage reads, and only those: Snakemake writes
-    each to ``results/<name>/config/<piece>.json`` (a rule param: an edit re-runs only its readers).
-
-    ``corpus``        the corpus rule and the hot-swap questions (miniworld world, passage cut)
-    ``encode``        passage encoding (context encoder, pooling, max length, batch, device)
-    ``index``         the FAISS index (its type and that type's parameters)
-    ``generator``     generator construction and pretraining
-    ``data_<task>``   one task's train/dev/test files (miniworld sizes, or format options)
-    ``train_<task>``  fine-tuning (train keys, the question encoder and retrieval scale, MLflow)
-    ``eval_<task>``   test-time decoding (K, method) and metric options; read with ``train_<task>``
-    ``experiments``   Figure 3's K sweep
-    ``report``        the report's scale summary, samples, tasks and variants
-
-    A piece holds the keys of its typed section (:mod:`rag.sections`), sorted; runtime knobs
-    (``threads``, ``resources``) are in none.
-    """
-    corpus, r, g = cfg["corpus"], cfg["retriever"], cfg["generator"]
-    miniworld = corpus["source"] == "miniworld"
-    run = {"name": cfg["name"], "seed": cfg["seed"], "device": cfg["device"], "precision": cfg["precision"]}
-    out = {
-        "corpus": {"seed": cfg["seed"],
-                   "corpus": CorpusOptions.pick(corpus, omit=("format",) if miniworld else ()),  # miniworld: no file to convert
-                   **({"miniworld": Miniworld.pick(cfg["miniworld"])} if miniworld else {})},
-        "encode": {"device": cfg["device"], "precision": cfg["precision"], "retriever": ContextEncoder.pick(r)},
-        "index": {"device": cfg["device"], "retriever": {k: r[k] for k in ("index", *INDEX_PARAMS[r["index"]])}},
-        "generator": {"seed": cfg["seed"], "device": cfg["device"], "precision": cfg["precision"], "generator": GeneratorOptions.pick(g)},
-        "experiments": {"experiments": {"topk_sweep": cfg["experiments"]["topk_sweep"]}},
-        "report": {"report": cfg["report"], "variants": cfg["variants"], "tasks": sorted(cfg["tasks"]),
-                   "scale": scale_summary(cfg)},
-    }
+    """The resolved config split into the sections each stage reads (the classes of :mod:`rag.sections`;
+    ``report``: the report's scale summary, samples, tasks and variants), sorted: Snakemake writes each to
+    ``results/<name>/config/<section>.json``, so an edit re-runs only its readers."""
+    out = {name: cls.of_config(cfg) for name, cls in (("corpus", CorpusSection), ("encode", EncodeSection),
+                                                      ("index", IndexSection), ("generator", GeneratorSection),
+                                                      ("experiments", ExperimentsSection))}
+    out["report"] = {"report": cfg["report"], "variants": cfg["variants"], "tasks": sorted(cfg["tasks"]),
+                     "scale": scale_summary(cfg)}
     for name, spec in cfg["generators"].items():  # each further generator's pretraining
-        out[f"generator_{name}"] = {**out["generator"], "generator": GeneratorOptions.pick(spec["generator"])}
+        out[f"generator_{name}"] = GeneratorSection.of_config({**cfg, "generator": spec["generator"]})
     if cfg["generators"]:  # the generators report names them
         out["report"]["generators"] = {name: generator_summary(spec["generator"]) for name, spec in cfg["generators"].items()}
-    declared = {name: TaskDeclaration.pick(task) for name, task in cfg["tasks"].items() if name not in BUILTIN_TASKS}
+    declared = {name: TaskDeclaration.of_config(cfg, name) for name in cfg["tasks"] if name not in BUILTIN_TASKS}
     if declared:  # the report names and scores them as the runs did
         out["report"]["declared_tasks"] = declared
-    for name, task in cfg["tasks"].items():
-        data = {"task_name": name, "task": TaskData.pick(task)}
-        if task["source"] == "miniworld":  # gold passages depend on how the corpus is cut
-            data.update(seed=cfg["seed"], miniworld={**Miniworld.pick(cfg["miniworld"]), "passage_words": corpus["passage_words"]})
-        out[f"data_{name}"] = data
-        out[f"train_{name}"] = {
-            **run,
-            "tracking": Tracking.pick(cfg["tracking"]),
-            "task_name": name,
-            "task": TaskOptions.pick(task),  # all but the decoding keys and which runs it has
-            "train": {**TrainOptions.pick(cfg["train"]), **({"steps": task["steps"]} if "steps" in task else {})},
-            "generator": GeneratorLengths.pick(g),
-            "retriever": QuestionEncoder.pick(r),
-        }
-        out[f"eval_{name}"] = {"task_name": name, "decode": {m: task_decode(cfg, name, m) for m in ("sequence", "token", "bart")}}
-        if name not in BUILTIN_TASKS:  # declared by the config: its sections carry the declaration
-            out[f"eval_{name}"]["task"] = TaskDeclaration.pick(task)
-        if TASKS[name].reads_metric_options:  # only these read metrics options (their own metrics' alone)
-            own = {m: v for m, v in cfg["metrics"].get("options", {}).items() if m in TASKS[name].metrics}
-            out[f"eval_{name}"]["metrics"] = {**MetricOptions.pick(cfg["metrics"], omit=("options",)),
-                                              **({"options": own} if own else {})}
+    for name in cfg["tasks"]:
+        out.update({f"{kind}_{name}": cls.of_config(cfg, name)
+                    for kind, cls in (("data", DataSection), ("train", TrainSection), ("eval", EvalSection))})
     return json.loads(json.dumps(out, sort_keys=True))
 
 

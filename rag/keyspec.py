@@ -1,20 +1,19 @@
 """How a configuration key is declared, and the one validator of declared keys.
 
-A declaration (:class:`Int`, :class:`Str`, :class:`Group`, ... or a :class:`Ref` to a named
-:class:`Definitions` entry) gives the key's JSON schema (:meth:`Node.schema`) and its Python type
-(:meth:`Node.py_type`, the field type of :mod:`rag.sections`). :func:`first_error` validates a
-value against such a schema (jsonschema, Draft 7) and :func:`describe` makes the error the one line
-of a :class:`~rag.errors.ConfigError`, for the whole config and a section file alike.
+A declaration (:func:`Int`, :func:`Str`, :func:`Group`, ... or a :func:`ref` to a named
+:func:`define` entry) is the key's JSON schema (Draft 7), a value of which may be a callable read when
+the schema is built (:func:`resolve`: the registry's names); :func:`py_type` is its Python type (the
+field type of :mod:`rag.sections`). :func:`first_error` validates a value against such a schema and
+:func:`describe` makes the error the one line of a :class:`~rag.errors.ConfigError`.
 """
 
 from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, ClassVar, Union
+from typing import Any, Union
 
 
 class _NoDefault:
@@ -23,55 +22,22 @@ class _NoDefault:
 
 
 NO_DEFAULT: Any = _NoDefault()  # a key without default: absent stays absent
+DEFINITIONS: dict[str, dict] = {}  # named declarations the schema refers to (#/definitions/<name>)
 
 
 # ------------------------------------------------------------------------------------ declarations
-@dataclass(frozen=True, eq=False, kw_only=True)
-class Node:
-    """One declared key. ``default``: the value an absent key gets (none: it stays absent);
-    ``nullable``: ``null`` is a value too; ``description``: what it means (the schema's words)."""
-
-    PY: ClassVar[Any] = None  # the Python type of a value (a composite's: its _own_type)
-    default: Any = NO_DEFAULT
-    description: str | None = None
-    nullable: bool = False
-
-    def has_default(self) -> bool:
-        return self.default is not NO_DEFAULT
-
-    def default_value(self) -> Any:
-        """The default (a callable default, e.g. the registry's names, read now: a test or a
-        plug-in may extend the registry after import)."""
-        return self.default() if callable(self.default) else self.default
-
-    def _own_schema(self) -> dict:
-        raise NotImplementedError
-
-    def _own_type(self) -> Any:
-        return self.PY
-
-    def schema(self) -> dict:
-        """The key's JSON schema (Draft 7)."""
-        own = self._own_schema()
-        out = {"anyOf": [own, {"type": "null"}]} if self.nullable else dict(own)
-        if self.has_default():
-            out["default"] = copy.deepcopy(self.default_value())
-        if self.description:
-            out["description"] = self.description
-        for last in ("properties", "required"):  # a group's keys after its default and description
-            if last in out:
-                out[last] = out.pop(last)
-        return out
-
-    def py_type(self) -> Any:
-        """The Python type of the key's value in a typed section (lists are tuples, objects
-        read-only mappings)."""
-        own = self._own_type()
-        return own | None if self.nullable else own
-
-    def target(self) -> Node:
-        """The declaration itself (a :class:`Ref`: the one it names)."""
-        return self
+def _key(own: dict, default: Any = NO_DEFAULT, description: str | None = None, nullable: bool = False) -> dict:
+    """The schema of a key whose value has the schema ``own``; ``default``: the value an absent key
+    gets (none: it stays absent); ``nullable``: ``null`` is a value too."""
+    out = {"anyOf": [own, {"type": "null"}]} if nullable else dict(own)
+    if default is not NO_DEFAULT:
+        out["default"] = default
+    if description:
+        out["description"] = description
+    for last in ("properties", "required"):  # a group's keys after its default and description
+        if last in out:
+            out[last] = out.pop(last)
+    return out
 
 
 def _set(**keywords) -> dict:
@@ -79,178 +45,114 @@ def _set(**keywords) -> dict:
     return {k: v for k, v in keywords.items() if v is not None}
 
 
-@dataclass(frozen=True, eq=False, kw_only=True)
-class Num(Node):
+def Num(*, minimum=None, maximum=None, exclusive_minimum=None, exclusive_maximum=None, _type="number", **kw) -> dict:
     """A number (an integer is one too)."""
-
-    PY: ClassVar[Any] = float
-    JSON_TYPE: ClassVar[str] = "number"
-    minimum: float | None = None
-    maximum: float | None = None
-    exclusive_minimum: float | None = None
-    exclusive_maximum: float | None = None
-
-    def _own_schema(self) -> dict:
-        return {"type": self.JSON_TYPE, **_set(minimum=self.minimum, maximum=self.maximum,
-                                               exclusiveMinimum=self.exclusive_minimum,
-                                               exclusiveMaximum=self.exclusive_maximum)}
+    return _key({"type": _type, **_set(minimum=minimum, maximum=maximum, exclusiveMinimum=exclusive_minimum,
+                                       exclusiveMaximum=exclusive_maximum)}, **kw)
 
 
-@dataclass(frozen=True, eq=False, kw_only=True)
-class Int(Num):
-    PY: ClassVar[Any] = int
-    JSON_TYPE: ClassVar[str] = "integer"
+def Int(**kw) -> dict:
+    return Num(_type="integer", **kw)
 
 
-@dataclass(frozen=True, eq=False, kw_only=True)
-class Str(Node):
+def Str(*, pattern: str | None = None, **kw) -> dict:
     """A string; ``pattern``: a regular expression the whole value must match."""
-
-    PY: ClassVar[Any] = str
-    pattern: str | None = None
-
-    def _own_schema(self) -> dict:
-        return {"type": "string", **_set(pattern=self.pattern or None)}
+    return _key({"type": "string", **_set(pattern=pattern or None)}, **kw)
 
 
-@dataclass(frozen=True, eq=False, kw_only=True)
-class Bool(Node):
-    PY: ClassVar[Any] = bool
-
-    def _own_schema(self) -> dict:
-        return {"type": "boolean"}
+def Bool(**kw) -> dict:
+    return _key({"type": "boolean"}, **kw)
 
 
-@dataclass(frozen=True, eq=False)
-class Enum(Node):
+def Enum(values, **kw) -> dict:
     """One of the strings ``values`` (a callable: read when the schema is built)."""
-
-    PY: ClassVar[Any] = str
-    values: tuple[str, ...] | Callable[[], Iterable[str]]
-
-    def _own_schema(self) -> dict:
-        return {"enum": list(self.values() if callable(self.values) else self.values)}
+    return _key({"enum": values if callable(values) else list(values)}, **kw)
 
 
-@dataclass(frozen=True, eq=False)
-class List(Node):
+def List(items: dict, min_items: int | None = None, unique: bool = False, **kw) -> dict:
     """A list of ``items``; ``min_items``, ``unique``: at least that many, no two equal."""
-
-    items: Node
-    min_items: int | None = None
-    unique: bool = False
-
-    def _own_schema(self) -> dict:
-        return {"type": "array", **_set(minItems=self.min_items, uniqueItems=self.unique or None),
-                "items": self.items.schema()}
-
-    def _own_type(self) -> Any:
-        return tuple[self.items.py_type(), ...]
+    return _key({"type": "array", **_set(minItems=min_items, uniqueItems=unique or None), "items": items}, **kw)
 
 
-@dataclass(frozen=True, eq=False)
-class Map(Node):
-    """An object of names chosen by the user: ``values`` (None: any), ``names`` (None: any
-    string), ``min_items``: at least that many."""
-
-    values: Node | None = None
-    names: Node | None = None
-    min_items: int | None = None
-
-    def _own_schema(self) -> dict:
-        return {"type": "object", **_set(minProperties=self.min_items,
-                                         propertyNames=self.names.schema() if self.names else None,
-                                         additionalProperties=self.values.schema() if self.values else None)}
-
-    def _own_type(self) -> Any:
-        return Mapping[str, self.values.py_type() if self.values is not None else Any]
+def Map(values: dict | None = None, names: dict | None = None, min_items: int | None = None, **kw) -> dict:
+    """An object of names chosen by the user: ``values`` (None: any), ``names`` (None: any string),
+    ``min_items``: at least that many."""
+    return _key({"type": "object", **_set(minProperties=min_items, propertyNames=names,
+                                          additionalProperties=values)}, **kw)
 
 
-@dataclass(frozen=True, eq=False)
-class Group(Node):
-    """A fixed set of keys (``keys``: name -> declaration, in the order a reader meets them); an
-    unknown key is an error. Absent, a group is ``{}``: every key of it takes its default."""
-
-    PY: ClassVar[Any] = Mapping[str, Any]
-    keys: dict[str, Node]
-    required: tuple[str, ...] = ()
-    default: Any = field(default_factory=dict, kw_only=True)
-
-    def _own_schema(self) -> dict:
-        out: dict = {"type": "object", "additionalProperties": False,
-                     "properties": {k: v.schema() for k, v in self.keys.items()}}
-        if self.required:
-            out["required"] = list(self.required)
-        return out
+def Group(keys: dict[str, dict], required: tuple[str, ...] = (), default: Any = None, **kw) -> dict:
+    """A fixed set of keys (``keys``: name -> declaration); an unknown key is an error. Absent, a
+    group is ``{}``: every key of it takes its default."""
+    own = {"type": "object", "additionalProperties": False, "properties": keys}
+    if required:
+        own["required"] = list(required)
+    return _key(own, default={} if default is None else default, **kw)
 
 
-
-@dataclass(frozen=True, eq=False)
-class AnyOf(Node):
+def AnyOf(alternatives: tuple[dict, ...], **kw) -> dict:
     """A value of one of ``alternatives``."""
-
-    alternatives: tuple[Node, ...]
-
-    def _own_schema(self) -> dict:
-        return {"anyOf": [a.schema() for a in self.alternatives]}
-
-    def _own_type(self) -> Any:
-        return Union[tuple(a.py_type() for a in self.alternatives)]
+    return _key({"anyOf": list(alternatives)}, **kw)
 
 
-@dataclass(frozen=True, eq=False)
-class Ref(Node):
-    """The named definition ``name`` of ``definitions`` (the schema's ``$ref``)."""
-
-    name: str
-    definitions: Definitions = field(repr=False)
-
-    def _own_schema(self) -> dict:
-        return {"$ref": f"#/definitions/{self.name}"}
-
-    def _own_type(self) -> Any:
-        return self.target().py_type()
-
-    def target(self) -> Node:
-        return self.definitions[self.name].target()
+def define(name: str, sch: dict) -> str:
+    """Name the declaration ``sch`` (a type several keys share, :func:`ref`)."""
+    if name in DEFINITIONS:
+        raise ValueError(f"definition {name!r} declared twice")
+    DEFINITIONS[name] = sch
+    return name
 
 
-class Definitions(dict):
-    """Named declarations a schema refers to (``#/definitions/<name>``): a type several keys share."""
-
-    def define(self, name: str, node: Node) -> Definition:
-        if name in self:
-            raise ValueError(f"definition {name!r} declared twice")
-        self[name] = node
-        return Definition(name, self)
-
-    def schema(self) -> dict:
-        return {name: node.schema() for name, node in self.items()}
+def ref(name: str, **kw) -> dict:
+    """A key of the named type ``name`` (``default``, ``description``, ``nullable`` of its own)."""
+    return _key({"$ref": f"#/definitions/{name}"}, **kw)
 
 
-@dataclass(frozen=True, eq=False)
-class Definition:
-    name: str
-    definitions: Definitions
-
-    def ref(self, **options) -> Ref:
-        """A key of this type (``default``, ``description``, ``nullable`` of its own)."""
-        return Ref(self.name, self.definitions, **options)
-
-    def node(self) -> Node:
-        return self.definitions[self.name]
+def target(sch: dict) -> dict:
+    """The declaration itself (a :func:`ref`: the one it names)."""
+    return target(DEFINITIONS[sch["$ref"].split("/")[-1]]) if "$ref" in sch else sch
 
 
-def at(root: Node, path: str) -> Node:
+def resolve(value: Any) -> Any:
+    """A copy of ``value`` with each callable in it replaced by what it returns (a test or a plug-in
+    may extend the registry after import)."""
+    if callable(value):
+        value = value()
+    if isinstance(value, dict):
+        return {k: resolve(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):  # a callable's tuple of names: the schema's list
+        return [resolve(v) for v in value]
+    return copy.deepcopy(value)
+
+
+_PY = {"integer": int, "number": float, "string": str, "boolean": bool, "null": type(None)}
+
+
+def py_type(sch: dict) -> Any:
+    """The Python type of a value of ``sch`` in a typed section (lists are tuples, objects read-only mappings)."""
+    sch = target(sch)
+    if "anyOf" in sch:
+        return Union[tuple(py_type(a) for a in sch["anyOf"])]
+    if "enum" in sch:
+        return str
+    if sch["type"] == "array":
+        return tuple[py_type(sch["items"]), ...]
+    if sch["type"] == "object":
+        values = sch.get("additionalProperties")
+        return Mapping[str, py_type(values) if isinstance(values, dict) else Any]
+    return _PY[sch["type"]]
+
+
+def at(root: dict, path: str) -> dict:
     """The declaration at the dotted ``path`` under ``root`` ("retriever.batch_size"; ``*`` stands
-    for any name of a :class:`Map`: "tasks.*.source"), as written there (a :class:`Ref` stays one)."""
+    for any name of a :func:`Map`: "tasks.*.source"), as written there (a :func:`ref` stays one)."""
     node = root
     for part in path.split("."):
-        parent = node.target()
-        if isinstance(parent, Group) and part in parent.keys:
-            node = parent.keys[part]
-        elif isinstance(parent, Map) and part == "*" and parent.values is not None:
-            node = parent.values
+        parent = target(node)
+        if part in parent.get("properties", {}):
+            node = parent["properties"][part]
+        elif part == "*" and isinstance(parent.get("additionalProperties"), dict):
+            node = parent["additionalProperties"]
         else:
             raise KeyError(f"no config key {path!r} is declared (at {part!r})")
     return node

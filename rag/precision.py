@@ -18,7 +18,7 @@ from rag.config_keys import key
 from rag.errors import ConfigError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-assert set(DTYPES) == set(key("precision").values), "a precision of rag/config_keys.py without its dtype"
+assert set(DTYPES) == set(key("precision")["enum"]), "a precision of rag/config_keys.py without its dtype"
 
 
 def check(precision: str, device_type: str | None = None) -> None:

@@ -1,14 +1,10 @@
 """The config sections as typed, frozen objects: what each stage function takes.
 
-Snakemake writes each section of the resolved config (:func:`rag.config.sections`, built from the
-classes' keys: ``pick``) to ``results/<name>/config/<section>.json``; a command reads its file(s)
-into the section's class (:func:`read_section`, :func:`read_task_sections`).
-
 A class names the declared keys its stage reads (``batch_size = read("retriever.batch_size")``, or
-``every_key_of="train"``) and its nested sections (``corpus: CorpusOptions``); types and checks
-come from the declarations (:mod:`rag.config_keys`). Parsing validates a file against the class'
-JSON schema, each problem one :class:`~rag.errors.ConfigError` naming the file and the dotted key.
-Lists become tuples and objects read-only mappings; ``to_dict`` gives back the mapping as read.
+``every_key_of="train"``) and its nested sections (``corpus: CorpusOptions``). :meth:`Section.of_config`
+takes its mapping out of the resolved config (Snakemake writes it to ``results/<name>/config/<section>.json``);
+a command reads the file back into the class (:func:`read_section`), validated against the declarations
+(each problem one ConfigError naming the file and the dotted key); ``to_dict`` gives back the mapping.
 """
 
 import dataclasses
@@ -35,20 +31,20 @@ class Read:
     """A section field that is a declared config key (:func:`read`)."""
 
     path: str | None  # the dotted config key; None: a key only sections have (task_name)
-    node: keyspec.Node
+    node: dict  # its declaration
     optional: bool | None
 
     def required(self) -> bool:
-        return self.optional is False or (self.optional is None and self.node.has_default())
+        return self.optional is False or (self.optional is None and "default" in self.node)
 
 
-def read(key: "str | config_keys.Definition", *, optional: bool | None = None) -> Any:
-    """The section field holding the config key ``key`` (dotted, "train.k"; or a definition of
-    :mod:`rag.config_keys` for a key only sections have). ``optional``: whether the section may
-    leave it out (default: a config key without default may be absent)."""
+def read(key: str | dict, *, optional: bool | None = None) -> Any:
+    """The section field holding the config key ``key`` (dotted, "train.k"; or the declaration of a
+    key only sections have). ``optional``: whether the section may leave it out (default: a config
+    key without default may be absent)."""
     if isinstance(key, str):
         return Read(key, config_keys.key(key), optional)
-    return Read(None, key.ref(), False if optional is None else optional)
+    return Read(None, key, False if optional is None else optional)
 
 
 @dataclass(frozen=True)
@@ -64,20 +60,20 @@ class Section:
         own = dict(cls.__dict__.get("__annotations__", {}))
         keys: dict[str, Read] = {n: v for n, v in cls.__dict__.items() if isinstance(v, Read)}
         if every_key_of is not None:
-            group = config_keys.key(every_key_of).target()
-            if not isinstance(group, keyspec.Group) or set(exclude) - set(group.keys):
+            group = keyspec.target(config_keys.key(every_key_of)).get("properties")
+            if group is None or set(exclude) - set(group):
                 raise TypeError(f"{cls.__name__}: {every_key_of} is no group of keys, or lacks one of {exclude}")
             known = {f.name for f in fields(cls)} | set(keys) | set(own)
-            for name, node in group.keys.items():
+            for name, node in group.items():
                 if name in known or name in exclude:
                     continue
-                if isinstance(node.target(), keyspec.Group):
+                if "properties" in keyspec.target(node):
                     raise TypeError(f"{cls.__name__}: {every_key_of}.{name} is a group of keys: "
                                     "annotate it with its own Section class")
                 keys[name] = Read(f"{every_key_of}.{name}", node, None)
         annotations = {}
         for name, r in keys.items():
-            annotations[name] = r.node.py_type() if r.required() else r.node.py_type() | None
+            annotations[name] = keyspec.py_type(r.node) if r.required() else keyspec.py_type(r.node) | None
             meta = {"key": True, "read": r}
             setattr(cls, name, field(metadata=meta) if r.required() else field(default=None, metadata=meta))
         for name, tp in own.items():
@@ -95,14 +91,24 @@ class Section:
         dataclass(frozen=True, kw_only=True)(cls)
 
     @classmethod
-    def keys(cls) -> tuple[str, ...]:
-        """The keys of the section's mapping, in field order."""
-        return tuple(f.name for f in fields(cls) if f.metadata.get("key", True))
-
-    @classmethod
-    def pick(cls, data: Mapping, omit: tuple = ()) -> dict:
-        """The keys of ``data`` (a group of the resolved config) this class reads, but ``omit``."""
-        return {k: data[k] for k in cls.keys() if k in data and k not in omit}
+    def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
+        """The section's mapping of the resolved config ``cfg``: each key it reads that ``cfg`` holds
+        (``tasks.*``: of ``task``; ``task_name``: ``task``) and each nested section's."""
+        out = {}
+        for f in fields(cls):
+            if "part" in f.metadata:
+                out[f.name] = f.metadata["part"].of_config(cfg, task)
+            elif "read" in f.metadata and f.metadata["read"].path is None:
+                out[f.name] = task
+            elif "read" in f.metadata:
+                value = cfg
+                for part in f.metadata["read"].path.split("."):
+                    value = value.get(task if part == "*" else part, MISSING)
+                    if value is MISSING:
+                        break
+                else:
+                    out[f.name] = value
+        return out
 
     @classmethod
     def json_schema(cls) -> dict:
@@ -111,11 +117,10 @@ class Section:
         for f in fields(cls):
             if not f.metadata.get("key", True):
                 continue
-            props[f.name] = f.metadata["read"].node.schema() if "read" in f.metadata else f.metadata["part"].json_schema()
+            props[f.name] = f.metadata["read"].node if "read" in f.metadata else f.metadata["part"].json_schema()
             if _required(f):
                 required.append(f.name)
-        return {"type": "object", "additionalProperties": False, "properties": props,
-                **({"required": required} if required else {})}
+        return keyspec.Group(props, required=tuple(required), default=keyspec.NO_DEFAULT)
 
     @classmethod
     def from_dict(cls: type[S], data: Any, where: str, prefix: str = "") -> S:
@@ -169,7 +174,7 @@ def _part(tp) -> type | None:
 def _validator(cls, names: tuple):
     """The section's schema and validator, built again when the registry's names change (``names``:
     its enums read them)."""
-    sch = {**cls.json_schema(), "definitions": config_keys.json_schema()["definitions"]}
+    sch = {**keyspec.resolve(cls.json_schema()), "definitions": config_keys.json_schema()["definitions"]}
     return sch, keyspec.validator_class(fill_defaults=False)(sch)
 
 
@@ -243,6 +248,11 @@ class IndexOptions(Section):
     ivf_lists = read("retriever.ivf_lists", optional=True)
     pq_m = read("retriever.pq_m", optional=True)  # given and null: the embedding size / 8
 
+    @classmethod
+    def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
+        out = super().of_config(cfg, task)
+        return {k: v for k, v in out.items() if k == "index" or k in INDEX_PARAMS[out["index"]]}
+
     def _check(self, where: str, prefix: str) -> None:
         for name in INDEX_PARAMS[self.index]:
             if name not in self._given:
@@ -313,7 +323,7 @@ class Tracking(Section):
 
 class DecodeOptions(Section):
     """One model kind's test-time decoding: the task's decode_* keys over the registry's defaults
-    (rag.config.task_decode), all four always given."""
+    (:func:`task_decode`), all four always given."""
 
     k = read("tasks.*.decode_sequence.k")
     method = read("tasks.*.decode_sequence.method", optional=False)
@@ -328,9 +338,26 @@ class Decode(Section):
     token: DecodeOptions
     bart: DecodeOptions
 
+    @classmethod
+    def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
+        return {model: task_decode(cfg, task, model) for model in ("sequence", "token", "bart")}
+
     def of(self, model: str) -> DecodeOptions:
         return {"sequence": self.sequence, "token": self.token, "bart": self.bart}[model]
 
+
+
+def task_decode(cfg: Mapping, task: str, model: str) -> dict:
+    """The test-time decoding settings of ``task`` for a model kind (sequence | token | bart)."""
+    from rag.tasks import TASKS
+
+    spec = TASKS[task]
+    key = "decode_token" if model == "token" else "decode_sequence"
+    base = dict(spec.decode_token if model == "token" else spec.decode_sequence)
+    base.update(cfg["tasks"][task].get(key, {}))
+    if model == "bart":
+        base["method"] = "beam" if base["method"] in ("fast", "beam") else "greedy"
+    return base
 
 class QBleuWeights(Section, every_key_of="metrics.qbleu1"):
     """The Q-BLEU-1 weights."""
@@ -340,6 +367,14 @@ class MetricOptions(Section, every_key_of="metrics"):
     """The metric options; ``options``: those of the task's own metrics that the config sets."""
 
     qbleu1: QBleuWeights
+
+    @classmethod
+    def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
+        from rag.tasks import TASKS
+
+        out = super().of_config(cfg, task)
+        own = {m: v for m, v in out.pop("options", {}).items() if m in TASKS[task].metrics}
+        return {**out, "options": own} if own else out
 
 
 class ExperimentOptions(Section):
@@ -353,6 +388,15 @@ class CorpusSection(Section):
     seed = read("seed")
     corpus: CorpusOptions
     miniworld: Miniworld | None = None  # corpus.source: miniworld
+
+    @classmethod
+    def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
+        out = super().of_config(cfg, task)
+        if cfg["corpus"]["source"] == "miniworld":
+            del out["corpus"]["format"]  # no file to convert
+        else:
+            del out["miniworld"]
+        return out
 
     def world(self) -> Miniworld:
         if self.miniworld is None:
@@ -404,20 +448,38 @@ class TaskSection(Section):
 class DataSection(TaskSection):
     """``data_<task>``: one task's train/dev/test files."""
 
-    task_name = read(TASK_NAME)
+    task_name = read(keyspec.ref(TASK_NAME))
     task: TaskData
     seed = read("seed", optional=True)  # miniworld tasks
     miniworld: MiniworldCut | None = None
+
+    @classmethod
+    def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
+        out = super().of_config(cfg, task)
+        if cfg["tasks"][task]["source"] != "miniworld":  # a miniworld task's gold passages depend on the cut
+            del out["seed"], out["miniworld"]
+        return out
 
 
 class EvalSection(TaskSection):
     """``eval_<task>``: test-time decoding and the metric options (only for tasks whose metrics read
     them); ``task``: the declaration of a task the config declares."""
 
-    task_name = read(TASK_NAME)
+    task_name = read(keyspec.ref(TASK_NAME))
     decode: Decode
     metrics: MetricOptions | None = None
     task: TaskDeclaration | None = None
+
+    @classmethod
+    def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
+        from rag.tasks import BUILTIN_TASKS, TASKS
+
+        out = super().of_config(cfg, task)
+        if task in BUILTIN_TASKS:  # only a task the config declares carries its declaration
+            del out["task"]
+        if not TASKS[task].reads_metric_options:
+            del out["metrics"]
+        return out
 
 
 class TrainSection(TaskSection):
@@ -428,13 +490,20 @@ class TrainSection(TaskSection):
     seed = read("seed")
     device = read("device")
     precision = read("precision")
-    task_name = read(TASK_NAME)
+    task_name = read(keyspec.ref(TASK_NAME))
     tracking: Tracking
     task: TaskOptions
     train: TrainOptions
     generator: GeneratorLengths
     retriever: QuestionEncoder
     evaluation: EvalSection | None = field(default=None, metadata=_ATTACHED)
+
+    @classmethod
+    def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
+        out = super().of_config(cfg, task)
+        if "steps" in cfg["tasks"][task]:  # a task's steps replace train.steps
+            out["train"]["steps"] = cfg["tasks"][task]["steps"]
+        return out
 
     def decoding(self) -> EvalSection:
         """The eval_<task> section; ConfigError when it was not given."""

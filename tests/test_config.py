@@ -224,7 +224,8 @@ def test_schema_defaults_are_what_config_yaml_says(base):
 
 
 def test_test_time_k_default_is_in_the_schema(base):
-    from rag.config import schema, task_decode
+    from rag.config import schema
+    from rag.sections import task_decode
 
     default_k = schema()["definitions"]["decode"]["properties"]["k"]["default"]
     cfg = load_config(base)

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import yaml
 
-from rag import config_keys
+from rag import config_keys, keyspec
 from rag import sections as S
 from rag.config import load_config, schema, sections
 from rag.errors import ConfigError
@@ -61,11 +61,11 @@ def test_section_fields_are_declared_keys_not_types_of_their_own():
                 continue
             r = f.metadata["read"]
             if r.path is None:  # a key only sections have: a definition of config_keys
-                assert f.name == "task_name" and r.node.target() is config_keys.TASK_NAME.node()
+                assert f.name == "task_name" and keyspec.target(r.node) is keyspec.DEFINITIONS[config_keys.TASK_NAME]
                 continue
             assert r.path.rsplit(".", 1)[-1] == f.name, (cls, f.name, r.path)
             assert r.node is config_keys.key(r.path), (cls, f.name)
-            declared = r.node.py_type()
+            declared = keyspec.py_type(r.node)
             if f.name in hints:
                 assert hints[f.name] in (declared, declared | None), (cls, f.name)
 
@@ -96,8 +96,8 @@ def test_config_yaml_sets_the_declared_defaults():
     leaves = [(p, v) for p, v in _leaves(base) if p[0] not in ("tasks", "generators")]  # the experiment's own: no default
     assert len(leaves) > 40
     for path, value in leaves:
-        node = config_keys.key(".".join(path))  # as declared there (a Ref with its own default)
-        assert node.default_value() == value and type(node.default_value()) is type(value), ".".join(path)
+        default = keyspec.resolve(config_keys.key(".".join(path))["default"])  # as declared there (a ref's own)
+        assert default == value and type(default) is type(value), ".".join(path)
 
 
 @pytest.mark.parametrize("section, cls, group, key, bad", [
