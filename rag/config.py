@@ -533,15 +533,15 @@ def run_seeds(cfg: dict, task: str, variant: str) -> list[int]:
 
 
 def replicate_config(data: dict, seeds: Sequence[int]) -> tuple[dict, list[tuple[str, str, list[int], list[int]]]]:
-    """The config (``data`` as written) that replicates its one-seed runs with fine-tune seeds
-    ``seeds`` (``rag bands --replicates``), and ``(task, variant, seeds before, seeds after)`` for
-    each run whose seeds grow: ``one_seed_variants: []`` and ``seeds`` on each task that runs one
-    seed, so no section a finished run reads changes but the report's."""
+    """The config (``data`` as written) that replicates its runs with fine-tune seeds ``seeds``
+    (``rag bands --replicates``), and ``(task, variant, seeds before, seeds after)`` for each run
+    whose seeds grow: ``one_seed_variants: []`` and ``seeds`` on each task that runs fewer, so no
+    section a finished run reads changes but the report's."""
     before = load_config(data, check_files=False)
     out = copy.deepcopy(data)
     out["one_seed_variants"] = []
     for task, spec in before["tasks"].items():
-        if len(spec.get("seeds") or before["seeds"]) == 1:
+        if len(spec.get("seeds") or before["seeds"]) < len(seeds):
             out["tasks"][task]["seeds"] = list(seeds)
     after = load_config(out, check_files=False)
     changes = [(task, variant, run_seeds(before, task, variant), run_seeds(after, task, variant))

@@ -343,12 +343,16 @@ def test_replicate_config_gives_each_one_seed_run_more_seeds_and_changes_no_run_
     assert _without_seeds(out) == _without_seeds(base)
     old, new = sections(before), sections(after)
     assert sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)) == ["report"]
+    # more seeds than a several-seed task runs: its runs grow too, the seeds it ran kept
+    out, changes = replicate_config(base, [1, 2, 3, 4, 5])
+    grown = {(t, v): (b, a) for t, v, b, a in changes}
+    assert grown["triviaqa", "rag_token"] == ([1, 2, 3], [1, 2, 3, 4, 5]) and ("nq", "rag_token") not in grown
 
 
 def test_replicate_config_that_does_not_validate_names_the_key(root):
     e2e = yaml.safe_load((root / "tests" / "data" / "e2e.yaml").read_text())
     with pytest.raises(ConfigError, match=r"tasks\.webquestions\.seeds.*seed 3 .*init_from"):
-        replicate_config(e2e, [1, 2, 3])  # WebQuestions starts from NQ's models, and NQ runs seeds 1 and 2
+        replicate_config(e2e, [2, 3])  # WebQuestions starts from NQ's models, and NQ keeps its seeds 1 and 2
     out, changes = replicate_config(e2e, [1, 2])
     assert {t: s.get("seeds") for t, s in out["tasks"].items()} == {"nq": [1, 2], "webquestions": [1, 2], "fever3": [1, 2]}
     assert len(changes) == 10 and out["one_seed_variants"] == []

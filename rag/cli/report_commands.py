@@ -141,28 +141,25 @@ def _described(root: str) -> str:
 
 
 def cmd_bands(args) -> int:
-    from rag.report.bands import experiment_values, make_bands, rule, split_unchecked, write_bands
+    from rag.errors import ConfigError
+    from rag.report.bands import FAMILY_WISE, WIDEST, experiment_values, make_bands, rule, write_bands
 
-    for root in (args.center, *args.others, *args.replicates):
+    world = _top_seed(args.center)
+    for root in (args.center, *args.replicates):
         _declare_from_folder(root)  # the tasks each experiment's config declares
+        if _top_seed(root) != world:
+            raise ConfigError(f"{root}: top-level seed {_top_seed(root)}, not the centre's {world}: a replicate is the "
+                              "same world with more fine-tune seeds (rag replicate-config), and a band file holds for one world")
     center, n_of = experiment_values(args.center)
-    others = [experiment_values(o)[0] for o in args.others]
     replicates = [experiment_values(r)[0] for r in args.replicates]
-    bands = make_bands(center, others, n_of, replicates)
-    method = (f"Centred on the experiment of {_described(args.center)} (each cell the mean over its fine-tune seeds); "
-              f"spread from it and {len(others)} more of the same config: "
-              + ", ".join(_described(o) for o in args.others) + ". "
-              + (f"Training spread of the one-seed cells from {len(replicates)} replicate(s) with more fine-tune seeds: "
-                 + ", ".join(_described(r) for r in args.replicates) + ". " if replicates else "")
-              + rule(bool(replicates)))
-    header = {"version": 1, "name": args.name}
-    seed = _top_seed(args.center)
-    if seed is not None:
-        header["seed"] = seed  # the world the bands hold for (rag check --seed)
-    bands, unchecked = split_unchecked(bands)
+    bands, unchecked = make_bands(center, replicates, n_of)
+    method = (f"Made from the experiment of {_described(args.center)}"
+              + (f" and {len(replicates)} replicate(s) of it with more fine-tune seeds" if replicates else "") + ". "
+              + rule())
+    header = {"version": 2, "name": args.name, "family_wise": FAMILY_WISE, "widest": WIDEST}
+    if world is not None:
+        header["seed"] = world  # the world the bands hold for (rag check --seed)
     if unchecked:
-        method += (f" {len(unchecked)} cell(s) whose band would span the whole 0-100 scale are listed under unchecked: "
-                   "instead (a band that holds every value checks nothing).")
         header["unchecked"] = unchecked
     write_bands(args.out, bands, {**header, "method": method})
     print(f"wrote {len(bands)} bands to {args.out}" + (f"; {len(unchecked)} cell(s) unchecked" if unchecked else ""))
@@ -178,8 +175,8 @@ def cmd_replicate_config(args) -> int:
     out, changes = replicate_config(read_config_file(args.config), args.seeds)
     seeds = " ".join(str(s) for s in args.seeds)
     with atomic_open(Path(args.out)) as fh:
-        fh.write(f"# rag replicate-config --config {args.config} --seeds {seeds}: its one-seed runs with seeds {seeds}\n"
-                 f"# (one_seed_variants: [], seeds on each task that ran one); run it over a copy of that experiment\n")
+        fh.write(f"# rag replicate-config --config {args.config} --seeds {seeds}: its runs with seeds {seeds}\n"
+                 f"# (one_seed_variants: [], seeds on each task that ran fewer); run it over a copy of that experiment\n")
         yaml.safe_dump(out, fh, sort_keys=False)
     new = sum(len(after) - len(before) for _, _, before, after in changes)
     print(f"wrote {args.out}: {len(changes)} run(s) get more seeds, {new} more fine-tune(s)"
@@ -229,17 +226,16 @@ def register(sub) -> None:
                    help="cells with no run among those checked are shown as not run instead of failing the check")
 
     p = add_command(sub, "bands", cmd_bands,
-                    "write a band file from finished experiments of one config under several top-level seeds")
-    p.add_argument("--center", required=True, help="results/<name> of the experiment the bands are centred on")
-    p.add_argument("--others", nargs="*", default=[], help="results/<name> of the same config under other top-level seeds")
+                    "write a band file from a finished experiment and replicates of it with more fine-tune seeds")
+    p.add_argument("--center", required=True, help="results/<name> of the experiment the bands are for (its cells and seeds)")
     p.add_argument("--replicates", nargs="*", default=[],
-                   help="results/<name> of the same config with more fine-tune seeds on the runs it runs once "
-                        "(one_seed_variants: []): the training SD of the one-seed cells")
+                   help="results/<name> of the same config and world with more fine-tune seeds (rag replicate-config): "
+                        "the training SD of each cell")
     p.add_argument("--name", required=True, help="what the bands are for (shown by rag check)")
     p.add_argument("--out", required=True, help="band file to write")
 
-    p = add_command(sub, "replicate-config", cmd_replicate_config, "write the config that runs a config's one-seed "
-                    "runs with more fine-tune seeds (bands --replicates)")
+    p = add_command(sub, "replicate-config", cmd_replicate_config, "write the config that runs each of a config's runs "
+                    "with more fine-tune seeds (bands --replicates)")
     p.add_argument("--config", required=True, help="the config of the experiment the bands are for (config.yaml)")
-    p.add_argument("--seeds", nargs="+", type=int, required=True, help="the fine-tune seeds of every run that runs one")
+    p.add_argument("--seeds", nargs="+", type=int, required=True, help="the fine-tune seeds of every run that runs fewer")
     p.add_argument("--out", required=True, help="config file to write")

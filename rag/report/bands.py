@@ -11,8 +11,8 @@ A band file (YAML) is data, versioned with the code::
          source: "..."}
 
 ``metric`` names a key of a metrics.json's ``metrics`` or ``retrieval`` object. A run's value is the
-mean over its seeds (its metrics.json files, one per seed). ``rag bands`` writes a band file from
-finished experiments of one configuration under several top-level seeds (:func:`make_bands`).
+mean over its seeds (its metrics.json files, one per seed). ``rag bands`` writes a band file from a
+finished experiment and replicates of it with more fine-tune seeds, on the same world (:func:`make_bands`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import math
 import re
 import statistics
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from rag.errors import DataError
@@ -119,8 +120,8 @@ def cell_error(band: Band) -> str | None:
     return None
 
 
-def run_values(metrics_files: list[str | Path], predictions_files: list[str | Path] = ()) -> dict[Cell, list[float]]:
-    """(task, variant, split, metric) -> the value of each seed, from metrics.json files.
+def run_values(metrics_files: list[str | Path], predictions_files: list[str | Path] = ()) -> dict[Cell, dict[int, float]]:
+    """(task, variant, split, metric) -> fine-tune seed -> its value, from metrics.json files.
 
     ``predictions_files`` (optional, one per metrics file in the same order, as the report takes
     them): the task metrics (the ``metrics`` object's keys) are scored again from the predictions,
@@ -131,7 +132,7 @@ def run_values(metrics_files: list[str | Path], predictions_files: list[str | Pa
     from rag.report.inputs import ReportInputs
 
     inputs = ReportInputs.from_files(metrics=metrics_files, predictions=predictions_files)
-    out: dict[Cell, list[float]] = {}
+    out: dict[Cell, dict[int, float]] = {}
     for (task, variant, split), files in sorted(inputs.metrics.items()):
         for seed, path in sorted(files.items()):
             data = read_json(path)
@@ -146,7 +147,7 @@ def run_values(metrics_files: list[str | Path], predictions_files: list[str | Pa
                 values.update(data.get("metrics") or {})
             for metric, value in sorted(values.items()):
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                    out.setdefault((task, variant, split, metric), []).append(float(value))
+                    out.setdefault((task, variant, split, metric), {})[seed] = float(value)
     return out
 
 
@@ -163,138 +164,154 @@ class Result:
         return "OK" if abs(self.measured - self.band.expected) <= self.band.tolerance + 1e-9 else "FAIL"
 
 
-def check(bands: list[Band], values: dict[Cell, list[float]]) -> list[Result]:
+def check(bands: list[Band], values: dict[Cell, dict[int, float]]) -> list[Result]:
     out = []
     for band in bands:
-        vals = values.get(band.cell)
-        out.append(Result(band, None if not vals else statistics.fmean(vals), len(vals or ())))
+        vals = list((values.get(band.cell) or {}).values())
+        out.append(Result(band, None if not vals else statistics.fmean(vals), len(vals)))
     return out
 
 
+def drop_caught(band: Band) -> float | None:
+    """The drop (points below the expected value) beyond which ``band`` fails a run, or None where the
+    tolerance reaches below 0 and no drop can."""
+    return band.tolerance if band.expected - band.tolerance > 0 else None
+
+
 def format_results(header: dict, results: list[Result]) -> str:
-    rows = [("cell", "expected", "measured", "seeds", "status")]
+    rows = [("cell", "expected", "measured", "seeds", "catches a drop", "status")]
     for r in results:
-        b = r.band
+        b, drop = r.band, drop_caught(r.band)
         rows.append(("/".join(b.cell), f"{b.expected:.1f} ± {b.tolerance:.1f}",
                      "–" if r.measured is None else f"{r.measured:.1f}", str(r.seeds or "–"),
+                     "none" if drop is None else f"> {drop:.1f}",
                      "in band (OK)" if r.status == "OK" else "OUT OF BAND (FAIL)" if r.status == "FAIL" else "not run"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     counts = {s: sum(r.status == s for r in results) for s in ("OK", "FAIL", "not run")}
     lines.append(f"{counts['OK']} in band, {counts['FAIL']} out of band, {counts['not run']} not run "
                  f"(of {len(results)} bands{'; ' + str(header['name']) if header.get('name') else ''})")
-    if header.get("unchecked"):
-        lines.append(f"{len(header['unchecked'])} cell(s) unchecked: their band would span the whole scale "
-                     "(the band file's unchecked: list says why)")
+    lines.append(sensitivity(header, [r.band for r in results]))
     return "\n".join(lines)
 
 
+def sensitivity(header: dict, bands: list[Band]) -> str:
+    """One line: how many cells are checked, how many catch a drop of 5 and of 10 points, how many
+    the band file leaves unchecked."""
+    drops = [drop_caught(b) for b in bands]
+    within = {w: sum(d is not None and d <= w for d in drops) for w in (5, 10)}
+    unchecked = len(header.get("unchecked") or ())
+    return (f"sensitivity: {len(bands)} cell(s) checked, {within[5]} catch a drop of 5 points or less, {within[10]} of "
+            f"10 points or less; {unchecked} cell(s) unchecked" + (" (the band file's unchecked: list says why)" if unchecked else ""))
+
+
 # --------------------------------------------------------------------------- making bands
-FAMILY_ALPHA = 0.05  # several-seed cells: the chance that any of them leaves its band by chance on another run
-Z_ONE_SEED = 4.0  # one-seed cells: tolerance in SDs across worlds (which over-cover another machine's training noise)
+FAMILY_WISE = 0.95  # the chance that every checked cell of a band file holds on a run with other floats
+WIDEST = 10.0  # points: a cell whose band is wider would miss a 10-point drop, and is listed unchecked
 
 
+@lru_cache(maxsize=None)
 def band_multiplier(df: int, cells: int) -> float:
-    """Student's t quantile that a cell leaves with probability ``FAMILY_ALPHA / cells`` (two-sided):
+    """Student's t quantile that a cell leaves with probability ``(1 - FAMILY_WISE) / cells`` (two-sided):
     a tolerance of this many estimated SDs lets all ``cells`` bands of a file hold together with
-    probability at least 1 - FAMILY_ALPHA (Bonferroni), where the SD is estimated with ``df`` degrees
-    of freedom (a few seeds and worlds: its uncertainty widens the band, as a prediction interval)."""
+    probability at least ``FAMILY_WISE`` (Bonferroni), where the SD is estimated with ``df`` degrees of
+    freedom (its uncertainty widens the band, as a prediction interval)."""
     from scipy.stats import t
 
     if df < 1 or cells < 1:
         raise ValueError(f"a band multiplier needs df >= 1 and cells >= 1, got {df}, {cells}")
-    return float(t.ppf(1.0 - FAMILY_ALPHA / (2 * cells), df))
+    return float(t.ppf(1.0 - (1.0 - FAMILY_WISE) / (2 * cells), df))
 
 
-def rule(replicates: bool = False) -> str:
-    """How :func:`make_bands` sets a tolerance, in words (a band file's ``method:`` says it);
-    ``replicates``: the bands were made with replicate experiments (the last sentence but one)."""
-    return ("A several-seed cell's SD is that of one fine-tune, pooled within experiments (the test set fixed, only "
-            "training varying: what another machine's floats do); its tolerance is that SD times Student's t at the "
-            "SD's degrees of freedom, for a difference of two means over that many seeds, at the level where every "
-            f"several-seed cell holds together with probability {1 - FAMILY_ALPHA:.0%} (Bonferroni): an SD from a few "
-            "seeds and worlds can be small by chance, and t widens the band by what it does not know. A one-seed "
-            "cell's SD is taken across the experiments (world, test set and training varying: it usually over-covers "
-            "another machine), pooled over the one-seed cells of its task, split and metric and never below its own; its "
-            f"tolerance is {Z_ONE_SEED:g} SD of a difference of two runs. "
-            + ("Where replicates ran a one-seed cell with several fine-tune seeds, its tolerance is at least its "
-               "training SD (within each replicate, pooled over them) times Student's t at that SD's degrees of "
-               "freedom, for a difference of two runs, at the level where every such cell holds together with "
-               f"probability {1 - FAMILY_ALPHA:.0%}: one training draw can move a small test set more than three "
-               "worlds spread. " if replicates else "")
-            + "Each at least two test examples' worth.")
+def rule() -> str:
+    """How :func:`make_bands` sets a band, in words (a band file's ``method:`` says it)."""
+    return ("Each cell is centred on the mean over every fine-tune seed measured on this world (the default's seeds "
+            "and the replicates'), the test set fixed and only training varying: what another machine's floats do. "
+            "One fine-tune's SD is the cell's own, pooled over its run's dev and test splits per example (an SD "
+            "scales with one over the square root of the examples scored); no variant lends its spread to another. "
+            "The tolerance is that SD times Student's t at its degrees of freedom, for the difference between a mean "
+            "over the seeds the default runs and the mean over all seeds measured, at the level where every cell "
+            f"with a measured SD holds together with probability {FAMILY_WISE:.0%} (Bonferroni), and at least two test "
+            f"examples' worth. A cell whose band is wider than {WIDEST:g} points, or whose spread no replicate "
+            "measured, is listed under unchecked: with its reason and is not counted as checked.")
 
 
-def _pooled_sd(parts: list[tuple[float, int]]) -> tuple[float, int]:
-    """(pooled SD, its degrees of freedom) of (variance, df) pairs: the df-weighted mean variance."""
-    df = sum(d for _, d in parts)
-    return math.sqrt(sum(v * d for v, d in parts) / df), df
+def seed_draws(experiments: list[dict[Cell, dict[int, float]]]) -> dict[Cell, list[float]]:
+    """Every fine-tune seed's value of each cell over ``experiments`` of one world. A seed with the same
+    value in two of them is one run (a replicate made over a copy of the centre) and counts once; with
+    another value it is another draw of training noise (another machine's floats)."""
+    out: dict[Cell, dict[tuple[int, float], float]] = {}
+    for exp in experiments:
+        for cell, by_seed in exp.items():
+            for seed, value in by_seed.items():
+                out.setdefault(cell, {})[(seed, value)] = value
+    return {cell: list(draws.values()) for cell, draws in out.items()}
 
 
-def make_bands(center: dict[Cell, list[float]], others: list[dict[Cell, list[float]]],
-               n_of: dict[tuple[str, str, str], int],
-               replicates: list[dict[Cell, list[float]]] = ()) -> list[Band]:
-    """Bands centred on the ``center`` experiment's mean over seeds, with the tolerances :func:`rule`
-    describes: several-seed cells ``band_multiplier(df, several-seed cells) · σ · sqrt(2 / S)`` (σ pooled
-    within experiments), one-seed cells ``Z_ONE_SEED · σ · sqrt(2)`` (σ across ``others``, pooled over
-    the cell's task, split and metric, never below its own), at least
-    ``band_multiplier(df, such cells) · σ_train · sqrt(2)`` where ``replicates`` (the same config with
-    more fine-tune seeds) measured a one-seed cell's training SD; every tolerance at least 200 / n."""
-    cells = [c for c in sorted(center) if center.get(c)]
-    several = sum(len(center[c]) > 1 for c in cells)  # the family the several-seed tolerances hold together
-    across: dict[Cell, tuple[float, int]] = {}  # one-seed cell -> (variance across experiments, its df)
-    for cell in cells:
-        if len(center[cell]) == 1:
-            means = [statistics.fmean(center[cell])] + [statistics.fmean(o[cell]) for o in others if o.get(cell)]
-            if len(means) > 1:
-                across[cell] = (statistics.variance(means), len(means) - 1)
-    pools: dict[tuple[str, str, str], list[tuple[float, int]]] = {}
-    for (task, _, split, metric), vd in across.items():
-        pools.setdefault((task, split, metric), []).append(vd)
-    train: dict[Cell, tuple[float, int]] = {}  # one-seed cell -> (training variance within replicates, its df)
-    for cell in (c for c in cells if len(center[c]) == 1):
-        groups = [r[cell] for r in replicates if len(r.get(cell) or []) > 1]
-        if groups:
-            sd, df = _pooled_sd([(statistics.variance(g), len(g) - 1) for g in groups])
-            train[cell] = (sd * sd, df)
-    bands = []
-    for cell in cells:
-        vals = center[cell]
-        task, variant, split, metric = cell
-        n = n_of.get((task, variant, split)) or 1
-        floor = 200.0 / n
-        tol = 0.0
+def training_sd(draws: dict[Cell, list[float]], n_of: dict[tuple[str, str, str], int]) -> dict[Cell, tuple[float, int]]:
+    """(one fine-tune's SD, its degrees of freedom) of each cell measured over two seeds or more: the
+    cell's spread pooled over the splits of its run (the same models scoring dev and test), each
+    split's variance scaled to its number of examples ``n``."""
+    parts: dict[tuple[str, str, str], list[tuple[float, int]]] = {}
+    for (task, variant, split, metric), vals in draws.items():
         if len(vals) > 1:
-            groups = [v for v in [vals, *[o.get(cell) or [] for o in others]] if len(v) > 1]
-            pooled, df = _pooled_sd([(statistics.variance(g), len(g) - 1) for g in groups])
-            k = band_multiplier(df, several)
-            tol = k * pooled * math.sqrt(2 / len(vals))
-            how = (f"{len(vals)} seeds; one fine-tune's SD {pooled:.2f} pooled over {len(groups)} experiments "
-                   f"({df} df); tolerance {k:.2f} SD (t, {df} df) of a difference of two {len(vals)}-seed means")
-        elif cell in across:
-            pool = pools[(task, split, metric)]
-            pooled, df = _pooled_sd(pool)
-            own = math.sqrt(across[cell][0])
-            tol = Z_ONE_SEED * max(own, pooled) * math.sqrt(2)
-            how = (f"1 seed; SD {own:.2f} across {across[cell][1] + 1} top-level seeds (world and training), "
-                   f"{pooled:.2f} pooled over the {len(pool)} one-seed variant(s) of {task} {split} {metric} ({df} df); "
-                   f"tolerance {Z_ONE_SEED:g} times the larger, of a difference of two runs")
-        else:
-            how = "1 seed in 1 experiment: no spread measured"
-        if cell in train:
-            sd, df = math.sqrt(train[cell][0]), train[cell][1]
-            k = band_multiplier(df, len(train))
-            by_training = k * sd * math.sqrt(2)
-            how += (f"; training SD {sd:.2f} pooled within the replicates ({df} df): {k:.2f} SD (t, {df} df) of a "
-                    f"difference of two runs is {by_training:.2f}")
-            if by_training > tol:
-                how += ", the tolerance"
-                tol = by_training
+            n = n_of.get((task, variant, split)) or 1
+            parts.setdefault((task, variant, metric), []).append((statistics.variance(vals) * n, len(vals) - 1))
+    out = {}
+    for (task, variant, split, metric), vals in draws.items():
+        pool = parts.get((task, variant, metric))
+        if pool:
+            df = sum(d for _, d in pool)
+            per_example = sum(v * d for v, d in pool) / df
+            out[(task, variant, split, metric)] = (math.sqrt(per_example / (n_of.get((task, variant, split)) or 1)), df)
+    return out
+
+
+def seeds_needed(k: float, sd: float, measured: int) -> int | None:
+    """The fewest fine-tune seeds a run needs for a band of ``k`` SDs to be at most WIDEST points wide
+    (the mean over at least as many seeds measured), or None beyond 20."""
+    for s in range(1, 21):
+        if k * sd * math.sqrt(1 / s + 1 / max(measured, s)) <= WIDEST:
+            return s
+    return None
+
+
+def make_bands(center: dict[Cell, dict[int, float]], replicates: list[dict[Cell, dict[int, float]]],
+               n_of: dict[tuple[str, str, str], int]) -> tuple[list[Band], list[dict]]:
+    """(bands, unchecked cells) of the ``center`` experiment's cells, by :func:`rule`: centred on the mean
+    of every seed measured on the world (``center`` and ``replicates``, the same config with more
+    fine-tune seeds), ``band_multiplier(df, cells) · σ · sqrt(1/S + 1/R)`` wide (σ from
+    :func:`training_sd`, S the centre's seeds, R all seeds measured), at least 200 / n."""
+    draws = seed_draws([center, *replicates])
+    sds = training_sd({c: draws[c] for c in center}, n_of)
+    family = len(sds)
+    bands, unchecked = [], []
+    for cell in sorted(center):
+        task, variant, split, _ = cell
+        vals, ran = draws[cell], len(center[cell])
+        expected = statistics.fmean(vals)
+        if cell not in sds:
+            unchecked.append({"cell": "/".join(cell), "expected": round(expected, 2),
+                              "why": f"{len(vals)} seed measured on this world: no training spread (rag bands --replicates)"})
+            continue
+        sd, df = sds[cell]
+        k = band_multiplier(df, family)
+        tol = k * sd * math.sqrt(1 / ran + 1 / len(vals))
+        how = (f"{len(vals)} seeds measured, the default runs {ran}; one fine-tune's SD {sd:.2f} ({df} df, pooled over "
+               f"the run's splits per example); {k:.2f} SD (t, {df} df) of the difference of a {ran}-seed mean from the "
+               f"{len(vals)}-seed mean is {tol:.2f}")
+        floor = 200.0 / (n_of.get((task, variant, split)) or 1)
         if tol < floor:
             how += f"; raised to two test examples ({floor:.2f})"
             tol = floor
-        bands.append(Band(task, variant, split, metric, round(statistics.fmean(vals), 2), round(tol, 2), len(vals), how))
-    return bands
+        if tol > WIDEST:
+            need = seeds_needed(k, sd, len(vals))
+            unchecked.append({"cell": "/".join(cell), "expected": round(expected, 2), "tolerance": round(tol, 2),
+                              "why": how + f": wider than {WIDEST:g} points; "
+                              + (f"{need} fine-tune seeds would check it" if need else "more than 20 seeds would check it")})
+            continue
+        bands.append(Band(task, variant, split, cell[3], round(expected, 2), round(tol, 2), ran, how))
+    return bands, unchecked
 
 
 def _metrics_files(root: Path) -> list[Path]:
@@ -317,7 +334,7 @@ def experiment_files(root: str | Path) -> tuple[list[Path], list[Path]]:
     return metrics, predictions
 
 
-def experiment_values(root: str | Path) -> tuple[dict[Cell, list[float]], dict[tuple[str, str, str], int]]:
+def experiment_values(root: str | Path) -> tuple[dict[Cell, dict[int, float]], dict[tuple[str, str, str], int]]:
     """Every run's values (and test sizes) of one finished experiment folder ``results/<name>``."""
     files = _metrics_files(Path(root))
     n_of = {}
@@ -325,16 +342,6 @@ def experiment_values(root: str | Path) -> tuple[dict[Cell, list[float]], dict[t
         d = read_json(f)
         n_of[(d["task"], d["variant"], d["split"])] = int(d.get("n") or 0)
     return run_values(files), n_of
-
-
-def split_unchecked(bands: list[Band]) -> tuple[list[Band], list[dict]]:
-    """(the bands that can fail, the cells whose band spans the whole 0-100 scale of a percentage and so
-    checks nothing): these go to the band file's ``unchecked:`` list with their reason (the source)."""
-    spans = [b.expected - b.tolerance <= 0.0 and b.expected + b.tolerance >= 100.0 for b in bands]
-    keep = [b for b, s in zip(bands, spans) if not s]
-    out = [{"cell": "/".join(b.cell), "expected": b.expected, "tolerance": b.tolerance, "why": b.source}
-           for b, s in zip(bands, spans) if s]
-    return keep, out
 
 
 def write_bands(path: str | Path, bands: list[Band], header: dict) -> None:
