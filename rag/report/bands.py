@@ -298,8 +298,8 @@ def make_bands(center: dict[Cell, dict[int, float]], replicates: list[dict[Cell,
         k = band_multiplier(df, family)
         tol = k * sd * math.sqrt(1 / ran + 1 / len(vals))
         how = (f"{len(vals)} seeds measured, the default runs {ran}; one fine-tune's SD {sd:.2f} ({df} df, pooled over "
-               f"the run's splits per example); {k:.2f} SD (t, {df} df) of the difference of a {ran}-seed mean from the "
-               f"{len(vals)}-seed mean is {tol:.2f}")
+               f"the run's splits per example); {k:.2f} SD (t, {df} df) of the difference of a new run's {ran}-seed mean "
+               f"from the mean of the {len(vals)} measured is {tol:.2f}")
         floor = 200.0 / (n_of.get((task, variant, split)) or 1)
         if tol < floor:
             how += f"; raised to two test examples ({floor:.2f})"
