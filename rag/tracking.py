@@ -264,11 +264,9 @@ class Run:
     def params(self, params: dict) -> None:
         from mlflow.entities import Param
 
-        flat = [Param(k[:250], v[:6000]) for k, v in _flatten(params).items()]
         existing = set(self.client.get_run(self.run_id).data.params)
-        flat = [p for p in flat if p.key not in existing]
-        for i in range(0, len(flat), 100):
-            self.client.log_batch(self.run_id, params=flat[i : i + 100])
+        self.client.log_batch(self.run_id, params=[Param(k[:250], v[:6000]) for k, v in _flatten(params).items()
+                                                   if k[:250] not in existing])  # MLflow splits it into batches
 
     def metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         self._log([(k, step or 0, v) for k, v in metrics.items()])
@@ -278,15 +276,13 @@ class Run:
 
     @_store_errors
     def _log(self, points: list[tuple[str, int, float]]) -> None:
-        """(name, step, value) metrics, in batches of 500."""
+        """(name, step, value) metrics (MLflow splits them into batches)."""
         import time
 
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        items = [Metric(metric_key(k), float(v), ts, int(s)) for k, s, v in points]
-        for i in range(0, len(items), 500):
-            self.client.log_batch(self.run_id, metrics=items[i : i + 500])
+        self.client.log_batch(self.run_id, metrics=[Metric(metric_key(k), float(v), ts, int(s)) for k, s, v in points])
 
     @_store_errors
     def artifact(self, path: str | Path, subdir: str | None = None) -> None:

@@ -126,7 +126,6 @@ class Runs:
         self.evidence = Evidence(inputs, None)  # the predictions, read once
         self.tracking_url = tracking_url.rstrip("/")
         self.by_seed: dict[tuple[str, str, str], dict[int, dict]] = {}
-        self.paths: dict[tuple[str, str, str], dict[int, Path]] = {}
         for key, files in sorted(inputs.metrics.items()):
             if (tasks is not None and key[0] not in tasks) or (variants is not None and key[1] not in variants):
                 continue
@@ -137,7 +136,6 @@ class Runs:
                 if not isinstance(data.get("retrieval") or {}, dict):
                     raise DataError(f"{path}: 'retrieval' must be an object")
                 self.by_seed.setdefault(key, {})[seed] = data
-                self.paths.setdefault(key, {})[seed] = path
         # the first seed's file stands for the run's settings (n, metric options, MLflow experiment)
         self.metrics = {key: runs[min(runs)] for key, runs in self.by_seed.items()}
         if not inputs.metrics:
@@ -165,7 +163,8 @@ class Runs:
         runs = self.by_seed.get((task, variant, split))
         if not runs:
             return None
-        out = [_number((data.get(section) or {}).get(metric), f"{self.paths[(task, variant, split)][seed]}: {section}.{metric}")
+        files = self.inputs.metrics[(task, variant, split)]
+        out = [_number((data.get(section) or {}).get(metric), f"{files[seed]}: {section}.{metric}")
                for seed, data in sorted(runs.items())]
         return None if any(v is None for v in out) else out
 
@@ -488,7 +487,7 @@ def hotswap(inputs: ReportInputs, paper: dict) -> dict | None:
     ppaper = paper.get("index_hot_swap", {})
     paper_cells = {k: ppaper.get(v) for k, v in HOTSWAP_PAPER_KEYS.items()}
     variants = []
-    for (variant,) in sorted(keys, key=lambda k: (list(VARIANTS).index(k[0]) if k[0] in VARIANTS else 99, k[0])):
+    for variant in _ordered({k[0] for k in keys}, VARIANTS):
         n, per_seed = None, []
         for path in inputs.experiment("hotswap", variant).values():
             data = read_json(path)

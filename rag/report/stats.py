@@ -41,33 +41,23 @@ def _t_quantile(df: float) -> float:
     return float(t.ppf(1 - ALPHA / 2, df)) if np.isfinite(df) else float(t.ppf(1 - ALPHA / 2, 1e9))
 
 
-def _combine(estimate: float, v_examples: float, seed_terms: list[tuple[float, float, int]], n: int,
-             seed_sd: float | None, side_seeds: tuple[int, ...]) -> Interval:
-    """``seed_terms``, of each side with S > 1: (σ²_seed / S, the mean square it is estimated from / S, S);
-    a seed term enters Satterthwaite's formula with its whole mean square (S - 1 degrees of freedom)."""
-    v_seed = sum(v for v, _, _ in seed_terms)
+def _combine(estimate: float, v_examples: float, seed_parts: list[tuple[float, float, int]], n: int,
+             side_seeds: tuple[int, ...]) -> Interval:
+    """``seed_parts``, of each side with S > 1: (σ²_seed, the mean square it is estimated from, S); a seed
+    term σ²_seed / S enters Satterthwaite's formula with its whole mean square (S - 1 degrees of freedom).
+    The spread shown is the largest side's SD of its per-seed statistics as measured (the mean square's root)."""
+    seed_sd = float(np.sqrt(max(ms for _, ms, _ in seed_parts))) if seed_parts else None
+    terms = [(var / s, ms / s, s) for var, ms, s in seed_parts]
+    v_seed = sum(v for v, _, _ in terms)
     total = v_examples + v_seed
     seeds = min(side_seeds)
     if total <= 0:
         return Interval(estimate, estimate, estimate, seed_sd, seeds, n, side_seeds)
-    denom = (sum(ms * ms / (s - 1) for v, ms, s in seed_terms if v > 0)
+    denom = (sum(ms * ms / (s - 1) for v, ms, s in terms if v > 0)
              + (v_examples * v_examples / (n - 1) if n > 1 else 0.0))
     df = total * total / denom if denom > 0 else float("inf")
     half = _t_quantile(df) * float(np.sqrt(total))
     return Interval(estimate, estimate - half, estimate + half, seed_sd, seeds, n, side_seeds)
-
-
-def _seed_part(per_seed: list[np.ndarray | float]) -> tuple[list[tuple[float, float, int]], float | None]:
-    """The seed terms of per-seed statistics taken as they are (their sample variance), and the
-    largest side's spread."""
-    terms, sds = [], []
-    for values in per_seed:
-        v = np.asarray(values, dtype=float)
-        if v.size > 1:
-            var = float(v.var(ddof=1))
-            terms.append((var / v.size, var / v.size, v.size))
-            sds.append(float(np.sqrt(var)))
-    return terms, (max(sds) if sds else None)
 
 
 def mean_interval(sides: Sequence[tuple[int, np.ndarray]]) -> Interval:
@@ -84,15 +74,8 @@ def mean_interval(sides: Sequence[tuple[int, np.ndarray]]) -> Interval:
     per_example = sum(sign * m.mean(0) for sign, m in mats)
     estimate = float(per_example.mean())
     v_examples = float(per_example.var(ddof=1)) / n if n > 1 else 0.0
-    terms, mean_squares = [], []
-    for _, m in mats:
-        if m.shape[0] > 1:
-            var, ms = _seed_variance(m)
-            terms.append((var / m.shape[0], ms / m.shape[0], m.shape[0]))
-            mean_squares.append(ms)
-    # the spread shown: the largest side's SD of its per-seed means as measured (the mean square's root)
-    sd = float(np.sqrt(max(mean_squares))) if mean_squares else None
-    return _combine(estimate, v_examples, terms, n, sd, tuple(m.shape[0] for _, m in mats))
+    parts = [(*_seed_variance(m), m.shape[0]) for _, m in mats if m.shape[0] > 1]
+    return _combine(estimate, v_examples, parts, n, tuple(m.shape[0] for _, m in mats))
 
 
 def _seed_variance(m: np.ndarray) -> tuple[float, float]:
@@ -125,5 +108,5 @@ def statistic_interval(sides: Sequence[tuple[int, Sequence[Statistic]]], n: int,
     for r in range(resamples):
         ix = rng.integers(0, n, size=n)
         boot[r] = sum(sign * np.mean([f(ix) for f in fns]) for sign, fns in sides)
-    terms, sd = _seed_part(per_seed)
-    return _combine(estimate, float(boot.var(ddof=1)), terms, n, sd, tuple(len(fns) for _, fns in sides))
+    parts = [(float(v.var(ddof=1)), float(v.var(ddof=1)), v.size) for v in per_seed if v.size > 1]  # taken as they are
+    return _combine(estimate, float(boot.var(ddof=1)), parts, n, tuple(len(fns) for _, fns in sides))
