@@ -66,13 +66,6 @@ RESOURCE_KEYS = ("mem_mb", "runtime", "gpu")
 # ------------------------------------------------------------------------------------ sizes
 PLAN_LINE_BYTES = 16 << 20  # a local corpus line longer than this is not read to count passages
 PLAN_WORLD_ENTITIES = 3_000  # a larger miniworld is not generated to count its passages (seconds to minutes)
-def _count_lines(path: Path) -> tuple[int, int]:
-    """(lines, bytes) of a text file, read in blocks."""
-    n = 0
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 24):
-            n += block.count(b"\n")
-    return n, path.stat().st_size
 
 
 def passages_of(cfg: dict, results: Path, override: int | None = None) -> tuple[int | None, int | None, str]:
@@ -83,8 +76,10 @@ def passages_of(cfg: dict, results: Path, override: int | None = None) -> tuple[
         return override, None, "--passages"
     tsv = results / "corpus" / corpus["name"] / "passages.tsv"
     if tsv.is_file():
-        lines, size = _count_lines(tsv)
-        return lines - 1, size - len(tsv.open("rb").readline()), f"counted in {tsv}"
+        with open(tsv, "rb") as fh:  # the lines after the header, read in blocks
+            header = len(fh.readline())
+            lines = sum(block.count(b"\n") for block in iter(lambda: fh.read(1 << 24), b""))
+        return lines, tsv.stat().st_size - header, f"counted in {tsv}"
     if corpus["source"] == "miniworld":
         from rag.data import miniworld
 

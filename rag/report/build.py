@@ -646,11 +646,9 @@ def build_report(
 
     paper = paper_results()
     runs = Runs(inputs, tracking_url, tasks, variants)
-    table_paths = tables
-    tables = build_tables(runs, paper, {"": (scale or {}).get("generator", ""), **(generators or {})})
-    write_csvs(tables, table_paths)
+    built = build_tables(runs, paper, {"": scale.get("generator", ""), **(generators or {})})
+    write_csvs(built, tables)
     retrieval_columns, retrieval_rows = retrieval_table(runs)
-    scale = dict(scale or {})
     from rag.data.corpus import read_passages
 
     read, texts = None, None  # the passages (the samples' titles and texts) and their texts by id (the claims')
@@ -666,7 +664,7 @@ def build_report(
         "scale": scale,
         "scale_items": [(str(k), str(v)) for k, v in scale.items()],
         "paper_setup": [(str(k), str(v)) for k, v in (paper.get("setup") or {}).items()],
-        "tables": tables,
+        "tables": built,
         "figures": figure3(inputs),
         "hotswap": hotswap(inputs, paper),
         "retrieval_columns": retrieval_columns,
@@ -677,7 +675,6 @@ def build_report(
         "n_runs": len(runs.metrics),
         "dash": DASH,
     }
-    html = render_html(context)
     with atomic_open(Path(out_html)) as fh:
-        fh.write(html)
-    log.info("wrote %s and %d tables (%s)", out_html, len(tables), ", ".join(str(p) for p in table_paths.values()))
+        fh.write(render_html(context))
+    log.info("wrote %s and %d tables (%s)", out_html, len(built), ", ".join(str(p) for p in tables.values()))
