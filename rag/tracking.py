@@ -121,10 +121,7 @@ def init_store(uri: str, marker: Path | None = None) -> None:
     _quiet()
     from mlflow.tracking import MlflowClient
 
-    db = _sqlite_path(uri)
-    check_server(uri)
-    if db is not None and not db.exists():
-        _create_sqlite_store(db)
+    db = _open_store(uri)
     try:
         MlflowClient(uri).search_experiments(max_results=1)  # a store of another MLflow: schema migration
     except Exception as exc:
@@ -139,9 +136,14 @@ def init_store(uri: str, marker: Path | None = None) -> None:
         write_json(marker, {"tracking_uri": uri})
 
 
-def _create_sqlite_store(db: Path) -> None:
-    """Create the SQLite store ``db`` (tables, migrations, the default experiment) in a temporary
-    file beside it, then link it into place; a store another process linked meanwhile is kept."""
+def _open_store(uri: str) -> Path | None:
+    """The SQLite file of store ``uri`` (None for a server, checked with :func:`check_server`), created
+    when missing (tables, migrations, the default experiment) in a temporary file beside it, then
+    linked into place; a store another process linked meanwhile is kept."""
+    check_server(uri)
+    db = _sqlite_path(uri)
+    if db is None or db.exists():
+        return db
     import tempfile
 
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
@@ -159,7 +161,7 @@ def _create_sqlite_store(db: Path) -> None:
     tmp_uri = f"sqlite:///{tmp}"
     try:
         try:
-            SqlAlchemyStore(tmp_uri, str(artifact_root(f"sqlite:///{db}")))
+            SqlAlchemyStore(tmp_uri, str(artifact_root(uri)))
         finally:
             engine = SqlAlchemyStore._engine_map.pop(tmp_uri, None)
             if engine is not None:
@@ -178,6 +180,7 @@ def _create_sqlite_store(db: Path) -> None:
     finally:
         for leftover in (tmp, Path(f"{tmp}-journal"), Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
             leftover.unlink(missing_ok=True)
+    return db
 
 
 def _flatten(d: dict) -> dict[str, str]:
@@ -240,10 +243,7 @@ class Run:
         from mlflow.tracking import MlflowClient
 
         self.uri = uri
-        check_server(uri)
-        db = _sqlite_path(uri)
-        if db is not None and not db.exists():  # no init_store before (a run by hand): created the same way
-            _create_sqlite_store(db)
+        _open_store(uri)  # no init_store before (a run by hand): created the same way
         self.client = MlflowClient(uri)
         if run_id is None:
             root = artifact_root(uri)

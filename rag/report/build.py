@@ -260,12 +260,12 @@ def build_tables(runs: Runs, paper: dict, generators: dict[str, str] | None = No
                       notes=list(TABLE_NOTES[key]))
         table.notes += [note for label, note in wnotes.items() if label in columns]
         row_variants = ROW_VARIANTS[key]
+        targets = [paper_column(key, col) for col in columns]  # the (task, metric) of each column
         not_run: dict[str, list[str]] = {}  # row label -> the columns of tasks run without that variant
         for label, paper_values in spec["rows"].items():
             variant = row_variants.get(label)
             cells = []
-            for col, pv in zip(columns, paper_values):
-                task, metric = paper_column(key, col)
+            for col, (task, metric), pv in zip(columns, targets, paper_values):
                 if variant is not None and runs.ran_without(task, variant, split):
                     not_run.setdefault(label, []).append(col)
                 if label == "Gold" and key == "table5":
@@ -284,11 +284,7 @@ def build_tables(runs: Runs, paper: dict, generators: dict[str, str] | None = No
             table.notes.append(f"{', '.join(labels)}: not run in this experiment for {', '.join(cols)} "
                                "(config key tasks.<task>.variants), so those cells are blank.")
         for label, variant in EXTRA_ROWS.get(key, []):
-            cells = []
-            for col in columns:
-                task, metric = paper_column(key, col)
-                cells.append(runs.cell(task, variant, split, metric, None))
-            table.rows.append((label, cells, "measured-only"))
+            table.rows.append((label, [runs.cell(task, variant, split, metric) for task, metric in targets], "measured-only"))
         tables.append(table)
     extra = [own_tasks_table(runs), generators_table(runs, generators or {})]
     return tables + [t for t in extra if t]
@@ -565,13 +561,10 @@ def samples(runs: Runs, passages, per_task: int) -> list[dict]:
         out.append({"task": _task_name(task), "split": split, "examples": examples,
                     "variants": [_variant_name(v) for v in variants]})
     wanted = {d["id"] for d in pending}
-    found = {pid: (title, text) for pid, title, text in zip(passages.ids, passages.titles, passages.texts)
-             if pid in wanted} if passages is not None and wanted else {}
+    row_of = {pid: i for i, pid in enumerate(passages.ids) if pid in wanted} if passages is not None else {}
     for doc in pending:
-        if doc["id"] in found:
-            title, text = found[doc["id"]]
-            doc["title"] = title or doc["title"]
-            doc["text"] = text
+        if (i := row_of.get(doc["id"])) is not None:
+            doc["title"], doc["text"] = passages.titles[i] or doc["title"], passages.texts[i]
     return out
 
 
