@@ -86,12 +86,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8"):
-    """Open a temporary file for writing that replaces ``path`` when the block succeeds."""
-    if "b" in mode:
-        encoding = None
+def atomic_open(path: str | os.PathLike, mode: str = "w"):
+    """Open a temporary file for writing (text: UTF-8) that replaces ``path`` when the block succeeds."""
     with atomic_path(path) as tmp:
-        with open(tmp, mode, encoding=encoding) as fh:
+        with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())

@@ -271,11 +271,6 @@ def throughput(step: str, want: dict) -> dict | None:
     return next((t for t in THROUGHPUTS if t["step"] == step and _match(t, want)), None)
 
 
-def snakefile_here() -> Path:
-    """The Snakefile the plan reads: ./Snakefile (a checkout run from its top), else the one beside this package."""
-    return next((f for f in (Path("Snakefile"), ROOT / "Snakefile") if f.is_file()), ROOT / "Snakefile")
-
-
 def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None, results: Path, passages: int | None = None,
               dim: int | None = None, snakefile: Path | None = None, cores: int | None = None,
               targets: list[str] | None = None) -> dict:
@@ -310,7 +305,9 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
     from rag.models.sizing import fine_tune_memory
     from rag.tasks import split_variant
 
-    dag, missing = snakemake_dag(config_paths, profile_path, snakefile or snakefile_here(), cfg, targets)
+    # the Snakefile: ./Snakefile (a checkout run from its top), else the one beside this package
+    snakefile = snakefile or next((f for f in (Path("Snakefile"), ROOT / "Snakefile") if f.is_file()), ROOT / "Snakefile")
+    dag, missing = snakemake_dag(config_paths, profile_path, snakefile, cfg, targets)
     # a fine-tune's models: the largest of the generators the DAG's fine-tunes train (config key generators')
     trained = {split_variant(kind)[1].partition("-")[0] for kind in dag.get("train", {}).get("kinds", ())
                if split_variant(kind)[1]}

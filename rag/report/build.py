@@ -27,8 +27,7 @@ VARIANT_NAMES = {name: spec.display for name, spec in VARIANTS.items()}
 
 def _task_name(task: str | None):
     """The registry's display name of ``task`` (the name itself for an unregistered one)."""
-    spec = TASKS.get(task)
-    return spec.display if spec else task
+    return TASKS[task].display if task in TASKS else task
 
 
 def _variant_name(variant: str | None) -> str | None:
