@@ -12,23 +12,25 @@ from rag.cli import add_command
 from rag.report import TABLE_KEYS, ReportInputs
 
 
-def declare_experiment_tasks(data: dict, path: str | Path) -> None:
-    """The tasks an experiment's config declares, as its report section ``data`` (read from ``path``,
-    results/<name>/config/report.json) records them (``declared_tasks``), join the registry."""
+def declare_experiment_tasks(path: str | Path):
+    """The JSON at ``path`` (an experiment's report section, results/<name>/config/report.json, or a scale
+    summary), read; the tasks the experiment's config declares, as it records them (``declared_tasks``),
+    join the registry."""
+    from rag.io import read_json
     from rag.tasks import declare_task
 
+    data = read_json(path)
     declared = data.get("declared_tasks") if isinstance(data, dict) else None
     for name, decl in (declared.items() if isinstance(declared, dict) else ()):
         declare_task(name, decl, str(path))
+    return data
 
 
 def _declare_from_folder(root: str | Path) -> None:
     """:func:`declare_experiment_tasks` of the experiment folder ``root`` (results/<name>), where it has a report section."""
-    from rag.io import read_json
-
     section = Path(root) / "config" / "report.json"
     if section.is_file():
-        declare_experiment_tasks(read_json(section), section)
+        declare_experiment_tasks(section)
 
 
 def load_scale(path: str | None) -> tuple[dict, dict]:
@@ -36,12 +38,10 @@ def load_scale(path: str | None) -> tuple[dict, dict]:
     it names (key ``generators``: name -> what it is); {} for none. The tasks the report section
     declares join the registry (:func:`declare_experiment_tasks`)."""
     from rag.errors import DataError
-    from rag.io import read_json
 
     if not path:
         return {}, {}
-    data = read_json(path)
-    declare_experiment_tasks(data, path)
+    data = declare_experiment_tasks(path)
     generators = data.get("generators") if isinstance(data, dict) else None
     if isinstance(data, dict) and isinstance(data.get("scale"), dict):
         data = data["scale"]
@@ -82,9 +82,7 @@ def cmd_check(args) -> int:
     if args.experiment:  # the tasks the experiment's config declares
         _declare_from_folder(args.experiment)
     elif args.report_config:
-        from rag.io import read_json
-
-        declare_experiment_tasks(read_json(args.report_config), args.report_config)
+        declare_experiment_tasks(args.report_config)
     header, bands = load_bands(args.bands)
     metrics, predictions = experiment_files(args.experiment) if args.experiment else (args.metrics, args.predictions)
     values = run_values(metrics, predictions)
