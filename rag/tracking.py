@@ -183,14 +183,6 @@ def _open_store(uri: str) -> Path | None:
     return db
 
 
-def _flatten(d: dict) -> dict[str, str]:
-    """Params as MLflow takes them: dotted keys, string values (an empty dict: no param)."""
-    from rag.manifest import flatten
-
-    return {k: json.dumps(v) if isinstance(v, list) else str(v)
-            for k, v in flatten(d).items() if not isinstance(v, dict)}
-
-
 def metric_key(name: str) -> str:
     """MLflow metric names allow letters, digits and _-. :/ only: answer_recall@5 -> answer_recall_at_5."""
     import re
@@ -262,11 +254,16 @@ class Run:
 
     @_store_errors
     def params(self, params: dict) -> None:
+        """``params`` as MLflow takes them: dotted keys, string values (an empty dict: no param), the
+        keys the run has already left as they are."""
         from mlflow.entities import Param
 
+        from rag.manifest import flatten
+
         existing = set(self.client.get_run(self.run_id).data.params)
-        self.client.log_batch(self.run_id, params=[Param(k[:250], v[:6000]) for k, v in _flatten(params).items()
-                                                   if k[:250] not in existing])  # MLflow splits it into batches
+        self.client.log_batch(self.run_id, params=[  # MLflow splits them into batches
+            Param(k[:250], (json.dumps(v) if isinstance(v, list) else str(v))[:6000])
+            for k, v in flatten(params).items() if not isinstance(v, dict) and k[:250] not in existing])
 
     def metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         self._log([(k, step or 0, v) for k, v in metrics.items()])
