@@ -369,9 +369,7 @@ def write_csvs(tables: list[Table], paths: dict[str, Path]) -> None:
 
 
 def retrieval_table(runs: Runs) -> tuple[list[str], list[dict]]:
-    keys: set[str] = set()
-    for data in runs.metrics.values():
-        keys |= set((data.get("retrieval") or {}).keys())
+    keys = {k for data in runs.metrics.values() for k in data.get("retrieval") or {}}
     columns = sorted(keys, key=lambda k: (k.split("@")[0], _at_k(k)))
     rows = []
     for split in ("test", "dev"):
@@ -560,7 +558,7 @@ def samples(runs: Runs, passages, per_task: int) -> list[dict]:
         out.append({"task": _task_name(task), "split": split, "examples": examples,
                     "variants": [_variant_name(v) for v in variants]})
     wanted = {d["id"] for d in pending}
-    row_of = {pid: i for i, pid in enumerate(passages.ids) if pid in wanted} if passages is not None else {}
+    row_of = {pid: i for i, pid in enumerate(passages.ids) if pid in wanted} if passages is not None and wanted else {}
     for doc in pending:
         if (i := row_of.get(doc["id"])) is not None:
             doc["title"], doc["text"] = passages.titles[i] or doc["title"], passages.texts[i]
