@@ -34,12 +34,9 @@ def cmd_plan(args) -> None:
     for path in args.configfile:  # as snakemake --configfile merges several: a later file's keys win
         update_config(merged, read_config_file(path))
     cfg = load_config(merged, check_files=False)
-    if args.no_profile:
-        profile = None
-    else:
-        profile = Path(args.profile)
-        if not profile.exists() and (ROOT / args.profile).exists():
-            profile = ROOT / args.profile
+    # the profile as given, else the checkout's of that name
+    profile = None if args.no_profile else next(
+        (p for p in (Path(args.profile), ROOT / args.profile) if p.exists()), Path(args.profile))
     results = Path(args.results) if args.results else Path("results") / cfg["name"]
     plan = make_plan(cfg, config_paths=[Path(p) for p in args.configfile], profile_path=profile, results=results,
                      passages=args.passages, dim=args.dim, cores=args.cores, targets=args.target)
