@@ -529,10 +529,7 @@ def render(plan: dict) -> str:
             out.append(f"      GPU memory a process: {n['gpu_memory_how']}")
         out.append(f"      time: {n['seconds_how']}")
         out.append("      requests from: " + ", ".join(f"{k} {q[k]['from']}" for k in RESOURCE_KEYS))
-        for f in r["below_need"]:
-            out.append(f"      BELOW NEED: {f}")
-        for note in r["notes"]:
-            out.append(f"      note: {note}")
+        out += [f"      BELOW NEED: {f}" for f in r["below_need"]] + [f"      note: {note}" for note in r["notes"]]
     out += ["", f"{flagged} rule(s) request less than they need." if flagged else "No request below a known need."]
     out += render_compute(plan)
     return "\n".join(out)
