@@ -183,15 +183,9 @@ def _hotswap(ev: Evidence, variant: str) -> tuple[np.ndarray, np.ndarray] | None
         for d in data["detail"]:
             if d.get("changed"):
                 by.setdefault(d["id"], {})[d["index"]] = d
-        m, mm = [], []
-        for q in sorted(by):
-            if set(by[q]) != {"a", "b"}:
-                continue
-            a, b = by[q]["a"], by[q]["b"]  # predictions with index a and index b
-            m.append(50.0 * (a["correct_a"] + b["correct_b"]))
-            mm.append(50.0 * (a["correct_b"] + b["correct_a"]))
-        matched.append(m)
-        mismatched.append(mm)
+        pairs = [(by[q]["a"], by[q]["b"]) for q in sorted(by) if set(by[q]) == {"a", "b"}]  # predictions with index a, b
+        matched.append([50.0 * (a["correct_a"] + b["correct_b"]) for a, b in pairs])
+        mismatched.append([50.0 * (a["correct_b"] + b["correct_a"]) for a, b in pairs])
     if len({len(m) for m in matched}) != 1:
         return None
     return np.array(matched, dtype=float), np.array(mismatched, dtype=float)
