@@ -591,12 +591,8 @@ def manifest_table(runs: Runs) -> dict:
                          short((d.get("splits") or {}).get("train")), hw.get("device", DASH),
                          hw.get("gpu_model") or hw.get("cpu_model") or DASH, str(hw.get("threads", DASH)),
                          hw.get("precision", DASH), (m.get("packages") or {}).get("torch") or DASH])
-    common = []
-    if len(rows) > 1:
-        for i, h in enumerate(headers[1:], 1):
-            values = {r[i] for r in rows}
-            if len(values) == 1 and DASH not in values:
-                common.append(f"{h.lower()} {next(iter(values))}")
+    common = [f"{h.lower()} {values[0]}" for h, values in zip(headers[1:], list(zip(*rows))[1:])  # shared by every run
+              if len(rows) > 1 and len(set(values)) == 1 and values[0] != DASH]
     return {"headers": headers, "rows": rows, "common": "; ".join(common)}
 
 
