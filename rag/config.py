@@ -59,9 +59,7 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     _check_expanded_size(data)
     declare_tasks(data.get("tasks"))  # the config's own tasks join the registry (and the schema's task names)
     cfg = copy.deepcopy(data)
-    err = keyspec.first_error(keyspec.validator_class(fill_defaults=True)(schema()), cfg)
-    if err is not None:
-        raise ConfigError(keyspec.describe(err, schema()))
+    keyspec.validate(keyspec.validator_class(fill_defaults=True)(schema()), cfg)
     _check_control_characters(cfg)
     _check_references(cfg)
     _resolve_generators(cfg)
@@ -75,9 +73,9 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
 MAX_CONFIG_VALUES = 100_000  # a config holds hundreds; YAML aliases repeating lists of lists make billions
 
 
-def alias_bomb(data: Any, limit: int = MAX_CONFIG_VALUES) -> tuple[tuple, int] | None:
+def alias_bomb(data: Any) -> tuple[tuple, int] | None:
     """(the path of the first mapping or list, total) where YAML aliases (``&a`` / ``*a``) expand
-    ``data`` to more than ``limit`` values (an alias bomb), else None; linear in the loaded size."""
+    ``data`` to more than :data:`MAX_CONFIG_VALUES` values (an alias bomb), else None; linear in the loaded size."""
     sizes: dict[int, int] = {}
 
     class Found(Exception):
@@ -92,7 +90,7 @@ def alias_bomb(data: Any, limit: int = MAX_CONFIG_VALUES) -> tuple[tuple, int] |
         children = node.items() if isinstance(node, dict) else enumerate(node)
         total = 1 + sum(size(value, path + (key,)) for key, value in children)
         sizes[id(node)] = total
-        if total > limit:
+        if total > MAX_CONFIG_VALUES:
             raise Found(path, total)
         return total
 
@@ -227,9 +225,7 @@ def _check_references(cfg: dict) -> None:
             raise ConfigError(f"config key 'metrics.options.{metric}': no metric of the configured tasks named {metric!r} "
                               f"has options of its own")
         METRICS[metric].checked_options(given)
-    if cfg["precision"] == "fp16" and cfg["device"] != "cuda":
-        raise ConfigError(f"config key 'precision': fp16 needs device: cuda (fp16 kernels and a gradient scaler); "
-                          f"with device: {cfg['device']} use bf16 or fp32")
+    check_precision(cfg["precision"], cfg["device"])
     corpus = cfg["corpus"]
     _check_file_names(cfg)
     _check_tracking_uri(cfg["tracking"]["uri"])
@@ -252,6 +248,17 @@ def _check_references(cfg: dict) -> None:
                               f"miniworld.countries ({mw['countries']}); every country needs a leader")
         # every miniworld entity yields at least one passage; K larger than that is impossible
         check_k(retrieval_ks(cfg), entities, "the miniworld corpus is sure to have (one per entity)")
+
+
+def check_precision(precision: str, device: str | None = None) -> None:
+    """The config error for a precision that is not one of config key ``precision``'s or that
+    ``device`` cannot run (None: any device)."""
+    choices = config_keys.key("precision")["enum"]
+    if precision not in choices:
+        raise ConfigError(f"config key 'precision': {precision!r} is not one of {choices}")
+    if precision == "fp16" and device not in (None, "cuda"):
+        raise ConfigError(f"config key 'precision': fp16 needs device: cuda (fp16 kernels and a gradient scaler); "
+                          f"with device: {device} use bf16 or fp32")
 
 
 def _check_generator(g: dict, where: str) -> None:
@@ -277,9 +284,7 @@ def _resolve_generators(cfg: dict) -> None:
     for name, spec in cfg["generators"].items():
         where = f"generators.{name}"
         merged = {**cfg["generator"], **spec["generator"]}
-        err = keyspec.first_error(keyspec.validator_class(fill_defaults=False)(group), merged)
-        if err is not None:
-            raise ConfigError(keyspec.describe(err, root, f"{where}.generator"))
+        keyspec.validate(keyspec.validator_class(fill_defaults=False)(group), merged, f"{where}.generator")
         _check_generator(merged, f"{where}.generator")
         spec["generator"] = merged
         for i, task in enumerate(spec["tasks"]):
@@ -340,7 +345,7 @@ def check_k(ks: list[tuple[str, int]], n: int, corpus: str) -> None:
 CHECK_LINE_BYTES = 16 << 20  # a corpus line longer than this is not read when the config loads
 
 
-def check_local_corpus_k(cfg: dict, base: str | Path | None = None) -> None:
+def check_local_corpus_k(cfg: dict) -> None:
     """``corpus.source: local``: check every K (:func:`retrieval_ks`) against the passages of the
     corpus file, counted as far as the largest K; a file the reader refuses is left to the corpus job."""
     from itertools import islice
@@ -352,7 +357,7 @@ def check_local_corpus_k(cfg: dict, base: str | Path | None = None) -> None:
     corpus, ks = cfg["corpus"], retrieval_ks(cfg)
     if corpus["source"] != "local" or not ks:
         return
-    path = (Path(base) if base is not None else Path.cwd()) / corpus["path"]
+    path = Path(corpus["path"])  # from the working directory
     most = max(k for _, k in ks)
     if long_line(path, CHECK_LINE_BYTES, lines=most + 1) is not None:  # a header line, then one passage a line at most
         return  # not read into memory to count K passages: the corpus job reads it

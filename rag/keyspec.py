@@ -3,8 +3,8 @@
 A declaration (:func:`Int`, :func:`Str`, :func:`Group`, ... or a :func:`ref` to a named
 :func:`define` entry) is the key's JSON schema (Draft 7), a value of which may be a callable read when
 the schema is built (:func:`resolve`: the registry's names); :func:`py_type` is its Python type (the
-field type of :mod:`rag.sections`). :func:`first_error` validates a value against such a schema and
-:func:`describe` makes the error the one line of a :class:`~rag.errors.ConfigError`.
+field type of :mod:`rag.sections`). :func:`validate` validates a value against such a schema, its error
+the one line of a :class:`~rag.errors.ConfigError` (:func:`describe`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, Union
+
+from rag.errors import ConfigError
 
 
 class _NoDefault:
@@ -201,10 +203,12 @@ def _order(err) -> tuple:
     return len(list(err.absolute_path)), dotted(err.absolute_path)
 
 
-def first_error(validator, instance):
-    """The error to report of ``instance`` (the shallowest, then the first by key), or None."""
+def validate(validator, instance, prefix: str = "", where: str = "") -> None:
+    """Validate ``instance``; its error to report (the shallowest, then the first by key) is a
+    ConfigError: ``where`` (a file's ``"<path>: "``) and :func:`describe`'s line."""
     errors = sorted(validator.iter_errors(instance), key=_order)
-    return errors[0] if errors else None
+    if errors:
+        raise ConfigError(where + describe(errors[0], validator.schema, prefix))
 
 
 _TYPE_NAMES = {"object": "an object", "array": "a list"}

@@ -127,10 +127,7 @@ class Section:
         """Parse the mapping ``data`` read from ``where`` (``prefix``: its dotted key in there)."""
         from rag.tasks import TASKS, VARIANTS
 
-        sch, validator = _validator(cls, (tuple(TASKS), tuple(VARIANTS)))
-        err = keyspec.first_error(validator, data)
-        if err is not None:
-            raise ConfigError(f"{where}: {keyspec.describe(err, sch, prefix)}")
+        keyspec.validate(_validator(cls, (tuple(TASKS), tuple(VARIANTS))), data, prefix, f"{where}: ")
         return cls._build(data, where, prefix)
 
     @classmethod
@@ -161,21 +158,16 @@ class Section:
 
 def _part(tp) -> type | None:
     """The Section class of a nested section's annotation (``X`` or ``X | None``), else None."""
-    if isinstance(tp, type) and issubclass(tp, Section):
-        return tp
-    if get_origin(tp) in (Union, types.UnionType):
-        args = [a for a in get_args(tp) if a is not type(None)]
-        if len(args) == 1 and isinstance(args[0], type) and issubclass(args[0], Section):
-            return args[0]
-    return None
+    args = [a for a in get_args(tp) if a is not type(None)] if get_origin(tp) in (Union, types.UnionType) else [tp]
+    return args[0] if len(args) == 1 and isinstance(args[0], type) and issubclass(args[0], Section) else None
 
 
 @lru_cache(maxsize=None)
 def _validator(cls, names: tuple):
-    """The section's schema and validator, built again when the registry's names change (``names``:
-    its enums read them)."""
+    """The section's validator, built again when the registry's names change (``names``: its enums
+    read them)."""
     sch = {**keyspec.resolve(cls.json_schema()), "definitions": config_keys.json_schema()["definitions"]}
-    return sch, keyspec.validator_class(fill_defaults=False)(sch)
+    return keyspec.validator_class(fill_defaults=False)(sch)
 
 
 def _required(f) -> bool:
