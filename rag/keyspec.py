@@ -220,9 +220,8 @@ def type_name(sch: dict, root: dict) -> str:
         return type_name(root["definitions"][sch["$ref"].split("/")[-1]], root)
     if "anyOf" in sch:
         return " or ".join(type_name(a, root) for a in sch["anyOf"])
-    if "enum" in sch:
-        kinds = {type(v) for v in sch["enum"]}
-        return "string" if kinds == {str} else "one of " + str(sch["enum"])
+    if "enum" in sch:  # of strings (:func:`Enum`)
+        return "string"
     kind = sch.get("type", "a value")
     if kind == "array" and "items" in sch:
         return f"a list of {type_name(sch['items'], root)}"

@@ -74,7 +74,7 @@ class Section:
         annotations = {}
         for name, r in keys.items():
             annotations[name] = keyspec.py_type(r.node) if r.required() else keyspec.py_type(r.node) | None
-            meta = {"key": True, "read": r}
+            meta = {"read": r}
             setattr(cls, name, field(metadata=meta) if r.required() else field(default=None, metadata=meta))
         for name, tp in own.items():
             annotations[name] = tp
@@ -85,7 +85,7 @@ class Section:
             if part is None:
                 raise TypeError(f"{cls.__name__}.{name}: a section field is read(<config key>) or a nested "
                                 "Section class, not a type of its own")
-            meta = {"key": True, "part": part}
+            meta = {"part": part}
             setattr(cls, name, field(metadata=meta) if value is MISSING else field(default=value, metadata=meta))
         cls.__annotations__ = annotations
         dataclass(frozen=True, kw_only=True)(cls)
@@ -118,7 +118,7 @@ class Section:
             if not f.metadata.get("key", True):
                 continue
             props[f.name] = f.metadata["read"].node if "read" in f.metadata else f.metadata["part"].json_schema()
-            if _required(f):
+            if f.default is MISSING:
                 required.append(f.name)
         return keyspec.Group(props, required=tuple(required), default=keyspec.NO_DEFAULT)
 
@@ -151,7 +151,7 @@ class Section:
         for f in fields(self):
             if f.metadata.get("key", True):
                 value = getattr(self, f.name)
-                if f.name in self._given or value is not None or _required(f):
+                if f.name in self._given or value is not None or f.default is MISSING:
                     out[f.name] = _dump(value)
         return {k: out[k] for k in sorted(out)}
 
@@ -168,10 +168,6 @@ def _validator(cls, names: tuple):
     read them)."""
     sch = {**keyspec.resolve(cls.json_schema()), "definitions": config_keys.json_schema()["definitions"]}
     return keyspec.validator_class(fill_defaults=False)(sch)
-
-
-def _required(f) -> bool:
-    return f.default is MISSING and f.default_factory is MISSING
 
 
 def _frozen(value: Any) -> Any:
