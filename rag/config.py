@@ -56,7 +56,9 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
         raise ConfigError(f"config must be a mapping of keys, got {type(data).__name__}")
     for key in sorted(config_keys.REMOVED.keys() & data.keys()):
         raise ConfigError(f"config key {key!r} is removed ({config_keys.REMOVED[key]}): delete it from the config")
-    _check_expanded_size(data)
+    if (bomb := alias_bomb(data)) is not None:
+        raise ConfigError(f"config key '{keyspec.dotted(bomb[0])}': {bomb[1]:,} values once its YAML aliases are expanded "
+                          f"(more than {MAX_CONFIG_VALUES:,}: an alias bomb?); write the values out")
     declare_tasks(data.get("tasks"))  # the config's own tasks join the registry (and the schema's task names)
     cfg = copy.deepcopy(data)
     keyspec.validate(keyspec.validator_class(fill_defaults=True)(schema()), cfg)
@@ -77,9 +79,7 @@ def alias_bomb(data: Any) -> tuple[tuple, int] | None:
     """(the path of the first mapping or list, total) where YAML aliases (``&a`` / ``*a``) expand
     ``data`` to more than :data:`MAX_CONFIG_VALUES` values (an alias bomb), else None; linear in the loaded size."""
     sizes: dict[int, int] = {}
-
-    class Found(Exception):
-        pass
+    found: list[tuple[tuple, int]] = []  # post-order: the first node over the limit
 
     def size(node: Any, path: tuple) -> int:
         if not isinstance(node, (dict, list)):
@@ -90,23 +90,12 @@ def alias_bomb(data: Any) -> tuple[tuple, int] | None:
         children = node.items() if isinstance(node, dict) else enumerate(node)
         total = 1 + sum(size(value, path + (key,)) for key, value in children)
         sizes[id(node)] = total
-        if total > MAX_CONFIG_VALUES:
-            raise Found(path, total)
+        if total > MAX_CONFIG_VALUES and not found:
+            found.append((path, total))
         return total
 
-    try:
-        size(data, ())
-    except Found as found:
-        return found.args
-    return None
-
-
-def _check_expanded_size(data: Any) -> None:
-    found = alias_bomb(data)
-    if found is not None:
-        path, total = found
-        raise ConfigError(f"config key '{keyspec.dotted(path)}': {total:,} values once its YAML aliases are expanded "
-                          f"(more than {MAX_CONFIG_VALUES:,}: an alias bomb?); write the values out")
+    size(data, ())
+    return found[0] if found else None
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
