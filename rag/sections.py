@@ -14,7 +14,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar, Union, get_args, get_origin
+from typing import Any, NamedTuple, TypeVar, Union, get_args, get_origin
 
 from rag import config_keys, keyspec
 from rag.config_keys import DECODE_KEYS, INDEX_PARAMS, RUN_KEYS, TASK_NAME
@@ -26,25 +26,21 @@ S = TypeVar("S", bound="Section")
 _ATTACHED = {"key": False}
 
 
-@dataclass(frozen=True)
-class Read:
-    """A section field that is a declared config key (:func:`read`)."""
+class Read(NamedTuple):
+    """What a section field reads (:func:`read`, its field's ``metadata["read"]``)."""
 
     path: str | None  # the dotted config key; None: a key only sections have (task_name)
     node: dict  # its declaration
-    optional: bool | None
-
-    def required(self) -> bool:
-        return self.optional is False or (self.optional is None and "default" in self.node)
 
 
 def read(key: str | dict, *, optional: bool | None = None) -> Any:
     """The section field holding the config key ``key`` (dotted, "train.k"; or the declaration of a
     key only sections have). ``optional``: whether the section may leave it out (default: a config
     key without default may be absent)."""
-    if isinstance(key, str):
-        return Read(key, config_keys.key(key), optional)
-    return Read(None, key, False if optional is None else optional)
+    r = Read(key, config_keys.key(key)) if isinstance(key, str) else Read(None, key)
+    if optional is None:
+        optional = r.path is not None and "default" not in r.node
+    return field(default=None, metadata={"read": r}) if optional else field(metadata={"read": r})
 
 
 @dataclass(frozen=True)
@@ -58,7 +54,7 @@ class Section:
     def __init_subclass__(cls, every_key_of: str | None = None, exclude: tuple = (), **kw) -> None:
         super().__init_subclass__(**kw)
         own = dict(cls.__dict__.get("__annotations__", {}))
-        keys: dict[str, Read] = {n: v for n, v in cls.__dict__.items() if isinstance(v, Read)}
+        keys = {n: v for n, v in cls.__dict__.items() if isinstance(v, dataclasses.Field) and "read" in v.metadata}
         if every_key_of is not None:
             group = keyspec.target(config_keys.key(every_key_of)).get("properties")
             if group is None or set(exclude) - set(group):
@@ -70,12 +66,12 @@ class Section:
                 if "properties" in keyspec.target(node):
                     raise TypeError(f"{cls.__name__}: {every_key_of}.{name} is a group of keys: "
                                     "annotate it with its own Section class")
-                keys[name] = Read(f"{every_key_of}.{name}", node, None)
+                keys[name] = read(f"{every_key_of}.{name}")
         annotations = {}
-        for name, r in keys.items():
-            annotations[name] = keyspec.py_type(r.node) if r.required() else keyspec.py_type(r.node) | None
-            meta = {"read": r}
-            setattr(cls, name, field(metadata=meta) if r.required() else field(default=None, metadata=meta))
+        for name, f in keys.items():
+            tp = keyspec.py_type(f.metadata["read"].node)
+            annotations[name] = tp if f.default is MISSING else tp | None
+            setattr(cls, name, f)
         for name, tp in own.items():
             annotations[name] = tp
             value = cls.__dict__.get(name, MISSING)
