@@ -145,21 +145,6 @@ def py_type(sch: dict) -> Any:
     return _PY[sch["type"]]
 
 
-def at(root: dict, path: str) -> dict:
-    """The declaration at the dotted ``path`` under ``root`` ("retriever.batch_size"; ``*`` stands
-    for any name of a :func:`Map`: "tasks.*.source"), as written there (a :func:`ref` stays one)."""
-    node = root
-    for part in path.split("."):
-        parent = target(node)
-        if part in parent.get("properties", {}):
-            node = parent["properties"][part]
-        elif part == "*" and isinstance(parent.get("additionalProperties"), dict):
-            node = parent["additionalProperties"]
-        else:
-            raise KeyError(f"no config key {path!r} is declared (at {part!r})")
-    return node
-
-
 # ------------------------------------------------------------------------------------ validation
 @lru_cache(maxsize=2)
 def validator_class(fill_defaults: bool):
