@@ -233,17 +233,14 @@ def describe(err, root: dict, prefix: str = "") -> str:
         return f"{key}: unknown name {err.instance!r} ({err.message})"
     if err.validator == "enum":
         return f"config key '{key}': {err.instance!r} is not one of {err.validator_value}"
-    if err.validator == "type":
-        return f"config key '{key}': expected {type_name(err.schema, root)}, {_got(err.instance)}"
     if err.validator == "anyOf":
         # the alternatives of the value's own type say what is wrong inside it; none: the types
         wrong_type = {e.relative_schema_path[0] for e in err.context
                       if e.validator == "type" and not e.relative_path}
         fitting = [i for i in range(len(err.validator_value)) if i not in wrong_type]
-        if len(fitting) == 1:
-            inner = sorted((e for e in err.context if e.relative_schema_path[0] == fitting[0]), key=_order)
-            if inner:
-                return describe(inner[0], root, prefix)
-        if not fitting:
-            return f"config key '{key}': expected {type_name(err.schema, root)}, {_got(err.instance)}"
+        inner = [e for e in err.context if len(fitting) == 1 and e.relative_schema_path[0] == fitting[0]]
+        if inner:
+            return describe(min(inner, key=_order), root, prefix)
+    if err.validator == "type" or (err.validator == "anyOf" and not fitting):
+        return f"config key '{key}': expected {type_name(err.schema, root)}, {_got(err.instance)}"
     return f"config key '{key}': {err.message}"
