@@ -12,8 +12,9 @@ import copy
 import hashlib
 import json
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Sequence
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -369,8 +370,6 @@ NAME_MAX, PATH_MAX = 255, 4096  # bytes of a file name and of a path (Linux; mos
 def check_path_length(key: str, path: str) -> None:
     """ConfigError naming ``key`` when a name in ``path`` is longer than a file system allows (the
     system would say "File name too long" at the first job that opens it)."""
-    from pathlib import PurePosixPath
-
     for part in PurePosixPath(path).parts:
         if len(part.encode()) > NAME_MAX:
             raise ConfigError(f"config key '{key}': the name {part[:40]!r}... is {len(part.encode())} bytes, over the "
@@ -385,8 +384,6 @@ TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
 def _check_tracking_uri(uri: str) -> None:
     """The MLflow store is a SQLite file (``sqlite:///<file>``), an MLflow server (``http(s)://host``)
     or a database server, naming its file or host."""
-    from urllib.parse import urlsplit
-
     key = "tracking.uri"
     scheme = urlsplit(uri).scheme
     if scheme not in TRACKING_SCHEMES:
@@ -404,9 +401,6 @@ def _check_tracking_uri(uri: str) -> None:
 
 
 def _check_file_names(cfg: dict) -> None:
-    from pathlib import PurePosixPath
-    from urllib.parse import urlsplit
-
     def check(key: str, value: str, is_url: bool) -> None:
         if is_url:
             parts = urlsplit(value)
