@@ -12,8 +12,9 @@ import copy
 import hashlib
 import json
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Sequence
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -56,12 +57,12 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
         raise ConfigError(f"config must be a mapping of keys, got {type(data).__name__}")
     for key in sorted(config_keys.REMOVED.keys() & data.keys()):
         raise ConfigError(f"config key {key!r} is removed ({config_keys.REMOVED[key]}): delete it from the config")
-    _check_expanded_size(data)
+    if (bomb := alias_bomb(data)) is not None:
+        raise ConfigError(f"config key '{keyspec.dotted(bomb[0])}': {bomb[1]:,} values once its YAML aliases are expanded "
+                          f"(more than {MAX_CONFIG_VALUES:,}: an alias bomb?); write the values out")
     declare_tasks(data.get("tasks"))  # the config's own tasks join the registry (and the schema's task names)
     cfg = copy.deepcopy(data)
-    err = keyspec.first_error(keyspec.validator_class(fill_defaults=True)(schema()), cfg)
-    if err is not None:
-        raise ConfigError(keyspec.describe(err, schema()))
+    keyspec.validate(keyspec.validator_class(fill_defaults=True)(schema()), cfg)
     _check_control_characters(cfg)
     _check_references(cfg)
     _resolve_generators(cfg)
@@ -75,13 +76,11 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
 MAX_CONFIG_VALUES = 100_000  # a config holds hundreds; YAML aliases repeating lists of lists make billions
 
 
-def alias_bomb(data: Any, limit: int = MAX_CONFIG_VALUES) -> tuple[tuple, int] | None:
+def alias_bomb(data: Any) -> tuple[tuple, int] | None:
     """(the path of the first mapping or list, total) where YAML aliases (``&a`` / ``*a``) expand
-    ``data`` to more than ``limit`` values (an alias bomb), else None; linear in the loaded size."""
+    ``data`` to more than :data:`MAX_CONFIG_VALUES` values (an alias bomb), else None; linear in the loaded size."""
     sizes: dict[int, int] = {}
-
-    class Found(Exception):
-        pass
+    found: list[tuple[tuple, int]] = []  # post-order: the first node over the limit
 
     def size(node: Any, path: tuple) -> int:
         if not isinstance(node, (dict, list)):
@@ -92,23 +91,12 @@ def alias_bomb(data: Any, limit: int = MAX_CONFIG_VALUES) -> tuple[tuple, int] |
         children = node.items() if isinstance(node, dict) else enumerate(node)
         total = 1 + sum(size(value, path + (key,)) for key, value in children)
         sizes[id(node)] = total
-        if total > limit:
-            raise Found(path, total)
+        if total > MAX_CONFIG_VALUES and not found:
+            found.append((path, total))
         return total
 
-    try:
-        size(data, ())
-    except Found as found:
-        return found.args
-    return None
-
-
-def _check_expanded_size(data: Any) -> None:
-    found = alias_bomb(data)
-    if found is not None:
-        path, total = found
-        raise ConfigError(f"config key '{keyspec.dotted(path)}': {total:,} values once its YAML aliases are expanded "
-                          f"(more than {MAX_CONFIG_VALUES:,}: an alias bomb?); write the values out")
+    size(data, ())
+    return found[0] if found else None
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -227,9 +215,7 @@ def _check_references(cfg: dict) -> None:
             raise ConfigError(f"config key 'metrics.options.{metric}': no metric of the configured tasks named {metric!r} "
                               f"has options of its own")
         METRICS[metric].checked_options(given)
-    if cfg["precision"] == "fp16" and cfg["device"] != "cuda":
-        raise ConfigError(f"config key 'precision': fp16 needs device: cuda (fp16 kernels and a gradient scaler); "
-                          f"with device: {cfg['device']} use bf16 or fp32")
+    check_precision(cfg["precision"], cfg["device"])
     corpus = cfg["corpus"]
     _check_file_names(cfg)
     _check_tracking_uri(cfg["tracking"]["uri"])
@@ -252,6 +238,17 @@ def _check_references(cfg: dict) -> None:
                               f"miniworld.countries ({mw['countries']}); every country needs a leader")
         # every miniworld entity yields at least one passage; K larger than that is impossible
         check_k(retrieval_ks(cfg), entities, "the miniworld corpus is sure to have (one per entity)")
+
+
+def check_precision(precision: str, device: str | None = None) -> None:
+    """The config error for a precision that is not one of config key ``precision``'s or that
+    ``device`` cannot run (None: any device)."""
+    choices = config_keys.key("precision")["enum"]
+    if precision not in choices:
+        raise ConfigError(f"config key 'precision': {precision!r} is not one of {choices}")
+    if precision == "fp16" and device not in (None, "cuda"):
+        raise ConfigError(f"config key 'precision': fp16 needs device: cuda (fp16 kernels and a gradient scaler); "
+                          f"with device: {device} use bf16 or fp32")
 
 
 def _check_generator(g: dict, where: str) -> None:
@@ -277,9 +274,7 @@ def _resolve_generators(cfg: dict) -> None:
     for name, spec in cfg["generators"].items():
         where = f"generators.{name}"
         merged = {**cfg["generator"], **spec["generator"]}
-        err = keyspec.first_error(keyspec.validator_class(fill_defaults=False)(group), merged)
-        if err is not None:
-            raise ConfigError(keyspec.describe(err, root, f"{where}.generator"))
+        keyspec.validate(keyspec.validator_class(fill_defaults=False)(group), merged, f"{where}.generator")
         _check_generator(merged, f"{where}.generator")
         spec["generator"] = merged
         for i, task in enumerate(spec["tasks"]):
@@ -340,7 +335,7 @@ def check_k(ks: list[tuple[str, int]], n: int, corpus: str) -> None:
 CHECK_LINE_BYTES = 16 << 20  # a corpus line longer than this is not read when the config loads
 
 
-def check_local_corpus_k(cfg: dict, base: str | Path | None = None) -> None:
+def check_local_corpus_k(cfg: dict) -> None:
     """``corpus.source: local``: check every K (:func:`retrieval_ks`) against the passages of the
     corpus file, counted as far as the largest K; a file the reader refuses is left to the corpus job."""
     from itertools import islice
@@ -352,7 +347,7 @@ def check_local_corpus_k(cfg: dict, base: str | Path | None = None) -> None:
     corpus, ks = cfg["corpus"], retrieval_ks(cfg)
     if corpus["source"] != "local" or not ks:
         return
-    path = (Path(base) if base is not None else Path.cwd()) / corpus["path"]
+    path = Path(corpus["path"])  # from the working directory
     most = max(k for _, k in ks)
     if long_line(path, CHECK_LINE_BYTES, lines=most + 1) is not None:  # a header line, then one passage a line at most
         return  # not read into memory to count K passages: the corpus job reads it
@@ -375,8 +370,6 @@ NAME_MAX, PATH_MAX = 255, 4096  # bytes of a file name and of a path (Linux; mos
 def check_path_length(key: str, path: str) -> None:
     """ConfigError naming ``key`` when a name in ``path`` is longer than a file system allows (the
     system would say "File name too long" at the first job that opens it)."""
-    from pathlib import PurePosixPath
-
     for part in PurePosixPath(path).parts:
         if len(part.encode()) > NAME_MAX:
             raise ConfigError(f"config key '{key}': the name {part[:40]!r}... is {len(part.encode())} bytes, over the "
@@ -391,8 +384,6 @@ TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
 def _check_tracking_uri(uri: str) -> None:
     """The MLflow store is a SQLite file (``sqlite:///<file>``), an MLflow server (``http(s)://host``)
     or a database server, naming its file or host."""
-    from urllib.parse import urlsplit
-
     key = "tracking.uri"
     scheme = urlsplit(uri).scheme
     if scheme not in TRACKING_SCHEMES:
@@ -410,9 +401,6 @@ def _check_tracking_uri(uri: str) -> None:
 
 
 def _check_file_names(cfg: dict) -> None:
-    from pathlib import PurePosixPath
-    from urllib.parse import urlsplit
-
     def check(key: str, value: str, is_url: bool) -> None:
         if is_url:
             parts = urlsplit(value)

@@ -12,7 +12,8 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from rag.keyspec import DEFINITIONS, NO_DEFAULT, AnyOf, Bool, Enum, Group, Int, List, Map, Num, Str, at, define, ref, resolve
+from rag.keyspec import (DEFINITIONS, NO_DEFAULT, AnyOf, Bool, Enum, Group, Int, List, Map, Num, Str, define, ref, resolve,
+                         target)
 from rag.tasks import GENERATOR_FAMILIES, KINDS, ROLES, SPLITS, TASKS, VARIANTS
 
 # the parameters each index type reads (retriever.index; the index section holds its type's only)
@@ -182,9 +183,19 @@ CONFIG = Group({
 }, required=("tasks",), default=NO_DEFAULT)
 
 
-def key(path: str):
-    """The declaration of the config key at the dotted ``path`` ("train.k", "tasks.*.source")."""
-    return at(CONFIG, path)
+def key(path: str) -> dict:
+    """The declaration of the config key at the dotted ``path`` ("train.k"; ``*`` stands for any name of
+    a :func:`~rag.keyspec.Map`: "tasks.*.source"), as written there (a :func:`~rag.keyspec.ref` stays one)."""
+    node = CONFIG
+    for part in path.split("."):
+        parent = target(node)
+        if part in parent.get("properties", {}):
+            node = parent["properties"][part]
+        elif part == "*" and isinstance(parent.get("additionalProperties"), dict):
+            node = parent["additionalProperties"]
+        else:
+            raise KeyError(f"no config key {path!r} is declared (at {part!r})")
+    return node
 
 
 def json_schema() -> dict:

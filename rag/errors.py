@@ -22,10 +22,11 @@ class DiskFullError(RagError):
     """A write failed for want of space (message names the file and says "No space left on device")."""
 
 
-# what libraries say of a full disk when they raise something other than OSError(ENOSPC):
-# safetensors and tokenizers (Rust: "os error 28"), SQLite, faiss ("(No space left on device)")
-_FULL_TEXTS = ("No space left on device", "os error 28", "Disk quota exceeded", "os error 122",
-               "database or disk is full")
+# what libraries say of a full disk when they raise something other than OSError(ENOSPC), and the
+# reason it is: safetensors and tokenizers (Rust: "os error 28"), SQLite, faiss ("(No space left on device)")
+_FULL_TEXTS = {"No space left on device": "No space left on device", "os error 28": "No space left on device",
+               "Disk quota exceeded": "Disk quota exceeded", "os error 122": "Disk quota exceeded",
+               "database or disk is full": "No space left on device (SQLite: database or disk is full)"}
 
 
 def chain(exc: BaseException | None):
@@ -43,12 +44,9 @@ def disk_full_reason(exc: BaseException | None) -> str | None:
     for e in chain(exc):
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
             return os.strerror(e.errno)
-        text = str(e)
-        for marker in _FULL_TEXTS:
-            if marker in text:
-                quota = "quota" in marker or "122" in marker
-                return "Disk quota exceeded" if quota else "No space left on device" + (
-                    " (SQLite: database or disk is full)" if marker.startswith("database") else "")
+        for marker, reason in _FULL_TEXTS.items():
+            if marker in str(e):
+                return reason
     return None
 
 

@@ -3,8 +3,8 @@
 A declaration (:func:`Int`, :func:`Str`, :func:`Group`, ... or a :func:`ref` to a named
 :func:`define` entry) is the key's JSON schema (Draft 7), a value of which may be a callable read when
 the schema is built (:func:`resolve`: the registry's names); :func:`py_type` is its Python type (the
-field type of :mod:`rag.sections`). :func:`first_error` validates a value against such a schema and
-:func:`describe` makes the error the one line of a :class:`~rag.errors.ConfigError`.
+field type of :mod:`rag.sections`). :func:`validate` validates a value against such a schema, its error
+the one line of a :class:`~rag.errors.ConfigError` (:func:`describe`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, Union
+
+from rag.errors import ConfigError
 
 
 class _NoDefault:
@@ -143,21 +145,6 @@ def py_type(sch: dict) -> Any:
     return _PY[sch["type"]]
 
 
-def at(root: dict, path: str) -> dict:
-    """The declaration at the dotted ``path`` under ``root`` ("retriever.batch_size"; ``*`` stands
-    for any name of a :func:`Map`: "tasks.*.source"), as written there (a :func:`ref` stays one)."""
-    node = root
-    for part in path.split("."):
-        parent = target(node)
-        if part in parent.get("properties", {}):
-            node = parent["properties"][part]
-        elif part == "*" and isinstance(parent.get("additionalProperties"), dict):
-            node = parent["additionalProperties"]
-        else:
-            raise KeyError(f"no config key {path!r} is declared (at {part!r})")
-    return node
-
-
 # ------------------------------------------------------------------------------------ validation
 @lru_cache(maxsize=2)
 def validator_class(fill_defaults: bool):
@@ -201,10 +188,12 @@ def _order(err) -> tuple:
     return len(list(err.absolute_path)), dotted(err.absolute_path)
 
 
-def first_error(validator, instance):
-    """The error to report of ``instance`` (the shallowest, then the first by key), or None."""
+def validate(validator, instance, prefix: str = "", where: str = "") -> None:
+    """Validate ``instance``; its error to report (the shallowest, then the first by key) is a
+    ConfigError: ``where`` (a file's ``"<path>: "``) and :func:`describe`'s line."""
     errors = sorted(validator.iter_errors(instance), key=_order)
-    return errors[0] if errors else None
+    if errors:
+        raise ConfigError(where + describe(errors[0], validator.schema, prefix))
 
 
 _TYPE_NAMES = {"object": "an object", "array": "a list"}
@@ -216,9 +205,8 @@ def type_name(sch: dict, root: dict) -> str:
         return type_name(root["definitions"][sch["$ref"].split("/")[-1]], root)
     if "anyOf" in sch:
         return " or ".join(type_name(a, root) for a in sch["anyOf"])
-    if "enum" in sch:
-        kinds = {type(v) for v in sch["enum"]}
-        return "string" if kinds == {str} else "one of " + str(sch["enum"])
+    if "enum" in sch:  # of strings (:func:`Enum`)
+        return "string"
     kind = sch.get("type", "a value")
     if kind == "array" and "items" in sch:
         return f"a list of {type_name(sch['items'], root)}"
@@ -245,17 +233,14 @@ def describe(err, root: dict, prefix: str = "") -> str:
         return f"{key}: unknown name {err.instance!r} ({err.message})"
     if err.validator == "enum":
         return f"config key '{key}': {err.instance!r} is not one of {err.validator_value}"
-    if err.validator == "type":
-        return f"config key '{key}': expected {type_name(err.schema, root)}, {_got(err.instance)}"
     if err.validator == "anyOf":
         # the alternatives of the value's own type say what is wrong inside it; none: the types
         wrong_type = {e.relative_schema_path[0] for e in err.context
                       if e.validator == "type" and not e.relative_path}
         fitting = [i for i in range(len(err.validator_value)) if i not in wrong_type]
-        if len(fitting) == 1:
-            inner = sorted((e for e in err.context if e.relative_schema_path[0] == fitting[0]), key=_order)
-            if inner:
-                return describe(inner[0], root, prefix)
-        if not fitting:
-            return f"config key '{key}': expected {type_name(err.schema, root)}, {_got(err.instance)}"
+        inner = [e for e in err.context if len(fitting) == 1 and e.relative_schema_path[0] == fitting[0]]
+        if inner:
+            return describe(min(inner, key=_order), root, prefix)
+    if err.validator == "type" or (err.validator == "anyOf" and not fitting):
+        return f"config key '{key}': expected {type_name(err.schema, root)}, {_got(err.instance)}"
     return f"config key '{key}': {err.message}"

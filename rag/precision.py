@@ -14,21 +14,11 @@ import contextlib
 
 import torch
 
+from rag.config import check_precision as check
 from rag.config_keys import key
-from rag.errors import ConfigError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 assert set(DTYPES) == set(key("precision")["enum"]), "a precision of rag/config_keys.py without its dtype"
-
-
-def check(precision: str, device_type: str | None = None) -> None:
-    """The config error for a precision that is not one (the values are the config's, declared in
-    rag/config_keys.py) or that ``device_type`` cannot run (None: any device)."""
-    if precision not in DTYPES:
-        raise ConfigError(f"config key 'precision': {precision!r} is not one of {list(key('precision').values)}")
-    if precision == "fp16" and device_type not in (None, "cuda"):
-        raise ConfigError(f"config key 'precision': fp16 needs device: cuda (fp16 kernels and a gradient scaler); "
-                          f"with device: {device_type} use bf16 or fp32")
 
 
 def autocast(device_type: str, precision: str):

@@ -14,7 +14,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar, Union, get_args, get_origin
+from typing import Any, NamedTuple, TypeVar, Union, get_args, get_origin
 
 from rag import config_keys, keyspec
 from rag.config_keys import DECODE_KEYS, INDEX_PARAMS, RUN_KEYS, TASK_NAME
@@ -26,25 +26,21 @@ S = TypeVar("S", bound="Section")
 _ATTACHED = {"key": False}
 
 
-@dataclass(frozen=True)
-class Read:
-    """A section field that is a declared config key (:func:`read`)."""
+class Read(NamedTuple):
+    """What a section field reads (:func:`read`, its field's ``metadata["read"]``)."""
 
     path: str | None  # the dotted config key; None: a key only sections have (task_name)
     node: dict  # its declaration
-    optional: bool | None
-
-    def required(self) -> bool:
-        return self.optional is False or (self.optional is None and "default" in self.node)
 
 
 def read(key: str | dict, *, optional: bool | None = None) -> Any:
     """The section field holding the config key ``key`` (dotted, "train.k"; or the declaration of a
     key only sections have). ``optional``: whether the section may leave it out (default: a config
     key without default may be absent)."""
-    if isinstance(key, str):
-        return Read(key, config_keys.key(key), optional)
-    return Read(None, key, False if optional is None else optional)
+    r = Read(key, config_keys.key(key)) if isinstance(key, str) else Read(None, key)
+    if optional is None:
+        optional = r.path is not None and "default" not in r.node
+    return field(default=None, metadata={"read": r}) if optional else field(metadata={"read": r})
 
 
 @dataclass(frozen=True)
@@ -58,7 +54,7 @@ class Section:
     def __init_subclass__(cls, every_key_of: str | None = None, exclude: tuple = (), **kw) -> None:
         super().__init_subclass__(**kw)
         own = dict(cls.__dict__.get("__annotations__", {}))
-        keys: dict[str, Read] = {n: v for n, v in cls.__dict__.items() if isinstance(v, Read)}
+        keys = {n: v for n, v in cls.__dict__.items() if isinstance(v, dataclasses.Field) and "read" in v.metadata}
         if every_key_of is not None:
             group = keyspec.target(config_keys.key(every_key_of)).get("properties")
             if group is None or set(exclude) - set(group):
@@ -70,12 +66,12 @@ class Section:
                 if "properties" in keyspec.target(node):
                     raise TypeError(f"{cls.__name__}: {every_key_of}.{name} is a group of keys: "
                                     "annotate it with its own Section class")
-                keys[name] = Read(f"{every_key_of}.{name}", node, None)
+                keys[name] = read(f"{every_key_of}.{name}")
         annotations = {}
-        for name, r in keys.items():
-            annotations[name] = keyspec.py_type(r.node) if r.required() else keyspec.py_type(r.node) | None
-            meta = {"key": True, "read": r}
-            setattr(cls, name, field(metadata=meta) if r.required() else field(default=None, metadata=meta))
+        for name, f in keys.items():
+            tp = keyspec.py_type(f.metadata["read"].node)
+            annotations[name] = tp if f.default is MISSING else tp | None
+            setattr(cls, name, f)
         for name, tp in own.items():
             annotations[name] = tp
             value = cls.__dict__.get(name, MISSING)
@@ -85,7 +81,7 @@ class Section:
             if part is None:
                 raise TypeError(f"{cls.__name__}.{name}: a section field is read(<config key>) or a nested "
                                 "Section class, not a type of its own")
-            meta = {"key": True, "part": part}
+            meta = {"part": part}
             setattr(cls, name, field(metadata=meta) if value is MISSING else field(default=value, metadata=meta))
         cls.__annotations__ = annotations
         dataclass(frozen=True, kw_only=True)(cls)
@@ -118,7 +114,7 @@ class Section:
             if not f.metadata.get("key", True):
                 continue
             props[f.name] = f.metadata["read"].node if "read" in f.metadata else f.metadata["part"].json_schema()
-            if _required(f):
+            if f.default is MISSING:
                 required.append(f.name)
         return keyspec.Group(props, required=tuple(required), default=keyspec.NO_DEFAULT)
 
@@ -127,10 +123,7 @@ class Section:
         """Parse the mapping ``data`` read from ``where`` (``prefix``: its dotted key in there)."""
         from rag.tasks import TASKS, VARIANTS
 
-        sch, validator = _validator(cls, (tuple(TASKS), tuple(VARIANTS)))
-        err = keyspec.first_error(validator, data)
-        if err is not None:
-            raise ConfigError(f"{where}: {keyspec.describe(err, sch, prefix)}")
+        keyspec.validate(_validator(cls, (tuple(TASKS), tuple(VARIANTS))), data, prefix, f"{where}: ")
         return cls._build(data, where, prefix)
 
     @classmethod
@@ -154,32 +147,23 @@ class Section:
         for f in fields(self):
             if f.metadata.get("key", True):
                 value = getattr(self, f.name)
-                if f.name in self._given or value is not None or _required(f):
+                if f.name in self._given or value is not None or f.default is MISSING:
                     out[f.name] = _dump(value)
         return {k: out[k] for k in sorted(out)}
 
 
 def _part(tp) -> type | None:
     """The Section class of a nested section's annotation (``X`` or ``X | None``), else None."""
-    if isinstance(tp, type) and issubclass(tp, Section):
-        return tp
-    if get_origin(tp) in (Union, types.UnionType):
-        args = [a for a in get_args(tp) if a is not type(None)]
-        if len(args) == 1 and isinstance(args[0], type) and issubclass(args[0], Section):
-            return args[0]
-    return None
+    args = [a for a in get_args(tp) if a is not type(None)] if get_origin(tp) in (Union, types.UnionType) else [tp]
+    return args[0] if len(args) == 1 and isinstance(args[0], type) and issubclass(args[0], Section) else None
 
 
 @lru_cache(maxsize=None)
 def _validator(cls, names: tuple):
-    """The section's schema and validator, built again when the registry's names change (``names``:
-    its enums read them)."""
+    """The section's validator, built again when the registry's names change (``names``: its enums
+    read them)."""
     sch = {**keyspec.resolve(cls.json_schema()), "definitions": config_keys.json_schema()["definitions"]}
-    return sch, keyspec.validator_class(fill_defaults=False)(sch)
-
-
-def _required(f) -> bool:
-    return f.default is MISSING and f.default_factory is MISSING
+    return keyspec.validator_class(fill_defaults=False)(sch)
 
 
 def _frozen(value: Any) -> Any:
