@@ -110,9 +110,6 @@ class RagSystem(torch.nn.Module):
         p, source = self.passages, self.gen.source_text
         return [source(p.titles[j], p.texts[j], q) for q, row in zip(questions, retrieved.ids.tolist()) for j in row]
 
-    def _tokenize_sources(self, texts: list[str]):
-        return self.gen.tokenize_sources(texts)
-
     def tokenize_targets(self, targets: list[str]) -> torch.Tensor:
         return self.gen.tokenize_targets(targets)
 
@@ -120,7 +117,7 @@ class RagSystem(torch.nn.Module):
     def loss(self, questions: list[str], target_ids: torch.Tensor, k: int, epsilon: float = 0.0) -> torch.Tensor:
         """Mean negative (marginal) log-likelihood of ``target_ids`` ([B, T], BOS first)."""
         retrieved = None if self.model_kind == "bart" else self.retrieve(questions, k)
-        src, mask = self._tokenize_sources(self.source_texts(questions, retrieved))
+        src, mask = self.gen.tokenize_sources(self.source_texts(questions, retrieved))
         scores = retrieved.scores if retrieved is not None else None
         return self.marginal_nll(src, mask, scores, target_ids, epsilon).mean()
 
@@ -155,7 +152,7 @@ class RagSystem(torch.nn.Module):
     def encode(self, questions: list[str], k: int) -> Encoded:
         retrieved = None if self.model_kind == "bart" else self.retrieve(questions, k)
         kk = 1 if retrieved is None else k
-        src, mask = self._tokenize_sources(self.source_texts(questions, retrieved))
+        src, mask = self.gen.tokenize_sources(self.source_texts(questions, retrieved))
         with self.autocast():
             states = self.gen.encode(src, mask, self.chunk_overhead)
         if retrieved is None:
@@ -183,7 +180,9 @@ class RagSystem(torch.nn.Module):
                  max_new_tokens: int = 32) -> list[Prediction]:
         enc = self.encode(questions, k)
         if self.model_kind == "sequence" and method in ("thorough", "fast"):
-            return self._predictions(enc, self._rag_sequence_decode(enc, beams, max_new_tokens, thorough=method == "thorough"))
+            # beam search per document, then hypothesis probabilities marginalized over the documents
+            per_doc = self._document_beams(enc, beams, max_new_tokens)
+            return self._predictions(enc, self.marginalize_beams(enc, per_doc, method == "thorough"))
         beams = 1 if method == "greedy" else beams
         kk, dev = enc.k, self.device
         if self.model_kind == "token":  # the next-token distribution marginalized over the K documents
@@ -216,10 +215,6 @@ class RagSystem(torch.nn.Module):
             mine = [per_doc[i * kmax + j] for i in range(b) for j in range(enc.k)]
             out[k] = self._predictions(enc, self.marginalize_beams(enc, mine, method == "thorough", rescored))
         return out
-
-    def _rag_sequence_decode(self, enc: Encoded, beams: int, max_new_tokens: int, thorough: bool) -> list[Hypothesis]:
-        """Beam search per document, then marginalize hypothesis probabilities over documents."""
-        return self.marginalize_beams(enc, self._document_beams(enc, beams, max_new_tokens), thorough)
 
     def _document_beams(self, enc: Encoded, beams: int, max_new_tokens: int) -> list[list[Hypothesis]]:
         """A beam search per (question i, document j), as ``[i * K + j]``: each document read alone."""
