@@ -180,9 +180,7 @@ class RagSystem(torch.nn.Module):
                  max_new_tokens: int = 32) -> list[Prediction]:
         enc = self.encode(questions, k)
         if self.model_kind == "sequence" and method in ("thorough", "fast"):
-            # beam search per document, then hypothesis probabilities marginalized over the documents
-            per_doc = self._document_beams(enc, beams, max_new_tokens)
-            return self._predictions(enc, self.marginalize_beams(enc, per_doc, method == "thorough"))
+            return self._predictions(enc, self._rag_sequence_decode(enc, beams, max_new_tokens, thorough=method == "thorough"))
         beams = 1 if method == "greedy" else beams
         kk, dev = enc.k, self.device
         if self.model_kind == "token":  # the next-token distribution marginalized over the K documents
@@ -215,6 +213,10 @@ class RagSystem(torch.nn.Module):
             mine = [per_doc[i * kmax + j] for i in range(b) for j in range(enc.k)]
             out[k] = self._predictions(enc, self.marginalize_beams(enc, mine, method == "thorough", rescored))
         return out
+
+    def _rag_sequence_decode(self, enc: Encoded, beams: int, max_new_tokens: int, thorough: bool) -> list[Hypothesis]:
+        """Beam search per document, then marginalize hypothesis probabilities over documents."""
+        return self.marginalize_beams(enc, self._document_beams(enc, beams, max_new_tokens), thorough)
 
     def _document_beams(self, enc: Encoded, beams: int, max_new_tokens: int) -> list[list[Hypothesis]]:
         """A beam search per (question i, document j), as ``[i * K + j]``: each document read alone."""
