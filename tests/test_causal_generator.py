@@ -97,7 +97,7 @@ def reference_nll(system, questions, answers, k, epsilon=0.0) -> torch.Tensor:
 
 def system_nll(system, questions, answers, k, epsilon=0.0) -> torch.Tensor:
     got = None if system.model_kind == "bart" else system.retrieve(questions, k)
-    src, mask = system._tokenize_sources(system.source_texts(questions, got))
+    src, mask = system.gen.tokenize_sources(system.source_texts(questions, got))
     return system.marginal_nll(src, mask, None if got is None else got.scores, system.tokenize_targets(answers), epsilon)
 
 

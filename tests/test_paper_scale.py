@@ -119,7 +119,7 @@ def _system(model_dir: Path, kind: str, n_docs: int):
     import torch
 
     from rag.data.corpus import Passages
-    from rag.models.generator import load_generator
+    from rag.models.generator import Seq2SeqGenerator
     from rag.models.rag import RagSystem
     from rag.retrieval.dense import DenseRetriever
     from rag.retrieval.encoders import Encoder
@@ -131,7 +131,7 @@ def _system(model_dir: Path, kind: str, n_docs: int):
     emb = rng.normal(size=(n_docs, 16)).astype(np.float32)
     index = faiss.IndexFlatIP(16)
     index.add(emb)
-    gen, tok = load_generator(model_dir / "generator")
+    gen, tok = Seq2SeqGenerator.load_model(model_dir / "generator")
     qenc = Encoder.load(str(model_dir / "question_encoder"), pooling="pooler", normalize=False, max_length=32)
     torch.manual_seed(0)
     system = RagSystem(gen, tok, kind, DenseRetriever(passages, qenc, emb, index, 1.0), 64, 16).eval()

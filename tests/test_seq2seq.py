@@ -147,12 +147,12 @@ def test_copy_generator_target_logprobs_and_gradients_equal_the_full_pass(copy_p
 
 
 def test_copy_generator_saves_and_loads_as_itself(copy_parts, tmp_path):
-    from rag.models.generator import CopyBart, load_generator
+    from rag.models.generator import CopyBart, Seq2SeqGenerator
 
     tok, gen, ids, mask, tgt = copy_parts
     gen.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    again, _ = load_generator(tmp_path)
+    again, _ = Seq2SeqGenerator.load_model(tmp_path)
     assert isinstance(again, CopyBart)
     assert type(again.model.encoder) is type(gen.model.encoder)  # LocalContextEncoder where configured
     with torch.no_grad():
@@ -165,7 +165,7 @@ def test_a_copy_generator_folder_without_its_settings_is_a_one_line_error(copy_p
     import json
 
     from rag.errors import ConfigError
-    from rag.models.generator import load_generator
+    from rag.models.generator import Seq2SeqGenerator
 
     tok, gen, *_ = copy_parts
     gen.save_pretrained(tmp_path)
@@ -174,7 +174,7 @@ def test_a_copy_generator_folder_without_its_settings_is_a_one_line_error(copy_p
     del cfg["copy_next"]
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ConfigError, match="has copy_mechanism but not copy_next; build it again"):
-        load_generator(tmp_path)
+        Seq2SeqGenerator.load_model(tmp_path)
 
 
 def test_exact_match_marks_tokens_found_across_the_last_separator():

@@ -22,28 +22,25 @@ from rag.tasks import SPLITS, TASKS
 log = logging.getLogger(__name__)
 
 
-def _checked(records: Iterable[dict], src: Path, regex_targets: bool) -> Iterator[dict]:
-    """The records, refused where an id repeats or (``regex_targets``) a target does not compile."""
+def _checked(records: Iterable, src: Path, regex_targets: bool, user_fmt: str | None) -> Iterator[dict]:
+    """The records, refused where an id repeats or (``regex_targets``) a target does not compile; those of
+    ``user_fmt``, a parser of the user's, first checked to be {id, input, targets[, meta]} (meta: {} when absent)."""
     seen: set[str] = set()
     for n, rec in enumerate(records):
+        if user_fmt is not None:
+            ok = (isinstance(rec, dict) and isinstance(rec.get("id"), str) and isinstance(rec.get("input"), str)
+                  and isinstance(rec.get("targets"), list) and all(isinstance(t, str) for t in rec["targets"])
+                  and isinstance(rec.get("meta", {}), dict) and set(rec) <= {"id", "input", "targets", "meta"})
+            if not ok:
+                raise DataError(f"{src}: record {n} of parser {user_fmt} is {rec!r:.120}; a parser yields "
+                                "{\"id\": str, \"input\": str, \"targets\": [str, ...], \"meta\": {...}}")
+            rec = {**rec, "meta": rec.get("meta", {})}
         if regex_targets:
             check_regex_targets(rec["targets"], f"{src}: record {n} (id {rec['id']!r})")
         if rec["id"] in seen:
             raise DataError(f"{src}: duplicate example id {rec['id']!r} (record {n})")
         seen.add(rec["id"])
         yield rec
-
-
-def _checked_rows(records: Iterable, src: Path, fmt: str) -> Iterator[dict]:
-    """The rows of a parser of the user's, each checked to be {id, input, targets[, meta]} (meta: {} when absent)."""
-    for n, rec in enumerate(records):
-        ok = (isinstance(rec, dict) and isinstance(rec.get("id"), str) and isinstance(rec.get("input"), str)
-              and isinstance(rec.get("targets"), list) and all(isinstance(t, str) for t in rec["targets"])
-              and isinstance(rec.get("meta", {}), dict) and set(rec) <= {"id", "input", "targets", "meta"})
-        if not ok:
-            raise DataError(f"{src}: record {n} of parser {fmt} is {rec!r:.120}; a parser yields "
-                            "{\"id\": str, \"input\": str, \"targets\": [str, ...], \"meta\": {...}}")
-        yield {**rec, "meta": rec.get("meta", {})}
 
 
 def prepare_task(fmt: str, src: Path, out: Path, task: str, split: str, **kw) -> int:
@@ -67,9 +64,7 @@ def prepare_task(fmt: str, src: Path, out: Path, task: str, split: str, **kw) ->
         records = parse(src, **kw)
     except TypeError as exc:
         raise ConfigError(f"format {fmt!r}: bad options {sorted(kw)}: {exc}") from None
-    if fmt not in PARSERS:
-        records = _checked_rows(records, src, fmt)
-    n = write_jsonl(out, _checked(records, src, spec.regex_targets))
+    n = write_jsonl(out, _checked(records, src, spec.regex_targets, None if fmt in PARSERS else fmt))
     warning = check_counts(task, split, n)
     if warning:
         log.warning("%s", warning)

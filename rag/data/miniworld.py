@@ -527,20 +527,17 @@ def make_task(world: dict[str, Entity], task: str, split: str, n: int, seed: int
     rows = []
     if sampling != "facts" and task not in FACT_TASKS:
         raise ValueError(f"{task} draws one example per entity or per label, not per fact: sampling {sampling!r} does not apply")
-    if task in QA_TEMPLATES:
+    if task in FACT_TASKS:
         for i, (e, attr) in enumerate(_take(_candidates(world, task, split, rng, sampling), n, task, split)):
             ans = _value(world, e, attr)
-            kind = _value_kind(world, e, attr)
-            q = qa_question(task, attr, e.name)
-            targets = [_regex_for(ans)] if task == "curatedtrec" else _aliases(ans, kind)
-            rows.append({"id": f"{task}-{split}-{i}", "input": q, "targets": targets,
+            if task == "msmarco":
+                q, a = MSMARCO_TEMPLATES[attr]
+                question, targets = q.format(s=e.name.lower()), [a.format(s=e.name, a=ans)]
+            else:
+                question = qa_question(task, attr, e.name)
+                targets = [_regex_for(ans)] if task == "curatedtrec" else _aliases(ans, _value_kind(world, e, attr))
+            rows.append({"id": f"{task}-{split}-{i}", "input": question, "targets": targets,
                          "meta": {"subject": e.id, "attribute": attr, "gold_docs": _gold_docs(world, e, attr, where), "answer": ans}})
-    elif task == "msmarco":
-        for i, (e, attr) in enumerate(_take(_candidates(world, task, split, rng, sampling), n, task, split)):
-            q, a = MSMARCO_TEMPLATES[attr]
-            ans = _value(world, e, attr)
-            rows.append({"id": f"{task}-{split}-{i}", "input": q.format(s=e.name.lower()), "targets": [a.format(s=e.name, a=ans)],
-                         "meta": {"subject": e.id, "attribute": attr, "gold_docs": [where[(e.id, attr)]], "answer": ans}})
     elif task == "jeopardy":
         pool = []
         for e in sorted(world.values(), key=lambda e: e.id):
@@ -558,11 +555,9 @@ def make_task(world: dict[str, Entity], task: str, split: str, n: int, seed: int
                          "meta": {"subject": e.id, "attribute": attr, "gold_docs": [where[(e.id, attr)]]}})
     elif task in ("fever3", "fever2"):
         labels = FEVER3_LABELS if task == "fever3" else FEVER2_LABELS
-        by_kind: dict[str, list[str]] = {}
-        for e in world.values():
-            for attr in FEVER_CLAIMS:
-                if ATTR_KIND[attr] == e.kind:
-                    by_kind.setdefault(attr, []).append(_value(world, e, attr))
+        # attribute -> every value it takes in the world, sorted
+        values = {a: sorted({_value(world, e, a) for e in world.values() if e.kind == ATTR_KIND[a]})
+                  for a in FEVER_CLAIMS}
         stated, unstated = [], []
         for e in sorted(world.values(), key=lambda e: e.id):
             if e.split != split:
@@ -579,11 +574,11 @@ def make_task(world: dict[str, Entity], task: str, split: str, n: int, seed: int
             e, attr = _take(pools[label], i // len(labels) + 1, task, split)[-1]
             true = _value(world, e, attr)
             if label == "REFUTES":
-                value = rng.choice(sorted(set(by_kind[attr]) - {true}))
+                value = rng.choice([v for v in values[attr] if v != true])
             elif label == "SUPPORTS":
                 value = true
             else:
-                value = rng.choice(sorted(set(by_kind[attr])))
+                value = rng.choice(values[attr])
             claim = FEVER_CLAIMS[attr][0].format(s=e.name, v=value)
             gold = [where[(e.id, attr)]] if label != "NOT ENOUGH INFO" else []
             rows.append({"id": f"{task}-{split}-{i}", "input": claim, "targets": [label],

@@ -12,26 +12,22 @@ LoRA adapters (:func:`add_lora`) and gradient checkpointing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from transformers import LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaForCausalLM
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from rag.config_keys import PROMPT_TEMPLATE as DEFAULT_TEMPLATE
 from rag.errors import ConfigError
-from rag.models.interface import Generator, SourceStates
+from rag.models.interface import COPY_KEY, Generator, SourceStates
 from rag.models.seq2seq import DEFAULT_CHUNK_OVERHEAD, scored_logprobs
 
 if TYPE_CHECKING:
     from rag.sections import GeneratorOptions
 
 PAD_TOKEN = "<pad>"  # added when a tokenizer has no pad token of its own, or pads with its EOS
-
-
-COPY_KEY = "copy_mechanism"  # a saved scratch Llama's config.json: true for a CopyLlama
 
 
 class CausalStates(SourceStates):
@@ -119,6 +115,7 @@ class CausalLMGenerator(Generator):
     settings into the folder's ``config.json`` (``rag_generator``)."""
 
     SETTINGS_KEY = "rag_generator"
+    auto_class, copy_class = AutoModelForCausalLM, CopyLlama
 
     def __init__(self, model, tokenizer, max_source_len: int, max_target_len: int, template: str = DEFAULT_TEMPLATE,
                  lora: dict | None = None, gradient_checkpointing: bool = False):
@@ -143,7 +140,7 @@ class CausalLMGenerator(Generator):
 
     @classmethod
     def load(cls, path, device, max_source_len, max_target_len) -> "CausalLMGenerator":
-        model, tok = load_causal_lm(path, device)
+        model, tok = cls.load_model(path, device)
         settings = getattr(model.config, cls.SETTINGS_KEY, None) or {}
         missing = [k for k in ("template", "lora", "gradient_checkpointing") if k not in settings]
         if missing:
@@ -303,23 +300,7 @@ def build_causal_lm(tokenizer, g: GeneratorOptions):
     cfg = scratch_config(len(tokenizer), g.d_model, g.layers, g.heads, g.ffn, g.max_source_len, g.max_target_len,
                          attention_dropout=g.dropout, pad_token_id=tokenizer.pad_token_id,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **{COPY_KEY: g.copy})
-    from transformers import AutoModelForCausalLM
-
     return CopyLlama._from_config(cfg) if g.copy else AutoModelForCausalLM.from_config(cfg)
-
-
-def load_causal_lm(path: str | Path, device: str = "cpu"):
-    """A saved (or hub-named) causal LM and its tokenizer (a :class:`CopyLlama` when its config
-    says ``copy_mechanism``)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    try:
-        tok = AutoTokenizer.from_pretrained(str(path))
-        copy = getattr(AutoConfig.from_pretrained(str(path)), COPY_KEY, False)
-        model = (CopyLlama if copy else AutoModelForCausalLM).from_pretrained(str(path))
-    except OSError as exc:
-        raise ConfigError(f"cannot load generator {str(path)!r}: {exc}") from None
-    return model.to(device), tok
 
 
 def add_lora(model, rank: int, alpha: float, target_modules: list[str] | None, dropout: float = 0.0):

@@ -7,11 +7,10 @@ encoder's inputs (:class:`LocalContextEncoder`).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from transformers import BartForConditionalGeneration
+from transformers import AutoModelForSeq2SeqLM, BartForConditionalGeneration
 from transformers.modeling_outputs import Seq2SeqLMOutput
 from transformers.models.bart.modeling_bart import BartEncoder
 
@@ -183,14 +182,21 @@ def query_separator(tokenizer) -> list[int]:
 COPY_SETTINGS = ("copy_next", "local_context", "query_separator")
 
 
-def build_bart(tokenizer, g: GeneratorOptions):
-    """A BART of the configured size (``generator.*``), a :class:`CopyBart` with ``generator.copy``."""
+def scratch_config(vocab_size: int, d_model: int, layers: int, heads: int, ffn: int, max_source_len: int,
+                   max_target_len: int, **more):
+    """The BART configuration of a scratch generator of these sizes (``generator.*``); ``more``: further
+    BartConfig fields."""
     from transformers import BartConfig
 
-    cfg = BartConfig(
-        vocab_size=len(tokenizer), d_model=g.d_model, encoder_layers=g.layers, decoder_layers=g.layers,
-        encoder_attention_heads=g.heads, decoder_attention_heads=g.heads, encoder_ffn_dim=g.ffn,
-        decoder_ffn_dim=g.ffn, max_position_embeddings=max(g.max_source_len, g.max_target_len) + 8,
+    return BartConfig(vocab_size=vocab_size, d_model=d_model, encoder_layers=layers, decoder_layers=layers,
+                      encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_ffn_dim=ffn,
+                      decoder_ffn_dim=ffn, max_position_embeddings=max(max_source_len, max_target_len) + 8, **more)
+
+
+def build_bart(tokenizer, g: GeneratorOptions):
+    """A BART of the configured size (``generator.*``), a :class:`CopyBart` with ``generator.copy``."""
+    cfg = scratch_config(
+        len(tokenizer), g.d_model, g.layers, g.heads, g.ffn, g.max_source_len, g.max_target_len,
         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=tokenizer.bos_token_id, forced_bos_token_id=None, dropout=g.dropout,
         attention_dropout=0.0, scale_embedding=False,
@@ -208,25 +214,6 @@ def build_bart(tokenizer, g: GeneratorOptions):
     return CopyBart(cfg) if cfg.copy_mechanism else BartForConditionalGeneration(cfg)
 
 
-def load_generator(path: str | Path, device: str = "cpu"):
-    """Load a saved (or hub-named) seq2seq generator and its tokenizer."""
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
-
-    try:
-        tok = AutoTokenizer.from_pretrained(str(path))
-        cfg = AutoConfig.from_pretrained(str(path))
-        # a folder made by transformers has no copy_mechanism: a plain seq2seq model
-        copy = getattr(cfg, "copy_mechanism", False)
-        missing = [k for k in COPY_SETTINGS if copy and not hasattr(cfg, k)]
-        if missing:
-            raise ConfigError(f"generator {str(path)!r}: config.json has copy_mechanism but not {', '.join(missing)}; "
-                              "build it again (snakemake --forcerun pretrain_generator)")
-        model = (CopyBart if copy else AutoModelForSeq2SeqLM).from_pretrained(str(path))
-    except OSError as exc:
-        raise ConfigError(f"cannot load generator {str(path)!r}: {exc}") from None
-    return model.to(device), tok
-
-
 class Seq2SeqStates(SourceStates):
     """Encoder states [N, L, d], attention mask [N, L] and source tokens [N, L] (a copying
     generator reads them at every step)."""
@@ -242,9 +229,11 @@ class Seq2SeqGenerator(Generator):
     """An encoder-decoder (BART, :class:`CopyBart`): the source is ``title / text // question`` as
     transformers' RagRetriever builds it, the target the decoder's input from its start token on."""
 
+    auto_class, copy_class, copy_settings = AutoModelForSeq2SeqLM, CopyBart, COPY_SETTINGS
+
     @classmethod
     def load(cls, path, device, max_source_len, max_target_len) -> "Seq2SeqGenerator":
-        model, tok = load_generator(path, device)
+        model, tok = cls.load_model(path, device)
         return cls(model, tok, max_source_len, max_target_len)
 
     def source_text(self, title: str, text: str, question: str) -> str:
@@ -306,3 +295,6 @@ class Seq2SeqGenerator(Generator):
                     rest, _ = token_logprobs(gen(input_ids=states.ids[rows], **kwargs).logits.float(), tgt[:, 1:], False)
             ll[:, 1:] = rest.cpu()
         return ll
+
+
+load_generator = Seq2SeqGenerator.load_model  # a saved seq2seq generator and its tokenizer (benchmarks/rag_setup.py)

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 FAMILY_KEY = "rag_family"  # the family a saved generator's config.json names
+COPY_KEY = "copy_mechanism"  # a saved scratch generator's config.json: true for a copy generator (CopyBart, CopyLlama)
 
 
 class SourceStates(ABC):
@@ -32,6 +33,12 @@ class Generator(ABC):
     """One generator of a family: its trainable ``model``, tokenizer, source and target lengths,
     and the ``precision`` autocast its passes run under."""
 
+    # the model classes load_model picks from: a folder made by transformers, a copy generator (COPY_KEY) and
+    # the settings its config.json must hold
+    auto_class: type
+    copy_class: type
+    copy_settings: tuple[str, ...] = ()
+
     def __init__(self, model: torch.nn.Module, tokenizer, max_source_len: int, max_target_len: int | None):
         self.model = model
         self.tokenizer = tokenizer
@@ -43,6 +50,26 @@ class Generator(ABC):
     @abstractmethod
     def load(cls, path: str | Path, device: str, max_source_len: int, max_target_len: int) -> "Generator":
         """The generator saved in the folder (or hub name) ``path``, on ``device``."""
+
+    @classmethod
+    def load_model(cls, path: str | Path, device: str = "cpu"):
+        """A saved (or hub-named) model of the family and its tokenizer."""
+        from transformers import AutoConfig, AutoTokenizer
+
+        from rag.errors import ConfigError
+
+        try:
+            tok = AutoTokenizer.from_pretrained(str(path))
+            cfg = AutoConfig.from_pretrained(str(path))
+            copy = getattr(cfg, COPY_KEY, False)
+            missing = [k for k in cls.copy_settings if copy and not hasattr(cfg, k)]
+            if missing:
+                raise ConfigError(f"generator {str(path)!r}: config.json has {COPY_KEY} but not {', '.join(missing)}; "
+                                  "build it again (snakemake --forcerun pretrain_generator)")
+            model = (cls.copy_class if copy else cls.auto_class).from_pretrained(str(path))
+        except OSError as exc:
+            raise ConfigError(f"cannot load generator {str(path)!r}: {exc}") from None
+        return model.to(device), tok
 
     def save(self, folder: str | Path) -> None:
         """Write the model to ``folder`` (the tokenizer is saved by the caller)."""

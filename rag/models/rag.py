@@ -110,9 +110,6 @@ class RagSystem(torch.nn.Module):
         p, source = self.passages, self.gen.source_text
         return [source(p.titles[j], p.texts[j], q) for q, row in zip(questions, retrieved.ids.tolist()) for j in row]
 
-    def _tokenize_sources(self, texts: list[str]):
-        return self.gen.tokenize_sources(texts)
-
     def tokenize_targets(self, targets: list[str]) -> torch.Tensor:
         return self.gen.tokenize_targets(targets)
 
@@ -120,7 +117,7 @@ class RagSystem(torch.nn.Module):
     def loss(self, questions: list[str], target_ids: torch.Tensor, k: int, epsilon: float = 0.0) -> torch.Tensor:
         """Mean negative (marginal) log-likelihood of ``target_ids`` ([B, T], BOS first)."""
         retrieved = None if self.model_kind == "bart" else self.retrieve(questions, k)
-        src, mask = self._tokenize_sources(self.source_texts(questions, retrieved))
+        src, mask = self.gen.tokenize_sources(self.source_texts(questions, retrieved))
         scores = retrieved.scores if retrieved is not None else None
         return self.marginal_nll(src, mask, scores, target_ids, epsilon).mean()
 
@@ -155,7 +152,7 @@ class RagSystem(torch.nn.Module):
     def encode(self, questions: list[str], k: int) -> Encoded:
         retrieved = None if self.model_kind == "bart" else self.retrieve(questions, k)
         kk = 1 if retrieved is None else k
-        src, mask = self._tokenize_sources(self.source_texts(questions, retrieved))
+        src, mask = self.gen.tokenize_sources(self.source_texts(questions, retrieved))
         with self.autocast():
             states = self.gen.encode(src, mask, self.chunk_overhead)
         if retrieved is None:

@@ -63,15 +63,13 @@ def generator_architecture(g: dict):
     if g["family"] == "causal_lm":
         from rag.models.causal_lm import scratch_config
 
-        return scratch_config(g["vocab_size"], g["d_model"], g["layers"], g["heads"], g["ffn"], g["max_source_len"],
-                              g["max_target_len"]), "generator.d_model, layers, heads, ffn and vocab_size (a Llama from scratch)"
-    from transformers import AutoConfig
+        what = "a Llama from scratch"
+    else:
+        from rag.models.generator import scratch_config
 
-    return AutoConfig.for_model(
-        "bart", vocab_size=g["vocab_size"], d_model=g["d_model"], encoder_layers=g["layers"], decoder_layers=g["layers"],
-        encoder_attention_heads=g["heads"], decoder_attention_heads=g["heads"], encoder_ffn_dim=g["ffn"],
-        decoder_ffn_dim=g["ffn"], max_position_embeddings=max(g["max_source_len"], g["max_target_len"]) + 8,
-    ), "generator.d_model, layers, heads, ffn and vocab_size (BART from scratch)"
+        what = "BART from scratch"
+    sizes = (g[k] for k in ("vocab_size", "d_model", "layers", "heads", "ffn", "max_source_len", "max_target_len"))
+    return scratch_config(*sizes), f"generator.d_model, layers, heads, ffn and vocab_size ({what})"
 
 
 def parameters(config, head: bool = True, lora: dict | None = None) -> tuple[int, int]:

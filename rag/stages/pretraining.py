@@ -15,17 +15,12 @@ from rag.sections import GeneratorSection
 def copy_pretrained_generator(cfg: GeneratorSection, out: str | Path) -> None:
     """``generator.init: pretrained``: save ``generator.name_or_path`` (weights and tokenizer) as the folder
     ``out``; a causal LM (``generator.family``) with its settings (rag.models.causal_lm)."""
+    from rag.models.interface import generator_class
+
     g = cfg.generator
-    if g.family == "causal_lm":
-        from rag.models.causal_lm import CausalLMGenerator, load_causal_lm
-
-        model, tok = load_causal_lm(g.name_or_path)
-        save = CausalLMGenerator.from_options(model, tok, g).save
-    else:
-        from rag.models.generator import load_generator
-
-        model, tok = load_generator(g.name_or_path)
-        save = model.save_pretrained
+    family = generator_class(g.family)
+    model, tok = family.load_model(g.name_or_path)
+    save = family.from_options(model, tok, g).save if g.family == "causal_lm" else model.save_pretrained
     with atomic_dir(out) as tmp:
         save(tmp)
         tok.save_pretrained(tmp)
