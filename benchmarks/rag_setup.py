@@ -24,9 +24,9 @@ def load_generator(prefer_pretrained: bool = True):
     path = DEFAULT_RESULTS / "generator/model"
     plain = (path / "config.json").is_file() and not json.loads((path / "config.json").read_text()).get("copy_mechanism")
     if prefer_pretrained and plain and (path / "model.safetensors").is_file():
-        from rag.models.generator import load_generator as lg
+        from rag.models.generator import Seq2SeqGenerator
 
-        gen, tok = lg(path)
+        gen, tok = Seq2SeqGenerator.load_model(path)
         return gen, tok, str(path.relative_to(ROOT))
     import tempfile
     from pathlib import Path

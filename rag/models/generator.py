@@ -296,5 +296,3 @@ class Seq2SeqGenerator(Generator):
             ll[:, 1:] = rest.cpu()
         return ll
 
-
-load_generator = Seq2SeqGenerator.load_model  # a saved seq2seq generator and its tokenizer (benchmarks/rag_setup.py)
