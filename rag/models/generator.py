@@ -295,4 +295,3 @@ class Seq2SeqGenerator(Generator):
                     rest, _ = token_logprobs(gen(input_ids=states.ids[rows], **kwargs).logits.float(), tgt[:, 1:], False)
             ll[:, 1:] = rest.cpu()
         return ll
-
