@@ -173,6 +173,10 @@ def _check_references(cfg: dict) -> None:
                 raise ConfigError(f"config key 'tasks.{name}.init_from': task {src!r} is not configured under 'tasks'")
             if tasks[src].get("init_from"):
                 raise ConfigError(f"config key 'tasks.{name}.init_from': {src!r} itself starts from another task (chains are not supported)")
+        extra = [v for v in task.get("variant_seeds", ()) if v not in task_variants(cfg, name)]
+        if extra:
+            raise ConfigError(f"config key 'tasks.{name}.variant_seeds': {', '.join(extra)} not among the task's "
+                              f"variants ({', '.join(task_variants(cfg, name))})")
         extra = [v for v in task.get("variants", ()) if v not in cfg["variants"]]
         if extra:
             raise ConfigError(f"config key 'tasks.{name}.variants': {', '.join(extra)} not among the top-level "
@@ -185,7 +189,8 @@ def _check_references(cfg: dict) -> None:
             for v in task_variants(cfg, name):
                 missing = [s for s in run_seeds(cfg, name, v) if s not in run_seeds(cfg, src, v)]
                 if missing:
-                    raise ConfigError(f"config key 'tasks.{name}.seeds': seed {missing[0]} of {v} would start from "
+                    key = f"variant_seeds.{v}" if v in task.get("variant_seeds", {}) else "seeds"
+                    raise ConfigError(f"config key 'tasks.{name}.{key}': seed {missing[0]} of {v} would start from "
                                       f"{src}'s {v} model of that seed (init_from), which {src} does not train "
                                       f"(its seeds: {run_seeds(cfg, src, v)})")
         if task["source"] == "miniworld" and cfg["corpus"]["source"] != "miniworld":
@@ -512,12 +517,16 @@ def task_variants(cfg: dict, task: str) -> list[str]:
 
 
 def run_seeds(cfg: dict, task: str, variant: str) -> list[int]:
-    """The fine-tune seeds of ``task`` x ``variant``: ``tasks.<task>.seeds``, else the top-level
-    ``seeds``; the first of them alone for a variant of ``one_seed_variants``."""
+    """The fine-tune seeds of ``task`` x ``variant``: ``tasks.<task>.variant_seeds`` of the variant, else
+    ``tasks.<task>.seeds``, else the top-level ``seeds``; of these two the first alone for a variant of
+    ``one_seed_variants``."""
     from rag.tasks import split_variant
 
-    chosen = cfg["tasks"][task].get("seeds") or cfg["seeds"]
-    return list(chosen[:1] if split_variant(variant)[0] in cfg["one_seed_variants"] else chosen)
+    base, spec = split_variant(variant)[0], cfg["tasks"][task]
+    if base in spec.get("variant_seeds", {}):
+        return list(spec["variant_seeds"][base])
+    chosen = spec.get("seeds") or cfg["seeds"]
+    return list(chosen[:1] if base in cfg["one_seed_variants"] else chosen)
 
 
 def replicate_config(data: dict, seeds: Sequence[int]) -> tuple[dict, list[tuple[str, str, list[int], list[int]]]]:
@@ -531,6 +540,9 @@ def replicate_config(data: dict, seeds: Sequence[int]) -> tuple[dict, list[tuple
     for task, spec in before["tasks"].items():
         if len(spec.get("seeds") or before["seeds"]) < len(seeds):
             out["tasks"][task]["seeds"] = list(seeds)
+        fewer = [v for v, own in spec.get("variant_seeds", {}).items() if len(own) < len(seeds)]
+        for v in fewer:
+            del out["tasks"][task]["variant_seeds"][v]
     after = load_config(out, check_files=False)
     changes = [(task, variant, run_seeds(before, task, variant), run_seeds(after, task, variant))
                for task in before["tasks"] for variant in task_variants(before, task)]

@@ -22,7 +22,7 @@ INDEX_PARAMS = {"flat": (), "hnsw": ("hnsw_m", "hnsw_ef_search"), "ivfpq": ("ivf
 DECODE_KEYS = ("decode_sequence", "decode_token")
 # which runs a task has (the Snakefile reads it): in no section, so adding a variant or a seed to a
 # task does not re-run the task's existing jobs
-RUN_KEYS = ("variants", "seeds")
+RUN_KEYS = ("variants", "seeds", "variant_seeds")
 
 # generator.prompt_template's default (rag/models/causal_lm.py)
 PROMPT_TEMPLATE = "Title: {title} Passage: {text} Question: {question} Answer:"
@@ -48,6 +48,7 @@ TASK = define("task", Group({
     "steps": Int(minimum=0, description="fine-tuning steps (overrides train.steps)"),
     "variants": List(ref(VARIANT), min_items=1, unique=True, description="the variants run on this task, a subset of the top-level variants (default: all of them); a task with init_from needs each of them on its source task"),
     "seeds": ref(SEEDS, description="the fine-tune seeds of this task's variants (default: the top-level seeds; one_seed_variants run the first); a task with init_from needs each of them on its source task"),
+    "variant_seeds": Map(ref(SEEDS), names=ref(VARIANT), description="the fine-tune seeds of single variants on this task (variant -> seeds), over seeds and one_seed_variants: a band file's cells checked at the least CPU (docs/seeds_and_bands.md)"),
     "files": Map(Str(), description="download/local: split name -> URL or path"),
     "sha256": Map(Str(pattern="^[0-9a-f]{64}$")),
     "format": Str(description="the parser of its files: a name of rag/data/parsers.py PARSERS (default: the registry's for the task), or code of your own, \"path/to/file.py:function\" (relative to the working directory) or \"module:function\", called as function(path, id_prefix=...) and yielding {id, input, targets, meta} rows"),

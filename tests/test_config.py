@@ -316,6 +316,30 @@ def test_report_scale_names_each_tasks_fine_tuning_steps(base):
     assert sections(load_config(cfg))["report"]["scale"]["train_steps"] == f"9 (nq); 7 ({others})"
 
 
+def test_variant_seeds_set_one_variants_seeds_and_are_in_no_section(base):
+    """tasks.<task>.variant_seeds: the seeds of one variant on a task, over seeds and one_seed_variants;
+    like seeds, in no section (the task's existing runs do not re-run), and checked against init_from."""
+    cfg = copy.deepcopy(base)
+    cfg["tasks"]["fever2"]["variant_seeds"] = {"rag_token": [1, 2, 3], "bart": [1, 4]}
+    loaded = load_config(cfg)
+    assert run_seeds(loaded, "fever2", "rag_token") == [1, 2, 3] and run_seeds(loaded, "fever2", "bart") == [1, 4]
+    assert run_seeds(loaded, "fever2", "rag_sequence") == run_seeds(load_config(base), "fever2", "rag_sequence")
+    old, new = sections(load_config(base)), sections(loaded)
+    assert sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)) == ["report"]
+    cfg["tasks"]["fever2"]["variant_seeds"] = {"rag_sequence_bm25": [1, 2]}
+    with pytest.raises(ConfigError, match=r"^config key 'tasks\.fever2\.variant_seeds': rag_sequence_bm25 not among the task's variants"):
+        load_config(cfg)
+    cfg["tasks"]["fever2"].pop("variant_seeds")
+    cfg["tasks"]["webquestions"]["variant_seeds"] = {"bart": [1, 2]}  # NQ's BART runs one seed
+    with pytest.raises(ConfigError, match=r"^config key 'tasks\.webquestions\.variant_seeds\.bart': seed 2 of bart would start from nq"):
+        load_config(cfg)
+    # a replicate gives every run the replicate's seeds, over variant_seeds with fewer
+    cfg["tasks"]["nq"]["variant_seeds"] = {"bart": [1, 2]}
+    out, _ = replicate_config(cfg, [1, 2, 3])
+    assert out["tasks"]["webquestions"]["variant_seeds"] == {} and out["tasks"]["webquestions"]["seeds"] == [1, 2, 3]
+    assert run_seeds(load_config(out), "webquestions", "bart") == [1, 2, 3]
+
+
 def _without_seeds(data: dict) -> dict:
     rest = copy.deepcopy(data)
     rest.pop("one_seed_variants", None)
