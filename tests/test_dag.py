@@ -337,6 +337,21 @@ def test_e2e_replicate_config_plans_the_new_seeds_only(e2e):
     assert counts == {"config_section": 1, "train": 10, "report": 1, "all": 1, "total": 13}, counts
 
 
+def test_e2e_variant_seeds_plan_that_variants_new_seeds_only(e2e):
+    """tasks.<task>.variant_seeds over a finished experiment: the variant's new seeds and the report run,
+    nothing that exists runs again; rag plan counts the same jobs."""
+    work, cfg = e2e
+    data = yaml.safe_load(cfg.read_text())
+    data["tasks"]["fever3"]["variant_seeds"] = {"rag_token": [1, 2, 3]}
+    path = work / "variant_seeds.yaml"
+    path.write_text(yaml.safe_dump(data))
+    res = smk(work, "-n", configfile=path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    counts = job_counts(res.stdout + res.stderr)
+    assert counts == {"config_section": 1, "train": 2, "report": 1, "all": 1, "total": 5}, counts
+    assert "task=fever3,variant=rag_token,seed=3" in (res.stdout + res.stderr).replace(" ", "")
+
+
 def _run_ids(results: Path, one_seed_only: bool = False) -> set[str]:
     """The MLflow run ids of an experiment's runs (``one_seed_only``: of its cells with one seed, which
     the report links run by run; a several-seed cell links to its runs by tag)."""
