@@ -540,9 +540,8 @@ def replicate_config(data: dict, seeds: Sequence[int]) -> tuple[dict, list[tuple
     for task, spec in before["tasks"].items():
         if len(spec.get("seeds") or before["seeds"]) < len(seeds):
             out["tasks"][task]["seeds"] = list(seeds)
-        fewer = [v for v, own in spec.get("variant_seeds", {}).items() if len(own) < len(seeds)]
-        for v in fewer:
-            del out["tasks"][task]["variant_seeds"][v]
+        if "variant_seeds" in spec:  # a variant's own seeds stay where they hold every replicate seed
+            out["tasks"][task]["variant_seeds"] = {v: own for v, own in spec["variant_seeds"].items() if set(seeds) <= set(own)}
     after = load_config(out, check_files=False)
     changes = [(task, variant, run_seeds(before, task, variant), run_seeds(after, task, variant))
                for task in before["tasks"] for variant in task_variants(before, task)]

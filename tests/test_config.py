@@ -338,6 +338,8 @@ def test_variant_seeds_set_one_variants_seeds_and_are_in_no_section(base):
     out, _ = replicate_config(cfg, [1, 2, 3])
     assert out["tasks"]["webquestions"]["variant_seeds"] == {} and out["tasks"]["webquestions"]["seeds"] == [1, 2, 3]
     assert run_seeds(load_config(out), "webquestions", "bart") == [1, 2, 3]
+    out, _ = replicate_config(cfg, [2, 1])  # a variant's own seeds that hold every replicate seed stay
+    assert out["tasks"]["nq"]["variant_seeds"] == {"bart": [1, 2]} == out["tasks"]["webquestions"]["variant_seeds"]
 
 
 def _without_seeds(data: dict) -> dict:

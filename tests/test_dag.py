@@ -329,11 +329,7 @@ def test_e2e_replicate_config_plans_the_new_seeds_only(e2e):
     work, cfg = e2e
     out, changes = replicate_config(yaml.safe_load(cfg.read_text()), [1, 2])
     assert len(changes) == 10  # NQ's BART and BM25, WebQuestions' and FEVER-3's four variants: seed 2
-    path = work / "replicates.yaml"
-    path.write_text(yaml.safe_dump(out))
-    res = smk(work, "-n", configfile=path)
-    assert res.returncode == 0, res.stderr[-2000:]
-    counts = job_counts(res.stdout + res.stderr)
+    counts, _ = _dry_run(work, out, "replicates.yaml")
     assert counts == {"config_section": 1, "train": 10, "report": 1, "all": 1, "total": 13}, counts
 
 
@@ -343,13 +339,18 @@ def test_e2e_variant_seeds_plan_that_variants_new_seeds_only(e2e):
     work, cfg = e2e
     data = yaml.safe_load(cfg.read_text())
     data["tasks"]["fever3"]["variant_seeds"] = {"rag_token": [1, 2, 3]}
-    path = work / "variant_seeds.yaml"
+    counts, log = _dry_run(work, data, "variant_seeds.yaml")
+    assert counts == {"config_section": 1, "train": 2, "report": 1, "all": 1, "total": 5}, counts
+    assert "task=fever3,variant=rag_token,seed=3" in log.replace(" ", "")
+
+
+def _dry_run(work: Path, data: dict, name: str) -> tuple[dict[str, int], str]:
+    """(jobs per rule, the log) of a dry run of config ``data`` (written as ``work/name``) in ``work``."""
+    path = work / name
     path.write_text(yaml.safe_dump(data))
     res = smk(work, "-n", configfile=path)
     assert res.returncode == 0, res.stderr[-2000:]
-    counts = job_counts(res.stdout + res.stderr)
-    assert counts == {"config_section": 1, "train": 2, "report": 1, "all": 1, "total": 5}, counts
-    assert "task=fever3,variant=rag_token,seed=3" in (res.stdout + res.stderr).replace(" ", "")
+    return job_counts(res.stdout + res.stderr), res.stdout + res.stderr
 
 
 def _run_ids(results: Path, one_seed_only: bool = False) -> set[str]:
