@@ -108,6 +108,13 @@ def test_a_cell_wider_than_10_points_is_listed_unchecked_with_the_seeds_it_needs
     assert entry["cell"] == "nq/bart/test/em" and entry["tolerance"] > 10
     assert "wider than 10 points" in entry["why"] and "more than 20 seeds would check it" in entry["why"]
     assert all(b.tolerance <= 10 for b in bands)
+    # Bonferroni over the 5 cells a check tests, not the 6 with a measured spread: a narrower t
+    em = {b.cell: b for b in bands}[("nq", "rag_token", "test", "em")]
+    assert "5 cells checked" in em.source
+    sd = ((statistics.variance(REPLICATE["nq", "rag_token", "test"]["em"])
+           + statistics.variance(REPLICATE["nq", "rag_token", "dev"]["em"])) / 2) ** 0.5
+    assert em.tolerance == pytest.approx(band_multiplier(10, 5) * sd * (1 / 3 + 1 / 6) ** 0.5, abs=0.01)
+    assert band_multiplier(10, 5) < band_multiplier(10, 6)
     capsys.readouterr()
     assert main(["check", "--bands", str(out), "--metrics", *map(str, fabricate(tmp_path / "run"))]) == 0
     assert "sensitivity: 5 cell(s) checked" in (out := capsys.readouterr().out) and "; 1 cell(s) unchecked (the band file" in out

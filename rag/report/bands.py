@@ -230,9 +230,9 @@ def rule() -> str:
             "One fine-tune's SD is the cell's own, pooled over its run's dev and test splits per example (an SD "
             "scales with one over the square root of the examples scored); no variant lends its spread to another. "
             "The tolerance is that SD times Student's t at its degrees of freedom, for the difference between a mean "
-            "over the seeds the default runs and the mean over all seeds measured, at the level where every cell "
-            f"with a measured SD holds together with probability {FAMILY_WISE:.0%} (Bonferroni), and at least two test "
-            f"examples' worth. A cell whose band is wider than {WIDEST:g} points, or whose spread no replicate "
+            "over the seeds the default runs and the mean over all seeds measured, at the level where every checked "
+            f"cell holds together with probability {FAMILY_WISE:.0%} (Bonferroni over the checked cells), and at least two "
+            f"test examples' worth. A cell whose band is wider than {WIDEST:g} points, or whose spread no replicate "
             "measured, is listed under unchecked: with its reason and is not counted as checked.")
 
 
@@ -281,10 +281,20 @@ def make_bands(center: dict[Cell, dict[int, float]], replicates: list[dict[Cell,
     """(bands, unchecked cells) of the ``center`` experiment's cells, by :func:`rule`: centred on the mean
     of every seed measured on the world (``center`` and ``replicates``, the same config with more
     fine-tune seeds), ``band_multiplier(df, cells) · σ · sqrt(1/S + 1/R)`` wide (σ from
-    :func:`training_sd`, S the centre's seeds, R all seeds measured), at least 200 / n."""
+    :func:`training_sd`, S the centre's seeds, R all seeds measured, ``cells`` the number of cells
+    checked: those at most WIDEST points wide), at least 200 / n."""
     draws = seed_draws([center, *replicates])
     sds = training_sd({c: draws[c] for c in center}, n_of)
-    family = len(sds)
+
+    def spread(cell: Cell, family: int) -> float:  # t SDs of the difference of the means
+        sd, df = sds[cell]
+        return band_multiplier(df, family) * sd * math.sqrt(1 / len(center[cell]) + 1 / len(draws[cell]))
+
+    def floor(cell: Cell) -> float:  # two test examples' worth
+        return 200.0 / (n_of.get(cell[:3]) or 1)
+
+    # Bonferroni over the cells a check tests: the smallest family that holds every cell checked at its level
+    family = next((m for m in range(1, len(sds) + 1) if sum(max(spread(c, m), floor(c)) <= WIDEST for c in sds) <= m), 1)
     bands, unchecked = [], []
     for cell in sorted(center):
         task, variant, split, _ = cell
@@ -294,16 +304,14 @@ def make_bands(center: dict[Cell, dict[int, float]], replicates: list[dict[Cell,
             unchecked.append({"cell": "/".join(cell), "expected": round(expected, 2),
                               "why": f"{len(vals)} seed measured on this world: no training spread (rag bands --replicates)"})
             continue
-        sd, df = sds[cell]
-        k = band_multiplier(df, family)
-        tol = k * sd * math.sqrt(1 / ran + 1 / len(vals))
+        (sd, df), k = sds[cell], band_multiplier(sds[cell][1], family)
+        tol = spread(cell, family)
         how = (f"{len(vals)} seeds measured, the default runs {ran}; one fine-tune's SD {sd:.2f} ({df} df, pooled over "
-               f"the run's splits per example); {k:.2f} SD (t, {df} df) of the difference of a new run's {ran}-seed mean "
-               f"from the mean of the {len(vals)} measured is {tol:.2f}")
-        floor = 200.0 / (n_of.get((task, variant, split)) or 1)
-        if tol < floor:
-            how += f"; raised to two test examples ({floor:.2f})"
-            tol = floor
+               f"the run's splits per example); {k:.2f} SD (t, {df} df, {family} cells checked) "
+               f"of the difference of a new run's {ran}-seed mean from the mean of the {len(vals)} measured is {tol:.2f}")
+        if tol < floor(cell):
+            how += f"; raised to two test examples ({floor(cell):.2f})"
+            tol = floor(cell)
         if tol > WIDEST:
             need = seeds_needed(k, sd, len(vals))
             unchecked.append({"cell": "/".join(cell), "expected": round(expected, 2), "tolerance": round(tol, 2),
