@@ -73,7 +73,7 @@ CONFIG = Group({
     "precision": Enum(("fp32", "fp16", "bf16"), default="fp32", description="compute dtype of training, pretraining, scoring and decoding (torch.autocast; weights, loss and the RAG marginalisation stay fp32) and, on cuda, of passage encoding (weights cast to fp16/bf16); fp16 trains with a gradient scaler and needs device: cuda"),
     "threads": Int(minimum=1, maximum=256, default=1, description="torch threads per job"),
     "evaluate_in_train_job": Bool(default=True, description="decode dev/test at the end of each train job (one process start per run) instead of in a separate evaluate job"),
-    "bands": Str(nullable=True, default="config/bands/miniworld.yaml", description="the score bands `rag check` and `snakemake check` hold this experiment to (config/bands/*.yaml; null: none)"),
+    "bands": Str(nullable=True, default="config/bands/miniworld.yaml", description="the score bands the report and `snakemake check` hold this experiment to (config/bands/*.yaml, a relative path from the repository; null: none)"),
     "tracking": Group({
         "uri": Str(default="sqlite:///results/mlflow.db"),
         "ui_url": Str(default="http://127.0.0.1:5000", description="base URL the report links runs to"),

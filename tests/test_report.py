@@ -326,6 +326,50 @@ def test_cli_report(tmp_path, gold_calls):
     html = out.read_text(encoding="utf-8")
     assert "412 passages" in _text(html)
     assert (tables / "table6.csv").is_file()
+    assert "No score bands" in html  # no --bands
+
+
+def test_cli_report_shows_the_score_bands_as_rag_check(tmp_path, gold_calls, capsys):
+    """With --bands, the report's score-band section holds rag check's verdict: its summary and sensitivity
+    lines, every checked cell with the drop it catches, the cells out of band first and shown open, and a
+    note when the band file holds for another world."""
+    import yaml
+
+    from rag.cli import main
+    from rag.report.bands import run_values
+
+    inputs = make_inputs(tmp_path)
+    metrics = sorted(inputs["runs"].glob("*/*/*/metrics.json"))
+    predictions = [m.parent / "predictions.jsonl" for m in metrics]
+    values = run_values(metrics, predictions)
+    em = next(iter(values[("nq", "rag_token", "test", "em")].values()))
+    bands = tmp_path / "bands.yaml"
+    bands.write_text(yaml.safe_dump({"version": 2, "name": "fabricated", "seed": 13, "unchecked": [{"cell": "x", "why": "y"}],
+                                     "cells": [{"task": "nq", "variant": "rag_token", "split": "test", "metric": "em",
+                                                "expected": round(em, 2), "tolerance": 3.0},
+                                               {"task": "fever3", "variant": "rag_token", "split": "test",
+                                                "metric": "accuracy", "expected": 200.0, "tolerance": 5.0}]}),
+                     encoding="utf-8")
+    scale_json = tmp_path / "scale.json"
+    scale_json.write_text(json.dumps({"scale": SCALE}), encoding="utf-8")
+
+    def report(*extra):
+        out = tmp_path / "report.html"
+        assert main(["report", "--metrics", *map(str, metrics), "--predictions", *map(str, predictions),
+                     "--scale-json", str(scale_json), "--out", str(out), "--bands", str(bands), *extra]) == 0
+        return out.read_text(encoding="utf-8")
+
+    html = report("--seed", "13")
+    section = html[html.index('id="bands"'):html.index("</details>", html.index('id="bands"'))]
+    text = _text(section)
+    assert "1 in band, 1 out of band, 0 not run (of 2 bands; fabricated)" in text
+    # the fabricated NQ predictions score 0: a band around 0 catches no drop; the FEVER-3 cell one of 5 points
+    assert "sensitivity: 2 cell(s) checked, 1 catch a drop of 5 points or less, 1 of 10 points or less; 1 cell(s) unchecked" in text
+    assert "<details open>" in section  # a cell out of band: the table shows itself
+    assert section.index("fever3/rag_token/test/accuracy") < section.index("nq/rag_token/test/em")  # out of band first
+    assert "OUT OF BAND (FAIL)" in text and "in band (OK)" in text and "&gt; 5.0" in section and "none" in text
+    assert "another world" not in html
+    assert "holds for top-level seed 13 (its world); this experiment's is 14, another world" in _text(report("--seed", "14"))
 
 
 def test_report_reads_only_the_files_it_is_given(tmp_path, gold_calls):

@@ -57,6 +57,12 @@ def cmd_report(args) -> int:
     scale, generators = load_scale(args.scale_json)
     inputs = ReportInputs.from_files(metrics=args.metrics, predictions=args.predictions, topk=args.topk,
                                      hotswap=args.hotswap, oracle=args.oracle, train_data=args.train_data)
+    bands = None
+    if args.bands:  # the experiment against its score bands, as rag check
+        from rag.report.bands import check, load_bands, report_section, run_values
+
+        header, cells = load_bands(args.bands)
+        bands = report_section(header, check(cells, run_values(args.metrics, args.predictions)), args.bands, args.seed)
     build_report(
         inputs=inputs,
         passages=Path(args.passages) if args.passages else None,
@@ -68,6 +74,7 @@ def cmd_report(args) -> int:
         tasks=args.tasks,
         variants=args.variants,
         generators=generators,
+        bands=bands,
     )
     return 0
 
@@ -75,7 +82,7 @@ def cmd_report(args) -> int:
 def cmd_check(args) -> int:
     from rag.errors import ConfigError
     from rag.io import atomic_open
-    from rag.report.bands import check, experiment_files, format_results, load_bands, run_values
+    from rag.report.bands import check, experiment_files, format_results, load_bands, run_values, world_note
 
     if args.experiment and args.predictions:
         raise ConfigError("--predictions pairs with --metrics; --experiment reads the predictions beside each metrics.json")
@@ -98,10 +105,8 @@ def cmd_check(args) -> int:
         print("note: the task metrics were read from the metrics.json files, not scored again from the predictions "
               "(--predictions, or --experiment results/<name>, scores them)", file=sys.stderr)
     failed = [r for r in results if r.status == "FAIL"]
-    other_world = args.seed is not None and header.get("seed") is not None and args.seed != header["seed"]
-    if other_world:
-        print(f"note: {args.bands} holds for top-level seed {header['seed']} (its world); this experiment's is {args.seed}, "
-              "another world, whose cells need not fall in these bands (rag bands makes bands for it)", file=sys.stderr)
+    if note := world_note(header, args.bands, args.seed):
+        print(f"note: {note}", file=sys.stderr)
     if failed:
         print(f"error: {len(failed)} cell(s) out of band: " + ", ".join("/".join(r.band.cell) for r in failed), file=sys.stderr)
         return 1
@@ -202,6 +207,9 @@ def register(sub) -> None:
     p.add_argument("--samples-per-task", type=int, default=20, help="examples per task in the sample browser")
     p.add_argument("--tasks", nargs="+", default=None, help="restrict to these tasks (default: all given)")
     p.add_argument("--variants", nargs="+", default=None, help="restrict to these variants (default: all given)")
+    p.add_argument("--bands", default=None, help="band file (config/bands/*.yaml): the report's score-band section, as rag check")
+    p.add_argument("--seed", type=int, default=None,
+                   help="with --bands: the experiment's top-level seed (a note when the band file holds for another)")
 
     p = add_command(sub, "check", cmd_check,
                     "check a finished experiment's scores against a band file: OK / FAIL per cell")

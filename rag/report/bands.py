@@ -178,21 +178,46 @@ def drop_caught(band: Band) -> float | None:
     return band.tolerance if band.expected - band.tolerance > 0 else None
 
 
+COLUMNS = ("cell", "expected", "measured", "seeds", "catches a drop", "status")
+STATUS = {"OK": "in band (OK)", "FAIL": "OUT OF BAND (FAIL)", "not run": "not run"}
+
+
+def result_row(r: Result) -> tuple[str, ...]:
+    """A checked cell's row under :data:`COLUMNS`."""
+    b, drop = r.band, drop_caught(r.band)
+    return ("/".join(b.cell), f"{b.expected:.1f} ± {b.tolerance:.1f}", "–" if r.measured is None else f"{r.measured:.1f}",
+            str(r.seeds or "–"), "none" if drop is None else f"> {drop:.1f}", STATUS[r.status])
+
+
+def summary(header: dict, results: list[Result]) -> str:
+    """One line: how many cells are in band, out of band and not run."""
+    counts = {s: sum(r.status == s for r in results) for s in STATUS}
+    return (f"{counts['OK']} in band, {counts['FAIL']} out of band, {counts['not run']} not run "
+            f"(of {len(results)} bands{'; ' + str(header['name']) if header.get('name') else ''})")
+
+
 def format_results(header: dict, results: list[Result]) -> str:
-    rows = [("cell", "expected", "measured", "seeds", "catches a drop", "status")]
-    for r in results:
-        b, drop = r.band, drop_caught(r.band)
-        rows.append(("/".join(b.cell), f"{b.expected:.1f} ± {b.tolerance:.1f}",
-                     "–" if r.measured is None else f"{r.measured:.1f}", str(r.seeds or "–"),
-                     "none" if drop is None else f"> {drop:.1f}",
-                     "in band (OK)" if r.status == "OK" else "OUT OF BAND (FAIL)" if r.status == "FAIL" else "not run"))
+    rows = [COLUMNS, *map(result_row, results)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    counts = {s: sum(r.status == s for r in results) for s in ("OK", "FAIL", "not run")}
-    lines.append(f"{counts['OK']} in band, {counts['FAIL']} out of band, {counts['not run']} not run "
-                 f"(of {len(results)} bands{'; ' + str(header['name']) if header.get('name') else ''})")
-    lines.append(sensitivity(header, [r.band for r in results]))
-    return "\n".join(lines)
+    return "\n".join([*lines, summary(header, results), sensitivity(header, [r.band for r in results])])
+
+
+def world_note(header: dict, bands_file: str | Path, seed: int | None) -> str | None:
+    """A note when the band file holds for another world than the experiment's top-level ``seed``, else None."""
+    if seed is None or header.get("seed") is None or seed == header["seed"]:
+        return None
+    return (f"{bands_file} holds for top-level seed {header['seed']} (its world); this experiment's is {seed}, another "
+            "world, whose cells need not fall in these bands (rag bands makes bands for it)")
+
+
+def report_section(header: dict, results: list[Result], bands_file: str | Path, seed: int | None) -> dict:
+    """What the report's score-band section shows: rag check's table (cells out of band first), its summary and
+    sensitivity lines and the world note."""
+    ordered = sorted(results, key=lambda r: r.status != "FAIL")
+    return {"file": str(bands_file), "summary": summary(header, results), "failed": sum(r.status == "FAIL" for r in results),
+            "sensitivity": sensitivity(header, [r.band for r in results]), "note": world_note(header, bands_file, seed),
+            "columns": COLUMNS, "rows": [(r.status, result_row(r)) for r in ordered]}
 
 
 def sensitivity(header: dict, bands: list[Band]) -> str:

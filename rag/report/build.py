@@ -625,9 +625,11 @@ def build_report(
     tasks: list[str] | None = None,
     variants: list[str] | None = None,
     generators: dict[str, str] | None = None,
+    bands: dict | None = None,
 ) -> None:
     """Write the measured tables (CSV) to ``tables`` (key ``table1`` ... -> file) and the HTML
-    report ``out_html``, from exactly the files ``inputs`` names; a measured number links to its MLflow run."""
+    report ``out_html``, from exactly the files ``inputs`` names; a measured number links to its MLflow run.
+    ``bands``: the score-band section (:func:`rag.report.bands.report_section`), None without a band file."""
     from rag.data import paper_results
 
     paper = paper_results()
@@ -646,6 +648,7 @@ def build_report(
     context = {
         "seeds_line": seeds_line(runs),
         "claims": build_claims(inputs, texts, paper),
+        "bands": bands,
         "oracle": oracle_tables(inputs),
         "scale": scale,
         "scale_items": [(str(k), str(v)) for k, v in scale.items()],

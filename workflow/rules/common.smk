@@ -59,6 +59,9 @@ TOPK_TASK = CFG["experiments"]["topk_task"]
 # the oracle (gold passage as the only document) needs questions that name their gold passage: miniworld's do
 ORACLE = CFG["experiments"]["oracle"] and CFG["corpus"]["source"] == "miniworld" and TOPK_TASK in CFG["tasks"]
 CONDA = "../../envs/rag.yaml"
+# the score bands the report and `snakemake check` hold the experiment to (config key bands): a relative path is the
+# repository's, where config/bands/ is versioned with the code, whatever directory the run works in
+BANDS = CFG["bands"] and str(Path(workflow.basedir, CFG["bands"]))
 RES = CFG.get("resources", {})
 # evaluate_in_train_job: the train rule also writes the dev/test predictions and metrics (no evaluate rule)
 FUSED_EVAL = CFG["evaluate_in_train_job"]
@@ -259,8 +262,8 @@ def all_targets():
 
 def report_inputs(wildcards, generators=False):
     """Exactly the files the report reads: every run's metrics and predictions (in the same order;
-    with ``generators``, the further generators' runs too), and the Figure 3, hot-swap and oracle
-    results where configured."""
+    with ``generators``, the further generators' runs too), the Figure 3, hot-swap and oracle
+    results where configured, and the band file (config key bands) where one is named."""
     return {
         "metrics": run_files("metrics.json", generators),
         "predictions": run_files("predictions.jsonl", generators),
@@ -268,7 +271,13 @@ def report_inputs(wildcards, generators=False):
         "hotswap": experiment_files("hotswap", HOTSWAP_TASK, rag_variants(HOTSWAP_TASK)) if HOTSWAP else [],
         "oracle": experiment_files("oracle", TOPK_TASK, rag_variants(TOPK_TASK)) if ORACLE else [],
         "train_data": [f"{R}/data/{task}/train.jsonl" for task in TASK_NAMES],
+        **({"bands": BANDS} if BANDS else {}),
     }
+
+
+def bands_args(wildcards, input):
+    """`rag report --bands FILE --seed S`: the report's score-band section, where the config names a band file."""
+    return ["--bands", input.bands, "--seed", str(CFG["seed"])] if "bands" in input.keys() else []
 
 
 def train_data_args(wildcards, input):

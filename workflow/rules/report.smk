@@ -17,6 +17,7 @@ rule report:
         url=lambda w: CFG["tracking"]["ui_url"],  # a function: not formatted with wildcards
         samples=CFG["report"]["samples_per_task"],
         train_data=train_data_args,
+        bands=bands_args,
         **METRIC_FILES,
     benchmark:
         benchmark_file("report"),
@@ -28,7 +29,7 @@ rule report:
         "rag report --metrics {input.metrics:q} --predictions {input.predictions:q} --topk {input.topk:q} "
         "--hotswap {input.hotswap:q} --oracle {input.oracle:q} --train-data {params.train_data:q} --passages {input.passages:q} --scale-json {input.cfg:q} "
         "--out {output.html:q} --table1 {output.table1:q} --table2 {output.table2:q} --table5 {output.table5:q} "
-        "--table6 {output.table6:q} --tracking-url {params.url:q} --samples-per-task {params.samples:q} 2> {log:q}"
+        "--table6 {output.table6:q} --tracking-url {params.url:q} --samples-per-task {params.samples:q} {params.bands:q} 2> {log:q}"
 
 
 if CFG["generators"]:  # config key generators: {} leaves the experiment without a generators target
@@ -56,13 +57,13 @@ if CFG["generators"]:  # config key generators: {} leaves the experiment without
             f"reports/{EXP}/generators.html",
 
 
-if CFG["bands"]:  # config key bands: null leaves the experiment without a check target
+if BANDS:  # config key bands: null leaves the experiment without a check target
 
     rule check:
         """`snakemake --cores all check`: the experiment's scores against its score bands (config key
         bands), OK / FAIL per cell; fails (and writes nothing) when a cell is out of band."""
         input:
-            bands=CFG["bands"],
+            bands=BANDS,
             cfg=section("report"),
             metrics=run_files("metrics.json"),
             predictions=run_files("predictions.jsonl"),
