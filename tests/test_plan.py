@@ -250,7 +250,7 @@ def test_plan_follows_an_edited_rule(tmp_path):
     is what the plan reports for its jobs."""
     import shutil
 
-    for part in ("Snakefile", "workflow"):
+    for part in ("Snakefile", "workflow", "config"):  # config/bands/: the band file the report reads, the repository's
         (shutil.copytree if (ROOT / part).is_dir() else shutil.copy)(ROOT / part, tmp_path / part)
     rules = tmp_path / "workflow/rules/train.smk"
     text = rules.read_text()

@@ -620,8 +620,9 @@ def hostile_dry_runs(tmp_path_factory) -> dict:
         shutil.copytree(ROOT / "examples" / "byo", d / "byo")  # the local task files, relative to the working directory
         targets = []
         if key[0] in ("miniworld", "download"):  # the score-band check too (its rule runs rag check)
-            shutil.copy(ROOT / "config" / "bands" / "paper.yaml", d / "bands.yaml")
-            cfg = {**cfg, "bands": "bands.yaml"}
+            bands = tmp_path_factory.getbasetemp() / "bands.yaml"  # one file for both: the commands name it
+            shutil.copy(ROOT / "config" / "bands" / "paper.yaml", bands)
+            cfg = {**cfg, "bands": str(bands)}  # absolute: a relative path is the repository's
             targets = ["all", "check"]
         (d / "config.yaml").write_text(yaml.safe_dump(cfg))
         procs[key] = subprocess.Popen([snakemake_bin(), "-n", "-p", "--nocolor", "-s", str(ROOT / "Snakefile"),
