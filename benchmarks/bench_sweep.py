@@ -1,8 +1,9 @@
-"""10. Figure 3's K sweep on the default run's own models: `rag topk-sweep` as the DAG ran it.
+"""10. Figure 3's K sweep on the default run's own models: `rag experiments` as the DAG ran it, the sweep alone.
 
 Reruns the NQ RAG-Sequence sweep jobs of a finished default run (their command lines as Snakemake recorded
 them, ``snakemake --detailed-summary``) in processes of their own, one at a time, one torch thread each as
-in the DAG; ``--sweep-baseline REV`` runs git revision REV's `rag topk-sweep` on the same jobs, alternating
+in the DAG, without the job's other experiments (oracle, hot-swap); ``--sweep-baseline REV`` runs git revision
+REV's `rag experiments` on the same jobs, alternating
 with this tree's, ``--sweep-rounds`` times. Reports each job's CPU seconds (the process', start-up
 included), this tree's over the baseline's, and
 whether each output has the bytes of the run's own experiment file. The sweeps log to a copy of the
@@ -32,18 +33,20 @@ from benchmarks.common import ROOT
 def sweep_jobs(summary: str, n: int, task: str | None = None) -> list[dict]:
     """The first ``n`` RAG-Sequence sweep jobs of ``task`` (default: config.yaml's experiments.topk_task),
     by seed, of ``summary`` (the TSV of ``snakemake --detailed-summary``: each output's rule and the
-    shell command that wrote it): their argv (the words after ``rag``, up to the log's redirection)
-    and the experiment file each wrote."""
+    shell command that wrote it): their argv (the words after ``rag``, up to the other experiments' flags
+    or the log's redirection) and the sweep's file each wrote."""
     import yaml
 
     task = task or yaml.safe_load((ROOT / "config.yaml").read_text())["experiments"]["topk_task"]
     jobs = []
     for row in csv.DictReader(io.StringIO(summary), delimiter="\t"):
         words = shlex.split(row.get("shellcmd") or "")
-        if row["rule"] != "topk_sweep" or f"/{task}/rag_sequence/" not in row["output_file"] or "rag" not in words:
+        if (row["rule"] != "experiments" or f"/topk/{task}/rag_sequence/" not in row["output_file"]
+                or "rag" not in words):
             continue
-        argv = words[words.index("rag") + 1:words.index("2>") if "2>" in words else None]
-        jobs.append({"seed": int(argv[argv.index("--seed") + 1]), "argv": argv, "out": argv[argv.index("--out") + 1]})
+        argv = words[words.index("rag") + 1:]
+        argv = argv[:min([argv.index(w) for w in ("--oracle-out", "--hotswap-out", "2>") if w in argv], default=None)]
+        jobs.append({"seed": int(argv[argv.index("--seed") + 1]), "argv": argv, "out": argv[argv.index("--topk-out") + 1]})
     return sorted(jobs, key=lambda j: j["seed"])[:n]
 
 
@@ -51,7 +54,7 @@ def rewrite(argv: list[str], out: Path, train_config: Path) -> list[str]:
     """``argv`` with its output and its train section (the first ``--config`` file, which names the
     MLflow store) replaced."""
     argv = list(argv)
-    argv[argv.index("--out") + 1] = str(out)
+    argv[argv.index("--topk-out") + 1] = str(out)
     argv[argv.index("--config") + 1] = str(train_config)
     return argv
 
@@ -99,7 +102,7 @@ def run(args) -> dict:
                              capture_output=True, text=True, check=True).stdout
     jobs = sweep_jobs(summary, 1 if args.quick else args.sweep_models)
     if not jobs:
-        raise RuntimeError(f"sweep: no NQ RAG-Sequence topk_sweep job in Snakemake's records of {ROOT} (run the "
+        raise RuntimeError(f"sweep: no NQ RAG-Sequence experiments job in Snakemake's records of {ROOT} (run the "
                            "default DAG first)")
     work = Path(tempfile.mkdtemp(prefix="rag-sweep-"))
     codes = {"this tree": str(ROOT)}
@@ -142,7 +145,7 @@ def run(args) -> dict:
     summary.append({"section": "sweep", "metric": "every sweep's file has the bytes of the run's own", "value": same,
                     "baseline": None, "ratio": None, "target": "identical", "met": same})
     return {"rows": rows, "summary": summary,
-            "tables": [{"title": "`rag topk-sweep` of the default run's NQ RAG-Sequence models, one job at a time, one thread",
+            "tables": [{"title": "`rag experiments` (the K sweep) of the default run's NQ RAG-Sequence models, one job at a time, one thread",
                         "headers": ["code", "round", "fine-tune seed", "CPU s", "wall s", "same bytes as the run's"],
                         "rows": [[r["code"], r["round"], r["seed"], r["cpu_s"], r["wall_s"], r["same_bytes_as_run"]]
                                  for r in rows]}]}

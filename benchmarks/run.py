@@ -91,7 +91,7 @@ def parse(argv=None):
     p.add_argument("--sweep-models", type=int, default=2, help="sweep: NQ RAG-Sequence models of the default run, by seed")
     p.add_argument("--sweep-rounds", type=int, default=2, help="sweep: rounds (each runs every model with every code)")
     p.add_argument("--sweep-baseline", default=None, metavar="REV",
-                   help="sweep: also run git revision REV's rag topk-sweep on the same jobs, alternating")
+                   help="sweep: also run git revision REV's rag experiments (the K sweep) on the same jobs, alternating")
     p.add_argument("--scale-enc-sizes", default="1000,10000")
     p.add_argument("--scale-index-sizes", default="10000,100000",
                    help="built here; the 1M point comes from the index section (index.json in --out) when present")

@@ -24,7 +24,7 @@ from rag.errors import ConfigError, DataError
 from rag.io import not_a_file, read_json
 from rag.sections import (CorpusSection, DataSection, EncodeSection, EvalSection, ExperimentsSection, GeneratorSection,
                           IndexSection, TaskDeclaration, TrainSection, task_decode)
-from rag.tasks import BUILTIN_TASKS, TASKS, declare_tasks
+from rag.tasks import BUILTIN_TASKS, ROLES, TASKS, declare_tasks
 
 
 def read_config_file(path: str | Path) -> dict:
@@ -241,6 +241,11 @@ def _check_references(cfg: dict) -> None:
             # replaces them in snapshot b): fewer people leave countries without one (KeyError later)
             raise ConfigError(f"config key 'miniworld.people': {mw['people']} is fewer than twice "
                               f"miniworld.countries ({mw['countries']}); every country needs a leader")
+        exp = cfg["experiments"]
+        if exp["hotswap"] and ROLES.hotswap in tasks and exp["topk_task"] != ROLES.hotswap:
+            raise ConfigError(f"config key 'experiments.topk_task': the hot-swap runs in the experiments job of each of "
+                              f"the topk task's models and asks {ROLES.hotswap}'s questions; set topk_task: "
+                              f"{ROLES.hotswap}, or experiments.hotswap: false")
         # every miniworld entity yields at least one passage; K larger than that is impossible
         check_k(retrieval_ks(cfg), entities, "the miniworld corpus is sure to have (one per entity)")
 

@@ -1,6 +1,6 @@
 """Import a released Hugging Face RAG checkpoint (``facebook/rag-sequence-nq``, ``rag-token-nq``, or any
 folder saved by ``Rag{Sequence,Token}ForGeneration.save_pretrained``) as the project's model folder, so
-``rag evaluate`` / ``topk-sweep`` can score it: ``generator/`` and ``question_encoder/`` (each with its
+``rag evaluate`` / ``experiments`` can score it: ``generator/`` and ``question_encoder/`` (each with its
 tokenizer) and ``meta.json``. A RAG checkpoint holds no passage encoder: build the index with the matching
 DPR context encoder (``facebook/dpr-ctx_encoder-multiset-base`` for the released models).
 """

@@ -59,7 +59,7 @@ THROUGHPUTS = [
      "measured_on": "2-core CPU, 2 threads", "source": "benchmarks/README.md, index section (1M x 384, M=32, efConstruction 120: 269 s)"},
 ]
 
-GPU_RULES = ("encode_shard", "pretrain_generator", "pretrain_generators", "train", "evaluate", "topk_sweep", "hotswap", "oracle")
+GPU_RULES = ("encode_shard", "pretrain_generator", "pretrain_generators", "train", "evaluate", "experiments")
 RESOURCE_KEYS = ("mem_mb", "runtime", "gpu")
 
 
@@ -342,10 +342,11 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
             "records": str(results / "resources") if records else None, "rules": plans, "compute": compute(plans, device, cores)}
 
 
-def retrieval_memory(rule: str, sizes: dict, index: dict) -> tuple[float, str]:
+def retrieval_memory(rule: str, cfg: dict, sizes: dict, index: dict) -> tuple[float, str]:
     """What a job that retrieves densely holds (bytes, and how), without the generator: the index, the
-    passages' row table and a retrieving process; a hot-swap job holds two snapshots."""
-    mult = 2 if rule == "hotswap" else 1
+    passages' row table and a retrieving process; an experiments job that runs the hot-swap holds two snapshots."""
+    hotswap = cfg["experiments"]["hotswap"] and cfg["corpus"]["source"] == "miniworld"
+    mult = 2 if rule == "experiments" and hotswap else 1
     memory = (index["memory"] + sizes["row_table_bytes"]) * mult + RETRIEVING_PROCESS
     return memory, (("two snapshots of " if mult == 2 else "") + f"the {index['label']} index + the passages' row table + "
                     f"{RETRIEVING_PROCESS / 1e9:.1f} GB of process (measured); passages and embeddings read in place")
@@ -374,8 +375,8 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
                                  "device": "cpu"})
         need.time(t, n, "vectors", ",.0f", f"no build of a {index['label']} index has been timed",
                   f"; d={d} may differ")
-    elif rule in ("train", "evaluate", "topk_sweep", "hotswap") and index is not None and n:
-        need.memory_bytes, need.memory_how = retrieval_memory(rule, sizes, index)
+    elif rule in ("train", "evaluate", "experiments") and index is not None and n:
+        need.memory_bytes, need.memory_how = retrieval_memory(rule, cfg, sizes, index)
         need.memory_at_least = True
         models = sizes["fine_tune"] if rule == "train" else {"why": "decoding is not sized"}
         if "why" in models:
@@ -396,9 +397,6 @@ def estimate_need(rule: str, cfg: dict, sizes: dict, index: dict | None) -> Need
             need.time(throughput("train", want), longest, "steps", ".2f",
                       f"no training step of this generator at batch {cfg['train']['batch_size']}, "
                       f"K={cfg['train']['k']} on {device} has been timed", "; decoding not included")
-    elif rule == "oracle" and n:
-        need.memory_bytes, need.memory_at_least = sizes["row_table_bytes"] + RETRIEVING_PROCESS, True
-        need.memory_how = "the passages' row table (the gold passages read in place) + the process; the generator not estimated"
     elif rule == "report" and mem_passages is not None:
         need.memory_bytes, need.memory_at_least = mem_passages, True
         need.memory_how = "every passage read (for its samples and claims); the rest not estimated"

@@ -11,11 +11,12 @@ from benchmarks import bench_sweep
 HEADER = "output_file\tdate\trule\tlog-file(s)\tinput-file(s)\tshellcmd\tstatus\tplan\n"
 
 
-def _row(variant, seed, rule="topk_sweep", task="nq"):
+def _row(variant, seed, rule="experiments", task="nq"):
     """A line of ``snakemake --detailed-summary``: an output, its rule and the command that wrote it."""
     out = f"results/x/experiments/topk/{task}/{variant}/seed{seed}.json"
-    cmd = (f"RAG_THREADS=1 rag topk-sweep --seed {seed} --config results/x/config/train_nq.json results/x/config/eval_nq.json "
-           f"--variant {variant} --model-dir 'results/x/runs/a b/model' --out {out} 2> results/x/logs/topk/{seed}.log")
+    cmd = (f"RAG_THREADS=1 rag experiments --seed {seed} --config results/x/config/train_nq.json results/x/config/eval_nq.json "
+           f"--variant {variant} --model-dir 'results/x/runs/a b/model' --topk-out {out} --oracle-out o.json "
+           f"--hotswap-out h.json --questions q.jsonl 2> results/x/logs/experiments/{seed}.log")
     return f"{out}\tFri Nov 27 21:44:41 2026\t{rule}\tlog\tinput\t{cmd}\tok\tno update\n"
 
 
@@ -27,7 +28,8 @@ def test_jobs_are_the_finished_rag_sequence_sweeps_by_seed():
     jobs = bench_sweep.sweep_jobs(summary, 2)
     assert [j["seed"] for j in jobs] == [1, 2]
     assert jobs[0]["out"] == "results/x/experiments/topk/nq/rag_sequence/seed1.json"
-    assert jobs[0]["argv"][0] == "topk-sweep" and jobs[0]["argv"][-1] == jobs[0]["out"]  # no log redirection
+    # the sweep alone: neither the other experiments' flags nor the log redirection
+    assert jobs[0]["argv"][0] == "experiments" and jobs[0]["argv"][-1] == jobs[0]["out"]
     assert "results/x/runs/a b/model" in jobs[0]["argv"]  # a quoted word stays one
     assert [j["seed"] for j in bench_sweep.sweep_jobs(summary, 10)] == [1, 2, 3]
 

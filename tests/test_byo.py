@@ -20,7 +20,7 @@ def test_byo_example_runs_its_own_task_end_to_end(tmp_path, byo_beside_e2e):
     assert dry.returncode == 0, dry.stderr[-2000:]
     counts = job_counts(dry.stdout + dry.stderr)
     # evaluate_in_train_job: the schema's default, as config.yaml says: each train job decodes dev/test
-    assert counts["train"] == 2 and counts["topk_sweep"] == 1 and "evaluate" not in counts and "hotswap" not in counts
+    assert counts["train"] == 2 and counts["experiments"] == 1 and "evaluate" not in counts and "hotswap" not in counts
     res, work = byo_beside_e2e.run, byo_beside_e2e.work
     assert res.returncode == 0, res.stderr[-3000:]
     out = work / "results" / "byo"

@@ -27,8 +27,8 @@ def test_default_dry_run_lists_every_job(tmp_path):
     extra = 1 + 2 + 3 + (1 + 1 + 6) + (2 + 7) + (2 + 1 + 1)
     assert counts["train"] == (4 * 5 + 3) + (4 * 3 + 1) + 6 * 3 + extra == 81 and "evaluate" not in counts
     assert counts["encode_shard"] == 4  # 2 shards x (snapshot a, snapshot b)
-    # NQ's RAG-Sequence and RAG-Token: one K sweep, hot-swap and oracle per seed
-    assert counts["topk_sweep"] == 10 and counts["hotswap"] == 10 and counts["oracle"] == 10 and counts["report"] == 1
+    # NQ's RAG-Sequence and RAG-Token: one experiments job (K sweep, hot-swap, oracle) per seed
+    assert counts["experiments"] == 10 and counts["report"] == 1
     # rag plan's jobs are the DAG's
     planned = _plan_jobs(ROOT / "config.yaml", tmp_path)
     assert planned == {rule: n for rule, n in counts.items() if rule != "total"} and planned["train"] == 81
@@ -151,7 +151,7 @@ def test_e2e_outputs(e2e):
     for seed in (1, 2):
         topk = json.loads((work / f"results/e2e/experiments/topk/nq/rag_sequence/seed{seed}.json").read_text())
         assert topk["k"] == [1, 2, 3] and len(topk["em"]) == 3 and topk["seed"] == seed
-        hot = json.loads((work / f"results/e2e/experiments/hotswap/rag_token/seed{seed}.json").read_text())
+        hot = json.loads((work / f"results/e2e/experiments/hotswap/nq/rag_token/seed{seed}.json").read_text())
         assert set(hot["cells"]) == {"a|a", "a|b", "b|a", "b|b"} and hot["seed"] == seed
     # the report: each NQ RAG cell the mean of two seeds, and says so above the checklist
     html = (work / "reports" / "e2e" / "report.html").read_text()
@@ -301,23 +301,22 @@ def test_e2e_config_edits_rerun_only_what_they_change(e2e):
     the fine-tunes and what follows them, a search-time key neither encodes nor indexes nor
     regenerates data, the report's MLflow link re-runs the report alone."""
     work, cfg = e2e
-    after_training = {"topk_sweep": 4, "hotswap": 4, "oracle": 4, "report": 1, "all": 1}  # NQ: two seeds
+    after_training = {"experiments": 4, "report": 1, "all": 1}  # NQ: two seeds
     # train-time (the logit scale of p(z|x)): the three tasks' train sections, all 14 fine-tunes
     # (each decoding dev/test: evaluate_in_train_job) and what reads their models
     got = _planned(work, cfg, lambda c: c["retriever"].update(score_scale=21.0))
-    assert got == {"config_section": 3, "train": 14, **after_training, "total": 31}, got
-    # search-time: Figure 3's test-time K sweep re-runs the sweep and the report only
+    assert got == {"config_section": 3, "train": 14, **after_training, "total": 23}, got
+    # search-time: Figure 3's test-time K sweep re-runs the experiments jobs and the report only
     got = _planned(work, cfg, lambda c: c["experiments"].update(topk_sweep=[1, 2]))
-    assert got == {"config_section": 1, "topk_sweep": 4, "report": 1, "all": 1, "total": 7}, got
+    assert got == {"config_section": 1, "experiments": 4, "report": 1, "all": 1, "total": 7}, got
     # search-time: NQ's test-time K re-decodes NQ (in its train jobs, which resume from their final
     # checkpoint; WebQuestions starts from NQ), nothing upstream
     got = _planned(work, cfg, lambda c: c["tasks"]["nq"].update(decode_sequence={"k": 3}))
-    assert got == {"config_section": 1, "train": 10, **after_training, "total": 25}, got
+    assert got == {"config_section": 1, "train": 10, **after_training, "total": 17}, got
     # a third seed on NQ: its new fine-tunes and experiments, and the report (its scale box lists the
     # seeds); no fine-tune that exists re-runs
     got = _planned(work, cfg, lambda c: c["tasks"]["nq"].update(seeds=[1, 2, 3]))
-    assert got == {"config_section": 1, "train": 2, "topk_sweep": 2, "hotswap": 2, "oracle": 2, "report": 1, "all": 1,
-                   "total": 11}, got
+    assert got == {"config_section": 1, "train": 2, "experiments": 2, "report": 1, "all": 1, "total": 7}, got
     # the report's link to the MLflow UI: the report alone
     got = _planned(work, cfg, lambda c: c.setdefault("tracking", {}).update(ui_url="http://mlflow.example:5000"))
     assert got == {"report": 1, "all": 1, "total": 2}, got

@@ -116,11 +116,11 @@ def test_plan_json_and_request_resolution(tmp_path):
     rules = {r["rule"]: r for r in plan["rules"]}
     assert rules["train"]["jobs"] == 56 and rules["evaluate"]["jobs"] == 56 and rules["encode_shard"]["jobs"] == 50
     # profile set-resources win over the config's resources, which win over default-resources
-    assert rules["topk_sweep"]["requests"]["mem_mb"] == {"value": 96000, "from": "profile set-resources"}
+    assert rules["experiments"]["requests"]["mem_mb"] == {"value": 96000, "from": "profile set-resources"}
     assert rules["train"]["requests"]["mem_mb"] == {"value": 96000, "from": "config resources.train"}
     # a retrieving job holds the index, not the passages and embeddings: within the index + 10 GB
     hnsw = plan["indexes"]["hnsw"]["memory"]
-    for rule in ("train", "evaluate", "topk_sweep"):
+    for rule in ("train", "evaluate", "experiments"):
         need = rules[rule]["need"]["memory_bytes"]
         assert hnsw < need <= hnsw + 10e9 and need <= rules[rule]["requests"]["mem_mb"]["value"] * 1e6, rule
     assert rules["train"]["requests"]["gpu"] == {"value": 1, "from": "profile set-resources"}
@@ -284,11 +284,15 @@ def test_a_retrieving_jobs_need_against_a_built_case(tmp_path):
         save_index(build_index(np.random.default_rng(0).standard_normal((n, d)).astype(np.float32), kind, hnsw_m=8), index)
         est = index_bytes(kind, n, d, hnsw_m=8)
         assert index.stat().st_size == pytest.approx(est["disk"], rel=0.05)
-        need, how = retrieval_memory("train", {"row_table_bytes": row_table_bytes(n)}, {**est, "label": kind})
+        miniworld = {"experiments": {"hotswap": True}, "corpus": {"source": "miniworld"}}
+        need, how = retrieval_memory("train", miniworld, {"row_table_bytes": row_table_bytes(n)}, {**est, "label": kind})
         assert need == est["memory"] + rows_path(passages).stat().st_size + RETRIEVING_PROCESS
         assert "read in place" in how
-        hot, _ = retrieval_memory("hotswap", {"row_table_bytes": row_table_bytes(n)}, {**est, "label": kind})
+        # an experiments job that runs the hot-swap holds both snapshots; without it (at paper scale), one
+        hot, _ = retrieval_memory("experiments", miniworld, {"row_table_bytes": row_table_bytes(n)}, {**est, "label": kind})
         assert hot == 2 * (est["memory"] + row_table_bytes(n)) + RETRIEVING_PROCESS
+        local = {"experiments": {"hotswap": True}, "corpus": {"source": "local"}}
+        assert retrieval_memory("experiments", local, {"row_table_bytes": row_table_bytes(n)}, {**est, "label": kind})[0] == need
     cfg = tmp_path / "paper_ivfpq.yaml"
     cfg.write_text((ROOT / "config" / "paper.yaml").read_text().replace("  index: hnsw ", "  index: ivfpq "))
     plan = json.loads(_plan("--configfile", str(cfg), "--json").stdout)

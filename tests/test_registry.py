@@ -101,7 +101,7 @@ def test_cli_choices_and_wildcards_come_from_the_registry():
     from rag.cli import build_parser
 
     parser = build_parser()
-    for cmd in ("train", "evaluate", "topk-sweep", "oracle", "hotswap"):
+    for cmd in ("train", "evaluate", "experiments"):
         sub = parser._subparsers._group_actions[0].choices[cmd]
         [variant] = [a for a in sub._actions if a.dest == "variant"]
         for name in VARIANTS:  # each registered variant, and each as a further generator's run

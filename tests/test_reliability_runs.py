@@ -307,19 +307,19 @@ def test_sweep_reads_the_runs_own_test_decode_at_the_tasks_k(upstream, tmp_path,
     run = tmp_path / "run"
     _main(upstream.train_argv(upstream.sections, run))
     sec = upstream.sections
-    argv = ["topk-sweep", "--config", str(sec["train_byo_qa"]), str(sec["eval_byo_qa"]), "--variant", "rag_token",
+    argv = ["experiments", "--config", str(sec["train_byo_qa"]), str(sec["eval_byo_qa"]), "--variant", "rag_token",
             "--passages", str(upstream.passages), "--embeddings", str(upstream.emb), "--index", str(upstream.index),
             "--experiments-config", str(sec["experiments"]), "--model-dir", str(run / "model"),
             "--test", str(upstream.data["test"])]
     decoded = run / "test" / "predictions.jsonl"
-    _main(argv + ["--out", str(tmp_path / "all.json")])
-    _main(argv + ["--test-predictions", str(decoded), "--out", str(tmp_path / "reused.json")])
+    _main(argv + ["--topk-out", str(tmp_path / "all.json")])
+    _main(argv + ["--test-predictions", str(decoded), "--topk-out", str(tmp_path / "reused.json")])
     assert (tmp_path / "reused.json").read_bytes() == (tmp_path / "all.json").read_bytes()
 
     rows = [json.loads(x) for x in decoded.read_text().splitlines()]
     altered = tmp_path / "altered.jsonl"
     altered.write_text("".join(json.dumps({**r, "prediction": r["targets"][0]}) + "\n" for r in rows))
-    _main(argv + ["--test-predictions", str(altered), "--out", str(tmp_path / "altered.json")])
+    _main(argv + ["--test-predictions", str(altered), "--topk-out", str(tmp_path / "altered.json")])
     got = json.loads((tmp_path / "altered.json").read_text())
     assert got["k"] == [1, 2] and got["em"][1] == 100.0 and got["per_example"]["2"]["correct"] == [100.0] * len(rows)
     assert got["em"][0] == json.loads((tmp_path / "all.json").read_text())["em"][0]  # K = 1 decoded as before
@@ -328,7 +328,7 @@ def test_sweep_reads_the_runs_own_test_decode_at_the_tasks_k(upstream, tmp_path,
                             ("k", [{**r, "doc_ids": r["doc_ids"][:1]} for r in rows], ":1: 1 documents, the task's test-time K is 2")]:
         path = tmp_path / f"{name}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in bad))
-        assert main(argv + ["--test-predictions", str(path), "--out", str(tmp_path / f"{name}.json")]) == 2
+        assert main(argv + ["--test-predictions", str(path), "--topk-out", str(tmp_path / f"{name}.json")]) == 2
         err = _error(capsys)
         assert err.startswith(f"error: {path}") and what in err, err
         assert not (tmp_path / f"{name}.json").exists()
@@ -343,7 +343,7 @@ K_FAULTS = [  # (key, how to set it, the command that checks it in a job)
     ("train.k", lambda c: c["train"].update(k=6), "train"),
     ("tasks.byo_qa.decode_token.k", lambda c: c["tasks"]["byo_qa"]["decode_token"].update(k=10), "train"),
     ("tasks.byo_qa.decode_token.k", lambda c: c["tasks"]["byo_qa"]["decode_token"].update(k=10), "evaluate"),
-    ("experiments.topk_sweep[1]", lambda c: c["experiments"].update(topk_sweep=[1, 9]), "topk-sweep"),
+    ("experiments.topk_sweep[1]", lambda c: c["experiments"].update(topk_sweep=[1, 9]), "experiments"),
 ]
 
 
@@ -368,8 +368,8 @@ def test_k_beyond_the_corpus_is_refused_by_the_job_before_anything_is_built(upst
                 "--test", str(upstream.data["test"])] + [a for s in ("dev", "test") for a in (
                     f"--{s}-predictions", str(run / s / "p.jsonl"), f"--{s}-metrics", str(run / s / "m.json"))]
     else:
-        argv = ["topk-sweep", *common, "--experiments-config", str(sections["experiments"]), "--model-dir",
-                str(run / "model"), "--test", str(upstream.data["test"]), "--out", str(run / "topk.json")]
+        argv = ["experiments", *common, "--experiments-config", str(sections["experiments"]), "--model-dir",
+                str(run / "model"), "--test", str(upstream.data["test"]), "--topk-out", str(run / "topk.json")]
     assert main(argv) == 2
     k = {"train.k": 6, "tasks.byo_qa.decode_token.k": 10}.get(key, 9)
     assert _error(capsys) == f"error: config key '{key}': K={k} exceeds the 4 passages of {upstream.passages}"

@@ -21,7 +21,7 @@ MODULES = (
     "rag.cli.data_commands",  # corpus, tasks, hotswap-data, prepare-task, prepare-corpus, download
     "rag.cli.retrieval_commands",  # encode, index, bm25
     "rag.cli.training_commands",  # pretrain, train
-    "rag.cli.evaluation_commands",  # evaluate, topk-sweep, oracle, hotswap, score
+    "rag.cli.evaluation_commands",  # evaluate, experiments, score
     "rag.cli.report_commands",  # report, check, bands
     "rag.cli.run_commands",  # init-store, plan, diff-runs, import-hf-rag
 )

@@ -1,13 +1,13 @@
 """Evaluation and experiment commands: ``evaluate`` (rule ``evaluate``:
-:mod:`rag.stages.evaluation`), ``topk-sweep``, ``oracle``, ``hotswap`` (rules ``topk_sweep``,
-``oracle``, ``hotswap``: :mod:`rag.stages.experiments`) and ``score`` (one metric over a
-predictions file: :mod:`rag.metrics`)."""
+:mod:`rag.stages.evaluation`), ``experiments`` (rule ``experiments``: :mod:`rag.stages.experiments`)
+and ``score`` (one metric over a predictions file: :mod:`rag.metrics`)."""
 
 from __future__ import annotations
 
 import json
 
 from rag.cli import add_command
+from rag.errors import ConfigError
 from rag.cli.task_args import add_eval_args, add_task_command, eval_io, task_setup
 from rag.metrics import METRICS, score_files
 from rag.retrieval import RetrievalFiles, add_file_args
@@ -22,30 +22,20 @@ def cmd_evaluate(args) -> None:
                    files=RetrievalFiles.from_args(args))
 
 
-def cmd_topk_sweep(args) -> None:
-    from rag.stages.experiments import topk_sweep
+def cmd_experiments(args) -> None:
+    from rag.stages.experiments import run_experiments
 
+    hot = {"questions": args.questions, "passages_b": args.passages_b, "embeddings_b": args.embeddings_b,
+           "index_b": args.index_b}
+    if args.hotswap_out and not all(hot.values()) or not args.hotswap_out and any(hot.values()):
+        raise ConfigError("the hot-swap needs --hotswap-out, --questions, --passages-b, --embeddings-b and --index-b together")
     cfg, device = task_setup(args)
-    topk_sweep(cfg, read_section(ExperimentsSection, args.experiments_config), device, args.variant,
-               model_dir=args.model_dir, files=RetrievalFiles.from_args(args), test=args.test, out=args.out,
-               decoded=args.test_predictions)
-
-
-def cmd_hotswap(args) -> None:
-    from rag.stages.experiments import hotswap
-
-    cfg, device = task_setup(args)
-    snapshots = {s: RetrievalFiles(passages=getattr(args, f"passages_{s}"), embeddings=getattr(args, f"embeddings_{s}"),
-                                   index=getattr(args, f"index_{s}")) for s in ("a", "b")}
-    hotswap(cfg, device, args.variant, model_dir=args.model_dir, questions=args.questions, snapshots=snapshots,
-            out=args.out)
-
-
-def cmd_oracle(args) -> None:
-    from rag.stages.experiments import oracle
-
-    cfg, device = task_setup(args)
-    oracle(cfg, device, args.variant, model_dir=args.model_dir, passages=args.passages, test=args.test, out=args.out)
+    files = RetrievalFiles.from_args(args)
+    snapshot_b = RetrievalFiles(passages=args.passages_b, embeddings=args.embeddings_b, index=args.index_b)
+    run_experiments(cfg, read_section(ExperimentsSection, args.experiments_config), device, args.variant,
+                    model_dir=args.model_dir, files=files, test=args.test, decoded=args.test_predictions,
+                    topk_out=args.topk_out, oracle_out=args.oracle_out, hotswap_out=args.hotswap_out,
+                    questions=args.questions, snapshot_b=snapshot_b)
 
 
 def cmd_score(args) -> None:
@@ -59,31 +49,21 @@ def register(sub) -> None:
     add_eval_args(p, required=True)
     p.add_argument("--model-dir", required=True)
 
-    p = add_task_command(sub, "topk-sweep", cmd_topk_sweep,
-                         "Figure 3: test-time K against the task metric and answer recall")
+    p = add_task_command(sub, "experiments", cmd_experiments,
+                         "one model's experiments: Figure 3's K sweep, the oracle, the index hot-swap")
     add_file_args(p)
-    p.add_argument("--test", required=True, help="test jsonl to decode at each K")
+    p.add_argument("--test", required=True, help="test jsonl to decode at each K and with the gold passage")
     p.add_argument("--test-predictions", help="the run's test predictions (the task's test-time K): that K is read, not decoded again")
     p.add_argument("--experiments-config", required=True)
     p.add_argument("--model-dir", required=True)
-    p.add_argument("--out", required=True)
-
-    p = add_task_command(sub, "oracle", cmd_oracle,
-                         "reader quality: decode test with the gold passage as the only document (K = 1)")
-    p.add_argument("--model-dir", required=True)
-    p.add_argument("--passages", required=True)
-    p.add_argument("--test", required=True)
-    p.add_argument("--out", required=True)
-
-    p = add_task_command(sub, "hotswap", cmd_hotswap,
-                         "Section 4.5: answer the leader questions with the index of each snapshot")
-    p.add_argument("--model-dir", required=True)
-    p.add_argument("--questions", required=True)
-    for s in ("a", "b"):
-        p.add_argument(f"--passages-{s}", required=True)
-        p.add_argument(f"--embeddings-{s}", nargs="+", required=True)
-        p.add_argument(f"--index-{s}", required=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--topk-out", required=True, help="Figure 3: the task metric and answer recall at each K")
+    p.add_argument("--oracle-out", help="the reader given the gold passage (from --passages) as its only document")
+    p.add_argument("--hotswap-out", help="Section 4.5: the leader questions answered with each snapshot's index "
+                   "(--passages/--embeddings/--index, then the -b ones)")
+    p.add_argument("--questions", help="the hot-swap's questions (rag hotswap-data)")
+    p.add_argument("--passages-b")
+    p.add_argument("--embeddings-b", nargs="+")
+    p.add_argument("--index-b")
 
     p = add_command(sub, "score", cmd_score, "score predictions against references with one metric")
     p.add_argument("--metric", required=True, metavar="NAME", help=f"one of: {', '.join(METRICS)}")

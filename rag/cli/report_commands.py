@@ -193,9 +193,9 @@ def register(sub) -> None:
     p.add_argument("--metrics", nargs="*", default=[], help="metrics.json files (each names its task, variant, split)")
     p.add_argument("--predictions", nargs="*", default=[],
                    help="predictions.jsonl files, one per --metrics file in the same order (or none)")
-    p.add_argument("--topk", nargs="*", default=[], help="Figure 3 top-K sweep results (rag topk-sweep --out)")
-    p.add_argument("--hotswap", nargs="*", default=[], help="index hot-swap results (rag hotswap --out)")
-    p.add_argument("--oracle", nargs="*", default=[], help="gold-passage reader results (rag oracle --out)")
+    p.add_argument("--topk", nargs="*", default=[], help="Figure 3 top-K sweep results (rag experiments --topk-out)")
+    p.add_argument("--hotswap", nargs="*", default=[], help="index hot-swap results (rag experiments --hotswap-out)")
+    p.add_argument("--oracle", nargs="*", default=[], help="gold-passage reader results (rag experiments --oracle-out)")
     p.add_argument("--train-data", nargs="*", default=[], metavar="TASK=PATH",
                    help="a task's train jsonl (the claims' majority-label baseline)")
     p.add_argument("--passages", default=None, help="passages.tsv (id, title, text) for the sample browser")

@@ -1,4 +1,4 @@
-"""What the task commands (``train``, ``evaluate``, ``topk-sweep``, ``oracle``, ``hotswap``) share:
+"""What the task commands (``train``, ``evaluate``, ``experiments``) share:
 their ``--seed``, config, variant, retrieval-file and dev/test flags, and the set-up of the task's
 sections and device."""
 

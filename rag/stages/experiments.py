@@ -1,5 +1,5 @@
-"""The experiment stages: Figure 3's top-K sweep, the index hot-swap and the reader given the gold
-passage (rules ``topk_sweep``, ``hotswap``, ``oracle``)."""
+"""The experiments of one trained model (rule ``experiments``): Figure 3's top-K sweep, the reader
+given the gold passage and the index hot-swap."""
 
 from __future__ import annotations
 
@@ -12,6 +12,25 @@ from rag.retrieval import RetrievalFiles
 from rag.sections import ExperimentsSection, TrainSection
 from rag.stages.model_loading import check_k_in_passages, load_trained
 from rag.tasks import TASKS
+
+
+def run_experiments(cfg: TrainSection, exp: ExperimentsSection, device: str, variant: str, *, model_dir: str | Path,
+                    files: RetrievalFiles, test: str | Path, decoded: str | Path | None, topk_out: str | Path,
+                    oracle_out: str | Path | None = None, hotswap_out: str | Path | None = None,
+                    questions: str | Path | None = None, snapshot_b: RetrievalFiles | None = None) -> None:
+    """The experiments of one model in one process, each from torch's seed as a process of its own
+    would start it: the K sweep (``topk_out``), the oracle (``oracle_out``, from ``files``' passages) and
+    the hot-swap (``hotswap_out``: the ``questions`` with ``files`` and ``snapshot_b``)."""
+    import torch
+
+    topk_sweep(cfg, exp, device, variant, model_dir=model_dir, files=files, test=test, out=topk_out, decoded=decoded)
+    if oracle_out is not None:
+        torch.manual_seed(cfg.seed)
+        oracle(cfg, device, variant, model_dir=model_dir, passages=files.passages, test=test, out=oracle_out)
+    if hotswap_out is not None:
+        torch.manual_seed(cfg.seed)
+        hotswap(cfg, device, variant, model_dir=model_dir, questions=questions, snapshots={"a": files, "b": snapshot_b},
+                out=hotswap_out)
 
 
 def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant: str, *, model_dir: str | Path,

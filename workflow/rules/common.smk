@@ -58,6 +58,10 @@ HOTSWAP = CFG["experiments"]["hotswap"] and CFG["corpus"]["source"] == "miniworl
 TOPK_TASK = CFG["experiments"]["topk_task"]
 # the oracle (gold passage as the only document) needs questions that name their gold passage: miniworld's do
 ORACLE = CFG["experiments"]["oracle"] and CFG["corpus"]["source"] == "miniworld" and TOPK_TASK in CFG["tasks"]
+# the result files of the experiments job of one of the topk task's models (rule experiments); the hot-swap
+# asks HOTSWAP_TASK's questions, which the config requires to be the topk task's where it runs
+EXPERIMENT_OUTPUTS = {kind: f"{R}/experiments/{kind}/{{task}}/{{variant}}/seed{{seed}}.json"
+                      for kind, runs in (("topk", True), ("oracle", ORACLE), ("hotswap", HOTSWAP)) if runs}
 CONDA = "../../envs/rag.yaml"
 # the score bands the report and `snakemake check` hold the experiment to (config key bands): a relative path is the
 # repository's, where config/bands/ is versioned with the code, whatever directory the run works in
@@ -245,10 +249,31 @@ def run_files(kind, generators=False):
             for split in ("dev", "test")]
 
 
-def experiment_files(kind, task, variants):
-    """An experiment's result file per variant and seed: experiments/<kind>[/<task>]/<variant>/seed<seed>.json."""
-    where = f"{R}/experiments/{kind}" if kind == "hotswap" else f"{R}/experiments/{kind}/{task}"
-    return [f"{where}/{v}/seed{s}.json" for v in variants for s in SEEDS[(task, v)]]
+def experiment_files(kind):
+    """An experiment's result file per RAG variant and seed of the topk task (EXPERIMENT_OUTPUTS)."""
+    if kind not in EXPERIMENT_OUTPUTS:
+        return []
+    return [EXPERIMENT_OUTPUTS[kind].format(task=TOPK_TASK, variant=v, seed=s)
+            for v in rag_variants(TOPK_TASK) for s in SEEDS[(TOPK_TASK, v)]]
+
+
+def hotswap_inputs(wildcards):
+    """The hot-swap's questions and the second snapshot (passages, embeddings, index), where it runs
+    (the first snapshot is the model's own retrieval files)."""
+    if not HOTSWAP:
+        return {}
+    b = f"{NAME}_b"
+    return {"questions": f"{R}/data/hotswap/questions.jsonl", "passages_b": corpus_passages(b), "rows_b": passage_rows(b),
+            "emb_b": shard_files(b), "index_b": index_file(b)}
+
+
+def experiment_args(wildcards, input, output):
+    """`rag experiments` flags: the result file of each experiment the job runs, and the hot-swap's inputs."""
+    args = [a for kind in output.keys() for a in (f"--{kind}-out", getattr(output, kind))]
+    if "questions" in input.keys():
+        args += ["--questions", input.questions, "--passages-b", input.passages_b, "--embeddings-b", *input.emb_b,
+                 "--index-b", input.index_b]
+    return args
 
 
 def rag_variants(task):
@@ -267,9 +292,9 @@ def report_inputs(wildcards, generators=False):
     return {
         "metrics": run_files("metrics.json", generators),
         "predictions": run_files("predictions.jsonl", generators),
-        "topk": experiment_files("topk", TOPK_TASK, rag_variants(TOPK_TASK)),
-        "hotswap": experiment_files("hotswap", HOTSWAP_TASK, rag_variants(HOTSWAP_TASK)) if HOTSWAP else [],
-        "oracle": experiment_files("oracle", TOPK_TASK, rag_variants(TOPK_TASK)) if ORACLE else [],
+        "topk": experiment_files("topk"),
+        "hotswap": experiment_files("hotswap"),
+        "oracle": experiment_files("oracle"),
         "train_data": [f"{R}/data/{task}/train.jsonl" for task in TASK_NAMES],
         **({"bands": BANDS} if BANDS else {}),
     }
