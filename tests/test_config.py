@@ -397,7 +397,7 @@ def test_replicate_config_that_does_not_validate_names_the_key(root):
 def test_replicate_config_command_writes_a_config_that_loads(root, tmp_path, capsys):
     out = tmp_path / "replicates.yaml"
     assert main(["replicate-config", "--config", str(root / "config.yaml"), "--seeds", "1", "2", "3", "--out", str(out)]) == 0
-    assert "16 run(s) get more seeds, 33 more fine-tune(s)" in capsys.readouterr().out  # 6 of the 22 one-seed runs hold 1-3
+    assert "16 run(s) get more seeds, 32 more fine-tune(s)" in capsys.readouterr().out  # 6 of the 22 one-seed runs hold 1-3
     assert out.read_text().startswith("# rag replicate-config --config ")
     assert load_config(out)["tasks"]["msmarco"]["seeds"] == [1, 2, 3]
     listing = tmp_path / "list.yaml"
