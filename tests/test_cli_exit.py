@@ -42,3 +42,15 @@ def test_main_called_with_arguments_returns_the_code(tmp_path, monkeypatch, caps
     monkeypatch.chdir(tmp_path)
     assert main(references(tmp_path)) == 0
     assert json.loads(capsys.readouterr().out)["score"] == 50.0
+
+
+def test_a_hot_swap_given_in_part_is_refused_before_any_model_loads(tmp_path):
+    """`rag experiments` runs the hot-swap only with its output, questions and second snapshot all given."""
+    argv = ["experiments", "--config", "train.json", "--variant", "rag_token", "--experiments-config", "e.json",
+            "--model-dir", "m", "--test", "t.jsonl", "--topk-out", "k.json", "--hotswap-out", "h.json",
+            "--questions", "q.jsonl"]
+    proc = rag(tmp_path, argv)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("error: the hot-swap needs --hotswap-out, --questions, --passages-b, --embeddings-b "
+                                   "and --index-b together")
+    assert not list(tmp_path.iterdir())

@@ -77,6 +77,9 @@ def test_paper_config_is_valid(root, tmp_path, monkeypatch):
         (lambda c: c["corpus"].update(name="../../etc"), "config key 'corpus.name'"),
         (lambda c: c.update(name="a b; rm -rf /"), "config key 'name'"),
         (lambda c: c["experiments"].update(topk_sweep=[1, 5000]), "experiments.topk_sweep[1]"),
+        # the hot-swap runs in the experiments jobs of the topk task's models and asks NQ's questions
+        (lambda c: c["experiments"].update(topk_task="triviaqa"), "config key 'experiments.topk_task': the hot-swap"),
+        (lambda c: c["experiments"].update(topk_task="triviaqa", hotswap=False), None),
         (lambda c: c.update(metrics={"qbleu1": {"delta": 2}}), "config key 'metrics.qbleu1.delta'"),
         (lambda c: c.update(metrics={"qbleu1": {"w_ner": 0.7, "w_qt": 0.2, "w_re": 0.2}}),
          "config key 'metrics.qbleu1': w_ner + w_qt + w_re = 1.1 > 1"),

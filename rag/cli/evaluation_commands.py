@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 from rag.cli import add_command
-from rag.errors import ConfigError
 from rag.cli.task_args import add_eval_args, add_task_command, eval_io, task_setup
+from rag.errors import ConfigError
 from rag.metrics import METRICS, score_files
 from rag.retrieval import RetrievalFiles, add_file_args
 from rag.sections import ExperimentsSection, read_section
