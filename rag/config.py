@@ -241,8 +241,7 @@ def _check_references(cfg: dict) -> None:
             # replaces them in snapshot b): fewer people leave countries without one (KeyError later)
             raise ConfigError(f"config key 'miniworld.people': {mw['people']} is fewer than twice "
                               f"miniworld.countries ({mw['countries']}); every country needs a leader")
-        exp = cfg["experiments"]
-        if exp["hotswap"] and ROLES.hotswap in tasks and exp["topk_task"] != ROLES.hotswap:
+        if hotswap_runs(cfg) and cfg["experiments"]["topk_task"] != ROLES.hotswap:
             raise ConfigError(f"config key 'experiments.topk_task': the hot-swap runs in the experiments job of each of "
                               f"the topk task's models and asks {ROLES.hotswap}'s questions; set topk_task: "
                               f"{ROLES.hotswap}, or experiments.hotswap: false")
@@ -512,6 +511,12 @@ def check_section_files(folder: str | Path, pieces: dict[str, dict], rerun: Call
                           f"of the runs here (no .snakemake/metadata/: results/ copied without it?), so it would keep "
                           f"every output made from the old value; run once with --forcerun {' '.join(stale)} "
                           f"(it writes them again and re-runs what reads them)")
+
+
+def hotswap_runs(cfg: dict) -> bool:
+    """Whether the index hot-swap runs: experiments.hotswap, a miniworld corpus (two snapshots) and the task
+    whose questions it asks (rag/tasks.py ROLES) configured."""
+    return bool(cfg["experiments"]["hotswap"] and cfg["corpus"]["source"] == "miniworld" and ROLES.hotswap in cfg["tasks"])
 
 
 def task_variants(cfg: dict, task: str) -> list[str]:

@@ -345,8 +345,9 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
 def retrieval_memory(rule: str, cfg: dict, sizes: dict, index: dict) -> tuple[float, str]:
     """What a job that retrieves densely holds (bytes, and how), without the generator: the index, the
     passages' row table and a retrieving process; an experiments job that runs the hot-swap holds two snapshots."""
-    hotswap = cfg["experiments"]["hotswap"] and cfg["corpus"]["source"] == "miniworld"
-    mult = 2 if rule == "experiments" and hotswap else 1
+    from rag.config import hotswap_runs
+
+    mult = 2 if rule == "experiments" and hotswap_runs(cfg) else 1
     memory = (index["memory"] + sizes["row_table_bytes"]) * mult + RETRIEVING_PROCESS
     return memory, (("two snapshots of " if mult == 2 else "") + f"the {index['label']} index + the passages' row table + "
                     f"{RETRIEVING_PROCESS / 1e9:.1f} GB of process (measured); passages and embeddings read in place")

@@ -284,14 +284,14 @@ def test_a_retrieving_jobs_need_against_a_built_case(tmp_path):
         save_index(build_index(np.random.default_rng(0).standard_normal((n, d)).astype(np.float32), kind, hnsw_m=8), index)
         est = index_bytes(kind, n, d, hnsw_m=8)
         assert index.stat().st_size == pytest.approx(est["disk"], rel=0.05)
-        miniworld = {"experiments": {"hotswap": True}, "corpus": {"source": "miniworld"}}
+        miniworld = {"experiments": {"hotswap": True}, "corpus": {"source": "miniworld"}, "tasks": {"nq": {}}}
         need, how = retrieval_memory("train", miniworld, {"row_table_bytes": row_table_bytes(n)}, {**est, "label": kind})
         assert need == est["memory"] + rows_path(passages).stat().st_size + RETRIEVING_PROCESS
         assert "read in place" in how
         # an experiments job that runs the hot-swap holds both snapshots; without it (at paper scale), one
         hot, _ = retrieval_memory("experiments", miniworld, {"row_table_bytes": row_table_bytes(n)}, {**est, "label": kind})
         assert hot == 2 * (est["memory"] + row_table_bytes(n)) + RETRIEVING_PROCESS
-        local = {"experiments": {"hotswap": True}, "corpus": {"source": "local"}}
+        local = {"experiments": {"hotswap": True}, "corpus": {"source": "local"}, "tasks": {"nq": {}}}
         assert retrieval_memory("experiments", local, {"row_table_bytes": row_table_bytes(n)}, {**est, "label": kind})[0] == need
     cfg = tmp_path / "paper_ivfpq.yaml"
     cfg.write_text((ROOT / "config" / "paper.yaml").read_text().replace("  index: hnsw ", "  index: ivfpq "))

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from snakemake.io import IOFile
 
-from rag.config import (check_section_files, config_hash, encoder_slug, generator_runs, input_files, load_config, run_seeds,
-                        sections, task_variants)
+from rag.config import (check_section_files, config_hash, encoder_slug, generator_runs, hotswap_runs, input_files, load_config,
+                        run_seeds, sections, task_variants)
 from rag.errors import ConfigError
 from rag.io import lock_holder
 from rag.manifest import sha256_files
@@ -53,13 +53,12 @@ RUN = f"{R}/runs/{{task}}/{{variant}}/seed{{seed}}"
 ENCODER = encoder_slug(CFG["retriever"]["context_encoder"])
 INDEX = CFG["retriever"]["index"]
 SHARDS = range(CFG["retriever"]["shards"])
-HOTSWAP_TASK = ROLES.hotswap  # the task whose questions the hot-swap asks (rag/tasks.py ROLES)
-HOTSWAP = CFG["experiments"]["hotswap"] and CFG["corpus"]["source"] == "miniworld" and HOTSWAP_TASK in CFG["tasks"]
+HOTSWAP = hotswap_runs(CFG)
 TOPK_TASK = CFG["experiments"]["topk_task"]
 # the oracle (gold passage as the only document) needs questions that name their gold passage: miniworld's do
 ORACLE = CFG["experiments"]["oracle"] and CFG["corpus"]["source"] == "miniworld" and TOPK_TASK in CFG["tasks"]
 # the result files of the experiments job of one of the topk task's models (rule experiments); the hot-swap
-# asks HOTSWAP_TASK's questions, which the config requires to be the topk task's where it runs
+# asks the questions of ROLES.hotswap's task, which the config requires to be the topk task where it runs
 EXPERIMENT_OUTPUTS = {kind: f"{R}/experiments/{kind}/{{task}}/{{variant}}/seed{{seed}}.json"
                       for kind, runs in (("topk", True), ("oracle", ORACLE), ("hotswap", HOTSWAP)) if runs}
 CONDA = "../../envs/rag.yaml"
