@@ -15,7 +15,7 @@ from rag.errors import ConfigError
 from rag.io import lock_holder
 from rag.manifest import sha256_files
 from rag.retrieval import FILE_ROLES
-from rag.tasks import GENERATOR_SEP, RETRIEVERS, ROLES, TASKS, VARIANTS, split_variant, variant_spec
+from rag.tasks import GENERATOR_SEP, RETRIEVERS, TASKS, VARIANTS, split_variant, variant_spec
 
 # load_config validates against workflow/schemas/config.schema.yaml (the same file) and stops
 # with one line naming the key; snakemake.utils.validate would print a whole jsonschema dump.
