@@ -58,7 +58,7 @@ TOPK_TASK = CFG["experiments"]["topk_task"]
 # the oracle (gold passage as the only document) needs questions that name their gold passage: miniworld's do
 ORACLE = CFG["experiments"]["oracle"] and CFG["corpus"]["source"] == "miniworld" and TOPK_TASK in CFG["tasks"]
 # the result files of the experiments job of one of the topk task's models (rule experiments); the hot-swap
-# asks the questions of ROLES.hotswap's task, which the config requires to be the topk task where it runs
+# asks the questions of rag.tasks.ROLES.hotswap's task, which the config requires to be the topk task where it runs
 EXPERIMENT_OUTPUTS = {kind: f"{R}/experiments/{kind}/{{task}}/{{variant}}/seed{{seed}}.json"
                       for kind, runs in (("topk", True), ("oracle", ORACLE), ("hotswap", HOTSWAP)) if runs}
 CONDA = "../../envs/rag.yaml"
