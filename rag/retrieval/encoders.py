@@ -15,6 +15,10 @@ from torch import nn
 from rag.errors import ConfigError
 
 
+# the characters of a text tokenized for each token max_length keeps (Encoder.bound): a word piece or BPE
+# token is a few characters of a 100-word passage; a text longer than this many a token is cut first
+CHARS_PER_TOKEN = 64
+
 def resolve_model_path(name: str) -> str:
     """Map ``package:<module>`` to the model folder a package ships; other names pass through."""
     if name.startswith("package:"):
@@ -111,14 +115,20 @@ class Encoder(nn.Module):
             vec = nn.functional.normalize(vec, dim=-1)
         return vec
 
+    def bound(self, text: str) -> str:
+        """``text`` cut to CHARS_PER_TOKEN characters a token of max_length: what truncation keeps of any text
+        whose tokens average under that many characters, without tokenizing a 50 MB passage whole."""
+        return text[: self.max_length * CHARS_PER_TOKEN]
+
     def encode_texts(self, texts: list[str]) -> torch.Tensor:
+        texts = [self.bound(t) for t in texts]
         batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
         return self(**{k: v.to(next(self.parameters()).device) for k, v in batch.items()})
 
 
 def _tokenize_pairs(encoder: Encoder, titles: list[str], texts: list[str], idx) -> dict:
     """One batch of (title, text) sentence pairs, truncating only the text, padded to the batch's longest."""
-    return dict(encoder.tokenizer([titles[i] for i in idx], [texts[i] for i in idx], padding=True, truncation="only_second",
+    return dict(encoder.tokenizer([encoder.bound(titles[i]) for i in idx], [encoder.bound(texts[i]) for i in idx], padding=True, truncation="only_second",
                                   max_length=encoder.max_length, return_tensors="pt"))
 
 

@@ -36,16 +36,31 @@ def exact_match(prediction: str, golds: Sequence[str]) -> bool:
     return any(norm == normalize_answer(g) for g in golds)
 
 
-_REGEX_FLAGS = re.IGNORECASE | re.UNICODE | re.MULTILINE
+# a gold pattern is matched by the regex package (re's syntax and results, its VERSION0), which bounds
+# the time one match may take: a pattern that backtracks without end is an error naming it, not a hang
+REGEX_TIMEOUT_S = 2.0
 
 
-def compile_regex(pattern: str) -> "re.Pattern":
+def compile_regex(pattern: str):
     """Compile a gold answer pattern (IGNORECASE|UNICODE|MULTILINE); DataError naming it if invalid
     (everywhere: parsers, training targets, em_regex, answer recall)."""
+    import regex
+
     try:
-        return re.compile(pattern, flags=_REGEX_FLAGS)
-    except (re.error, TypeError) as exc:
+        return regex.compile(pattern, flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE | regex.VERSION0)
+    except (regex.error, TypeError) as exc:
         raise DataError(f"invalid gold regular expression {pattern!r}: {exc}") from None
+
+
+def bounded(compiled, how: str, text: str):
+    """``compiled.match``, ``.search`` or ``.finditer`` (``how``; its matches as a list) of ``text``, in at
+    most REGEX_TIMEOUT_S seconds; past it, a DataError naming the pattern (catastrophic backtracking)."""
+    try:
+        out = getattr(compiled, how)(text, timeout=REGEX_TIMEOUT_S)
+        return list(out) if how == "finditer" else out
+    except TimeoutError:
+        raise DataError(f"gold regular expression {compiled.pattern!r}: matching {text[:40]!r} took over "
+                        f"{REGEX_TIMEOUT_S:g} s (catastrophic backtracking: rewrite the pattern)") from None
 
 
 def regex_match(prediction: str, patterns: Sequence[str]) -> bool:
@@ -54,7 +69,7 @@ def regex_match(prediction: str, patterns: Sequence[str]) -> bool:
     DrQA's rule, equal to it where normalization changes nothing); an invalid pattern: DataError."""
     compiled = [compile_regex(p) for p in patterns]
     candidates = (prediction, normalize_answer(prediction))
-    return any(c.match(text) is not None for c in compiled for text in candidates)
+    return any(bounded(c, "match", text) is not None for c in compiled for text in candidates)
 
 
 @functools.cache
@@ -79,7 +94,7 @@ def answer_in_text(text: str, answers: Sequence[str], regex: bool = False) -> bo
     """
     if regex:
         norm = unicodedata.normalize("NFD", text)
-        return any(compile_regex(unicodedata.normalize("NFD", a)).search(norm) is not None for a in answers)
+        return any(bounded(compile_regex(unicodedata.normalize("NFD", a)), "search", norm) is not None for a in answers)
     tokens = _dpr_tokens(text)
     for a in answers:
         at = _dpr_tokens(a)
