@@ -609,9 +609,15 @@ def render_html(context: dict) -> str:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    # a control character of the data (a NUL in a prediction) is a parse error in HTML, which
-    # browsers drop or replace: the page shows U+FFFD in its place, as they would
-    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", "\ufffd", env.get_template("report.html.j2").render(**context))
+    # a control character of the data (a NUL in a prediction, C1's U+0085) is a parse error in HTML, which
+    # browsers drop or replace, and a bidirectional override (U+202E) turns the text after it around:
+    # the page shows U+FFFD in their place
+    return _UNSHOWN.sub("\ufffd", env.get_template("report.html.j2").render(**context))
+
+
+# C0 and C1 control characters but tab, newline and carriage return; the bidirectional marks, embeddings,
+# overrides and isolates (Unicode's Bidi_Control)
+_UNSHOWN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def build_report(
