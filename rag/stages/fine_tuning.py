@@ -29,7 +29,7 @@ def _targets_for_training(cfg: TrainSection, system, rows: list[dict]) -> tuple[
         return [r["input"] for r in rows], [label_token(r["targets"][0]) for r in rows]
     if not spec.regex_targets:
         return [r["input"] for r in rows], [r["targets"][0] for r in rows]
-    from rag.scoring.answer_match import compile_regex
+    from rag.scoring.answer_match import bounded, compile_regex
 
     if system.passages is None:
         if any("answer" not in r.get("meta", {}) for r in rows):
@@ -52,7 +52,7 @@ def _targets_for_training(cfg: TrainSection, system, rows: list[dict]) -> tuple[
                 for j in ids:
                     text = system.passages.texts[j]
                     for pat in pats:
-                        counts.update(m.group(0) for m in pat.finditer(text))
+                        counts.update(m.group(0) for m in bounded(pat, "finditer", text))
                 if counts:
                     inputs.append(row["input"])
                     targets.append(counts.most_common(1)[0][0])
