@@ -230,7 +230,10 @@ class Run:
 
     @_store_errors
     def __init__(self, uri: str, experiment: str, run_name: str | None = None, run_id: str | None = None,
-                 tags: dict | None = None):
+                 tags: dict | None = None, supersedes: tuple[str, ...] = ()):
+        """The run ``run_id``, or a new one of ``experiment``; ``supersedes``: the keys of ``tags`` that name
+        what the new run is (a fine-tune: its cell, seed and rule), whose runs still RUNNING are ended KILLED
+        (a job killed with no chance to end its run; the caller holds the lock no two such jobs share)."""
         _quiet()
         from mlflow.tracking import MlflowClient
 
@@ -244,6 +247,8 @@ class Run:
 
             all_tags = {"mlflow.runName": run_name or "run", "git_commit": git_state()["git_commit"] or "unknown",
                         "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""), **(tags or {})}
+            if supersedes:
+                self._end_abandoned(exp_id, {k: str(all_tags[k]) for k in supersedes})
             run = self.client.create_run(exp_id, tags={k: str(v) for k, v in all_tags.items()}, run_name=run_name)
             self.run_id, self.experiment_id = run.info.run_id, exp_id
         else:
@@ -251,6 +256,16 @@ class Run:
             self.run_id, self.experiment_id = run_id, run.info.experiment_id
             for k, v in (tags or {}).items():
                 self.client.set_tag(run_id, k, str(v))
+
+    def _end_abandoned(self, exp_id: str, tags: dict[str, str]) -> None:
+        """End KILLED the runs of ``exp_id`` still RUNNING with these tag values."""
+        def quoted(value: str) -> str:
+            return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+        where = " and ".join([f"tags.`{k}` = {quoted(v)}" for k, v in tags.items()] + ["attributes.status = 'RUNNING'"])
+        for old in self.client.search_runs([exp_id], filter_string=where, max_results=1000):
+            self.client.set_tag(old.info.run_id, "ended_by", "a later run of the same job (this one's process was killed)")
+            self.client.set_terminated(old.info.run_id, "KILLED")
 
     @_store_errors
     def params(self, params: dict) -> None:

@@ -16,8 +16,8 @@ DAG: SIGKILL to the whole process group          | stale snakemake lock: the re-
                                                  | (not --rerun-incomplete: the killed output never existed); then as
                                                  | above: resumed at step N, identical results.
 DAG: either kill                                 | SIGTERM: the killed attempt's MLflow run is FAILED (``rag`` exits
-                                                 | through SystemExit); SIGKILL: it stays RUNNING; the re-run logs to
-                                                 | a new run
+                                                 | through SystemExit); SIGKILL: the re-run ends it KILLED; the re-run
+                                                 | logs to a new run
 DAG: the same config run twice from scratch      | identical metrics, retrieval, predictions and loss curves; nothing
                                                  | forced (seeded, 1 torch thread per job, deterministic CPU kernels)
 Tracking: 8 processes create runs in one fresh   | all 8 runs, 8x params, 50-point curves, metrics and artifacts are

@@ -44,7 +44,8 @@ output of the rule (it is a param), so snakemake never deletes it; the rest of t
 and the final metrics, predictions and loss curve equal the uninterrupted run's.
 Left behind by a kill: after SIGTERM the killed attempt's MLflow run is FAILED (``rag`` turns
 SIGTERM into SystemExit, so ``rag train``'s ``except BaseException`` marks the run); after SIGKILL
-it stays RUNNING. Either way the re-run logs to a new run.
+it is RUNNING until the re-run, which holds the job's lock, ends it KILLED. Either way the re-run
+logs to a new run, FINISHED.
 """
 
 from __future__ import annotations
@@ -242,3 +243,9 @@ def test_kill_and_resume(upstream, baseline, tmp_path, sig):
     assert got["retrieval"] == want["retrieval"]
     assert got["losses"] == want["losses"], "resumed training diverged from the uninterrupted run"
     assert got["predictions"] == want["predictions"]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{wd}/results/mlflow.db")
+    exp = client.get_experiment_by_name("reliability/nq")
+    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.cell = 'nq/{KILL_VARIANT}'")
+    assert sorted(r.info.status for r in runs) == ["FAILED" if sig == signal.SIGTERM else "KILLED", "FINISHED"]

@@ -237,3 +237,29 @@ def test_artifacts_go_beside_the_store_not_to_mlruns(tmp_path):
     art = tmp_path / "results" / "mlartifacts" / "reliability" / "nq" / run_id / "artifacts" / "eval" / "test" / "artifact-0.json"
     assert json.loads(art.read_text()) == {"worker": 0}
     assert not (tmp_path / "mlruns").exists()
+
+
+def test_a_run_left_running_by_a_killed_job_is_ended_by_the_next_run_of_that_job(tmp_path):
+    """kill -9 leaves no chance to end an MLflow run: the next run of the same job (its cell, seed and rule)
+    ends it KILLED; a run of another seed or cell, and a finished one, stay as they are."""
+    from mlflow.tracking import MlflowClient
+
+    from rag.tracking import Run
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    job = ("cell", "seed", "rule")
+
+    def run(seed, cell="nq/rag_token"):
+        return Run(uri, "e/nq", run_name=f"rag_token seed {seed}", tags={"cell": cell, "seed": seed, "rule": "train"},
+                   supersedes=job)
+
+    killed, other_seed, other_cell, done = run(1), run(2), run(1, "nq/it's"), run(1)
+    done.finish()
+    again = run(1)
+    client = MlflowClient(uri)
+    status = {name: client.get_run(r.run_id).info.status
+              for name, r in {"killed": killed, "other_seed": other_seed, "other_cell": other_cell, "done": done,
+                              "again": again}.items()}
+    assert status == {"killed": "KILLED", "other_seed": "RUNNING", "other_cell": "RUNNING", "done": "FINISHED",
+                      "again": "RUNNING"}
+    assert "killed" in client.get_run(killed.run_id).data.tags["ended_by"]

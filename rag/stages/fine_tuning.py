@@ -119,7 +119,8 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
         # one run per seed; tag ``cell`` groups a (task, variant)'s seeds in the MLflow UI (group by tag)
         run = Run(cfg.tracking.uri, f"{cfg.name}/{name}", run_name=f"{variant} seed {cfg.seed}",
                   tags={"task": name, "variant": variant, "seed": cfg.seed, "cell": f"{name}/{variant}",
-                        "rule": "train", "config_hash": config_hash, "ddp_processes": world})
+                        "rule": "train", "config_hash": config_hash, "ddp_processes": world},
+                  supersedes=("cell", "seed", "rule"))
         run.params({"task": cfg.task.to_dict(), "train": t.to_dict(), "retriever": cfg.retriever.to_dict(),
                     "generator": cfg.generator.to_dict(), "variant": variant, "init_from": init, "n_train": len(inputs),
                     "seed": cfg.seed})
