@@ -178,9 +178,32 @@ class CausalLMGenerator(Generator):
         head, field, tail = self.template.partition("{text}")
         return (tail if field else head).format(title="", text="", question=question).lstrip()
 
+    def continuation_ids(self, targets: list[str]) -> list[list[int]]:
+        """Each answer's tokens as the model continues the prompt with it: the template's end (its text after
+        the last field), a space, and the answer, tokenized together, less the template end's own tokens (a
+        GPT-2 BPE continues "Answer:" with " Paris", not "Pa" "ris"); after a template that ends in whitespace
+        (its own token in the prompt), the answer's tokens alone. A tokenizer that merges the template's end
+        with an answer is a ConfigError naming the key."""
+        import string
+
+        tok = self.tokenizer
+        literal, field, *_ = list(string.Formatter().parse(self.template))[-1]
+        end = literal if field is None else ""
+        if end[-1:].isspace():
+            return tok(list(targets), add_special_tokens=False)["input_ids"]
+        head = tok(end, add_special_tokens=False)["input_ids"] if end else []
+        out = []
+        for target, ids in zip(targets, tok([f"{end} {t}" for t in targets], add_special_tokens=False)["input_ids"]):
+            if ids[: len(head)] != head:
+                raise ConfigError(f"config key 'generator.prompt_template': the tokenizer merges the prompt's end {end!r} "
+                                  f"with the answer {target[:40]!r}: end the template with a punctuation mark (\"Answer:\")")
+            out.append(ids[len(head):])
+        return out
+
     def tokenize_targets(self, targets: list[str]) -> torch.Tensor:
         tok = self.tokenizer
-        body = tok(targets, add_special_tokens=False, truncation=True, max_length=self.max_target_len - 2)["input_ids"]
+        # an answer longer than max_target_len keeps its beginning, as the seq2seq family's does
+        body = [ids[: self.max_target_len - 2] for ids in self.continuation_ids(targets)]
         rows = [torch.tensor([tok.bos_token_id] + ids + [tok.eos_token_id]) for ids in body]
         return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=tok.pad_token_id).to(self.device)
 
