@@ -260,10 +260,35 @@ def check_precision(precision: str, device: str | None = None) -> None:
                           f"with device: {device} use bf16 or fp32")
 
 
+TEMPLATE_FIELDS = ("title", "text", "question")  # generator.prompt_template's fields
+
+
+def check_template(template: str, where: str = "generator") -> None:
+    """ConfigError naming ``<where>.prompt_template`` unless ``template`` is text and the plain fields
+    :data:`TEMPLATE_FIELDS`, ``{question}`` among them: no conversion, format spec, index or attribute
+    (``{title:>99999999}`` would pad every prompt to any size, ``{question.__class__}`` reach Python's objects)."""
+    import string
+
+    key = f"config key '{where}.prompt_template'"
+    plain = "use the fields {title}, {text} and {question} as they are (a literal brace doubled: {{ }})"
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
+    except ValueError as exc:
+        raise ConfigError(f"{key}: {exc}; {plain}") from None
+    for name, spec, conv in fields:
+        if name not in TEMPLATE_FIELDS or spec or conv:
+            written = "{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+            what = "is no field of the prompt" if name not in TEMPLATE_FIELDS else "has a conversion or format spec"
+            raise ConfigError(f"{key}: {written!r:.60} {what}; {plain}")
+    if "question" not in {name for name, _, _ in fields}:
+        raise ConfigError(f"{key}: the prompt needs the field {{question}}")
+
+
 def _check_generator(g: dict, where: str) -> None:
     """The checks of a generator group ``g`` (at config key ``where``) its schema cannot make."""
     if g["init"] == "pretrained" and not g.get("name_or_path"):
         raise ConfigError(f"config key '{where}.name_or_path': required when {where}.init is pretrained")
+    check_template(g["prompt_template"], where)
     if g["pretrain_claims"] + g["pretrain_sentences"] + g["pretrain_absent"] > 1:
         raise ConfigError(f"config key '{where}.pretrain_absent': shares of the restated-fact examples add up to more than 1 "
                           f"(pretrain_claims {g['pretrain_claims']} + pretrain_sentences {g['pretrain_sentences']} "
