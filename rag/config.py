@@ -73,6 +73,18 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     return cfg
 
 
+def command_line_values(given: dict) -> dict:
+    """The values ``given`` by ``snakemake --config`` read as their keys declare them
+    (:func:`rag.keyspec.read_words`: ``seeds=[1,2]`` holds the numbers 1 and 2, ``train={lr: 1e-4}`` the
+    number 0.0001), a further generator's ``generator`` keys as the ``generator`` group's."""
+    read = keyspec.read_words(copy.deepcopy(dict(given)), config_keys.CONFIG)
+    generators = read.get("generators")
+    for spec in generators.values() if isinstance(generators, dict) else ():
+        if isinstance(spec, dict) and isinstance(spec.get("generator"), dict):
+            spec["generator"] = keyspec.read_words(spec["generator"], config_keys.key("generator"))
+    return read
+
+
 MAX_CONFIG_VALUES = 100_000  # a config holds hundreds; YAML aliases repeating lists of lists make billions
 
 

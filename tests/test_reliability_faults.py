@@ -150,6 +150,48 @@ def test_seed_as_a_float_on_snakemakes_command_line_is_refused(tmp_path):
     assert errors == ["error: config key 'seed': expected integer, got float 13.0 (write 13)"], proc.stderr
 
 
+@pytest.mark.parametrize("text, message", [
+    ("lr: 1e-4", "config key 'train.lr': expected number, got str '1e-4' (YAML reads 1e-4 as a string: write 1.0e-4 or 0.0001)"),
+    ("lr: 5E3", "config key 'train.lr': expected number, got str '5E3' (YAML reads 5E3 as a string: write 5.0e+3 or 5000)"),
+    ("lr: 1.0e4", "config key 'train.lr': expected number, got str '1.0e4' (YAML reads 1.0e4 as a string: write 1.0e+4 or 10000)"),
+    ("lr: '0.001'", "config key 'train.lr': expected number, got str '0.001' (write 0.001 without quotes)"),
+    ("steps: 1e1", "config key 'train.steps': expected integer, got str '1e1' (write 10)"),
+])
+def test_a_number_yaml_reads_as_a_string_is_refused_saying_how_to_write_it(tmp_path, text, message):
+    config = tmp_path / "byo.yaml"
+    config.write_text(yaml.safe_dump({**_byo(), "train": {}}).replace("train: {}", "train: {" + text + "}"))
+    with pytest.raises(ConfigError) as exc:
+        load_config(config)
+    assert str(exc.value) == message
+    for written, *hints in re.findall(r"got str '(\S+)' \(YAML .*: write (\S+) or (\S+)\)$", message):
+        assert [yaml.safe_load(f"x: {h}")["x"] for h in hints] == [float(written)] * 2  # YAML reads each as the number
+
+
+def test_numbers_inside_a_list_or_mapping_on_snakemakes_command_line_are_numbers(tmp_path):
+    """snakemake --config reads a list's or a mapping's values as strings (seeds=[1,2]: '1', '2'): the
+    config reads them as their keys declare (rag.config.command_line_values)."""
+    from conftest import snakemake_bin
+    from snakemake.cli import parse_config
+
+    from rag.config import command_line_values
+
+    given = parse_config(["seeds=[4,5]", "train={lr: 1e-4, steps: 3}", "retriever={pq_m: null}", "name=7x",
+                          "generators={g2: {generator: {d_model: 64}, tasks: [byo_qa]}}"])
+    assert given["seeds"] == ["4", "5"] and given["train"]["lr"] == "1e-4"  # as Snakemake reads them
+    read = command_line_values(given)
+    assert read["seeds"] == [4, 5] and read["train"] == {"lr": 0.0001, "steps": 3} and read["retriever"] == {"pq_m": None}
+    assert read["name"] == "7x" and read["generators"]["g2"]["generator"] == {"d_model": 64}
+    cfg = load_config({**_byo(), **read, "name": "byo"})
+    assert cfg["seeds"] == [4, 5] and cfg["train"]["lr"] == 0.0001
+    config = tmp_path / "byo.yaml"
+    config.write_text(yaml.safe_dump(_byo()))
+    proc = subprocess.run([snakemake_bin(), "-n", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path / "wd"),
+                           "--configfile", str(config), "--config", "seeds=[4,5]", "train={lr: 1e-4}"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "runs/byo_qa/rag_token/seed5/" in proc.stdout
+
+
 def _alias_bomb(levels: int = 9) -> str:
     return "\n".join([f"- &b0 [{', '.join(['1'] * 10)}]"]
                      + [f"- &b{i} [{', '.join([f'*b{i - 1}'] * 10)}]" for i in range(1, levels)])
