@@ -51,7 +51,8 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     """Validate ``source`` (a mapping or a YAML path), fill defaults, return the resolved config.
 
     ``check_files``: every local input file the config names must exist (relative paths from the
-    working directory, as the rules read them); ``False`` checks the configuration alone."""
+    working directory, as the rules read them), and every local model folder must be whole; ``False``
+    checks the configuration alone."""
     data = read_config_file(source) if isinstance(source, (str, Path)) else source
     if not isinstance(data, dict):
         raise ConfigError(f"config must be a mapping of keys, got {type(data).__name__}")
@@ -70,6 +71,7 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
         check_input_files(cfg)
         check_local_corpus_k(cfg)
         check_parsers(cfg)
+        check_models(cfg)
     return cfg
 
 
@@ -172,6 +174,35 @@ def check_input_files(cfg: dict, base: str | Path | None = None) -> None:
             why = not_a_file(path)
             what = f"input file {value} not found" if why == "file not found" else f"input {value} {why}"
             raise ConfigError(f"config key '{key}': {what}{where}")
+
+
+def generator_groups(cfg: dict) -> list[tuple[str, dict]]:
+    """(config key, group) of each generator of the resolved config: ``generator`` and each further one's."""
+    return [("generator", cfg["generator"])] + [(f"generators.{name}.generator", spec["generator"])
+                                                for name, spec in cfg["generators"].items()]
+
+
+def check_models(cfg: dict) -> None:
+    """Each model the config names that is a local folder (rag.models.folder.is_local: a name that is no
+    path is a Hugging Face model, fetched by the job that loads it) is a whole model folder: the
+    ``name_or_path`` of each pretrained generator, a model of its family, and the retriever's encoders.
+    Each problem a ConfigError naming the key."""
+    from rag.models.folder import folder_problem, is_local, model_family
+
+    models = [(f"{where}.name_or_path", g["name_or_path"], g["family"]) for where, g in generator_groups(cfg)
+              if g["init"] == "pretrained"]
+    models += [(f"retriever.{key}", cfg["retriever"][key], None) for key in ("question_encoder", "context_encoder")
+               if not cfg["retriever"][key].startswith("package:")]
+    for key, name, family in models:
+        if not is_local(name):
+            continue
+        problem = folder_problem(name)
+        if problem is not None:
+            raise ConfigError(f"config key '{key}': {name!r:.200}: {problem}")
+        held = model_family(name)
+        if family in ("seq2seq", "causal_lm") and held != family:
+            raise ConfigError(f"config key '{key}': {name!r:.200} holds a {held} model, and {key.rpartition('.')[0]}.family "
+                              f"is {family}")
 
 
 def _check_references(cfg: dict) -> None:
@@ -319,8 +350,13 @@ def _resolve_generators(cfg: dict) -> None:
     group = {**root["properties"]["generator"], "definitions": root["definitions"]}
     for name, spec in cfg["generators"].items():
         where = f"generators.{name}"
-        merged = {**cfg["generator"], **spec["generator"]}
+        own, merged = spec["generator"], {**cfg["generator"], **spec["generator"]}
         keyspec.validate(keyspec.validator_class(fill_defaults=False)(group), merged, f"{where}.generator")
+        inherited = merged.get("name_or_path") if "name_or_path" not in own else None
+        if merged["init"] == "pretrained" and inherited and merged["family"] != cfg["generator"]["family"]:
+            raise ConfigError(f"config key '{where}.generator.name_or_path': {where} is of family {merged['family']} and "
+                              f"would load generator.name_or_path {inherited!r:.200}, a {cfg['generator']['family']} model "
+                              f"(generator.family); set its own name_or_path, or init: scratch")
         _check_generator(merged, f"{where}.generator")
         spec["generator"] = merged
         for i, task in enumerate(spec["tasks"]):

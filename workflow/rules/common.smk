@@ -15,6 +15,7 @@ from rag.config import (check_section_files, command_line_values, config_hash, e
 from rag.errors import ConfigError
 from rag.io import lock_holder
 from rag.manifest import sha256_files
+from rag.models.sizing import check_lora
 from rag.retrieval import FILE_ROLES
 from rag.tasks import GENERATOR_SEP, RETRIEVERS, TASKS, VARIANTS, split_variant, variant_spec
 
@@ -27,6 +28,10 @@ from rag.tasks import GENERATOR_SEP, RETRIEVERS, TASKS, VARIANTS, split_variant,
 try:
     update_config(config, command_line_values(workflow.config_settings.config))
     CFG = load_config(config)
+    # LoRA's target modules, checked on the model built on the meta device (torch, transformers and peft
+    # imported: seconds) by the process that plans the DAG, not again by each job's
+    if workflow.is_main_process:
+        check_lora(CFG)
 except ConfigError as exc:
     sys.exit(f"error: {exc}")
 
