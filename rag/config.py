@@ -51,7 +51,8 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     """Validate ``source`` (a mapping or a YAML path), fill defaults, return the resolved config.
 
     ``check_files``: every local input file the config names must exist (relative paths from the
-    working directory, as the rules read them); ``False`` checks the configuration alone."""
+    working directory, as the rules read them), and every local model folder must be whole; ``False``
+    checks the configuration alone."""
     data = read_config_file(source) if isinstance(source, (str, Path)) else source
     if not isinstance(data, dict):
         raise ConfigError(f"config must be a mapping of keys, got {type(data).__name__}")
@@ -70,7 +71,20 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
         check_input_files(cfg)
         check_local_corpus_k(cfg)
         check_parsers(cfg)
+        check_models(cfg)
     return cfg
+
+
+def command_line_values(given: dict) -> dict:
+    """The values ``given`` by ``snakemake --config`` read as their keys declare them
+    (:func:`rag.keyspec.read_words`: ``seeds=[1,2]`` holds the numbers 1 and 2, ``train={lr: 1e-4}`` the
+    number 0.0001), a further generator's ``generator`` keys as the ``generator`` group's."""
+    read = keyspec.read_words(copy.deepcopy(dict(given)), config_keys.CONFIG)
+    generators = read.get("generators")
+    for spec in generators.values() if isinstance(generators, dict) else ():
+        if isinstance(spec, dict) and isinstance(spec.get("generator"), dict):
+            spec["generator"] = keyspec.read_words(spec["generator"], config_keys.key("generator"))
+    return read
 
 
 MAX_CONFIG_VALUES = 100_000  # a config holds hundreds; YAML aliases repeating lists of lists make billions
@@ -160,6 +174,35 @@ def check_input_files(cfg: dict, base: str | Path | None = None) -> None:
             why = not_a_file(path)
             what = f"input file {value} not found" if why == "file not found" else f"input {value} {why}"
             raise ConfigError(f"config key '{key}': {what}{where}")
+
+
+def generator_groups(cfg: dict) -> list[tuple[str, dict]]:
+    """(config key, group) of each generator of the resolved config: ``generator`` and each further one's."""
+    return [("generator", cfg["generator"])] + [(f"generators.{name}.generator", spec["generator"])
+                                                for name, spec in cfg["generators"].items()]
+
+
+def check_models(cfg: dict) -> None:
+    """Each model the config names that is a local folder (rag.models.folder.is_local: a name that is no
+    path is a Hugging Face model, fetched by the job that loads it) is a whole model folder: the
+    ``name_or_path`` of each pretrained generator, a model of its family, and the retriever's encoders.
+    Each problem a ConfigError naming the key."""
+    from rag.models.folder import folder_problem, is_local, model_family
+
+    models = [(f"{where}.name_or_path", g["name_or_path"], g["family"]) for where, g in generator_groups(cfg)
+              if g["init"] == "pretrained"]
+    models += [(f"retriever.{key}", cfg["retriever"][key], None) for key in ("question_encoder", "context_encoder")
+               if not cfg["retriever"][key].startswith("package:")]
+    for key, name, family in models:
+        if not is_local(name):
+            continue
+        problem = folder_problem(name)
+        if problem is not None:
+            raise ConfigError(f"config key '{key}': {name!r:.200}: {problem}")
+        held = model_family(name)
+        if family in ("seq2seq", "causal_lm") and held != family:
+            raise ConfigError(f"config key '{key}': {name!r:.200} holds a {held} model, and {key.rpartition('.')[0]}.family "
+                              f"is {family}")
 
 
 def _check_references(cfg: dict) -> None:
@@ -260,10 +303,35 @@ def check_precision(precision: str, device: str | None = None) -> None:
                           f"with device: {device} use bf16 or fp32")
 
 
+TEMPLATE_FIELDS = ("title", "text", "question")  # generator.prompt_template's fields
+
+
+def check_template(template: str, where: str = "generator") -> None:
+    """ConfigError naming ``<where>.prompt_template`` unless ``template`` is text and the plain fields
+    :data:`TEMPLATE_FIELDS`, ``{question}`` among them: no conversion, format spec, index or attribute
+    (``{title:>99999999}`` would pad every prompt to any size, ``{question.__class__}`` reach Python's objects)."""
+    import string
+
+    key = f"config key '{where}.prompt_template'"
+    plain = "use the fields {title}, {text} and {question} as they are (a literal brace doubled: {{ }})"
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
+    except ValueError as exc:
+        raise ConfigError(f"{key}: {exc}; {plain}") from None
+    for name, spec, conv in fields:
+        if name not in TEMPLATE_FIELDS or spec or conv:
+            written = "{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+            what = "is no field of the prompt" if name not in TEMPLATE_FIELDS else "has a conversion or format spec"
+            raise ConfigError(f"{key}: {written!r:.60} {what}; {plain}")
+    if "question" not in {name for name, _, _ in fields}:
+        raise ConfigError(f"{key}: the prompt needs the field {{question}}")
+
+
 def _check_generator(g: dict, where: str) -> None:
     """The checks of a generator group ``g`` (at config key ``where``) its schema cannot make."""
     if g["init"] == "pretrained" and not g.get("name_or_path"):
         raise ConfigError(f"config key '{where}.name_or_path': required when {where}.init is pretrained")
+    check_template(g["prompt_template"], where)
     if g["pretrain_claims"] + g["pretrain_sentences"] + g["pretrain_absent"] > 1:
         raise ConfigError(f"config key '{where}.pretrain_absent': shares of the restated-fact examples add up to more than 1 "
                           f"(pretrain_claims {g['pretrain_claims']} + pretrain_sentences {g['pretrain_sentences']} "
@@ -282,8 +350,13 @@ def _resolve_generators(cfg: dict) -> None:
     group = {**root["properties"]["generator"], "definitions": root["definitions"]}
     for name, spec in cfg["generators"].items():
         where = f"generators.{name}"
-        merged = {**cfg["generator"], **spec["generator"]}
+        own, merged = spec["generator"], {**cfg["generator"], **spec["generator"]}
         keyspec.validate(keyspec.validator_class(fill_defaults=False)(group), merged, f"{where}.generator")
+        inherited = merged.get("name_or_path") if "name_or_path" not in own else None
+        if merged["init"] == "pretrained" and inherited and merged["family"] != cfg["generator"]["family"]:
+            raise ConfigError(f"config key '{where}.generator.name_or_path': {where} is of family {merged['family']} and "
+                              f"would load generator.name_or_path {inherited!r:.200}, a {cfg['generator']['family']} model "
+                              f"(generator.family); set its own name_or_path, or init: scratch")
         _check_generator(merged, f"{where}.generator")
         spec["generator"] = merged
         for i, task in enumerate(spec["tasks"]):

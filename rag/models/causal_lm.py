@@ -19,6 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from rag.config import check_template
 from rag.config_keys import PROMPT_TEMPLATE as DEFAULT_TEMPLATE
 from rag.errors import ConfigError
 from rag.models.interface import COPY_KEY, Generator, SourceStates
@@ -275,17 +276,6 @@ class CausalLMGenerator(Generator):
                 logits, _ = self._extend(mine, tgt[:, :-1], self._cache(mine))
             lp.append(torch.log_softmax(logits.float(), dim=-1))
         return torch.cat(lp, 1).gather(-1, tgt[:, :, None]).squeeze(-1).cpu()
-
-
-def check_template(template: str) -> None:
-    """ConfigError unless ``template`` formats with the fields title, text and question."""
-    try:
-        template.format(title="", text="", question="")
-    except (KeyError, IndexError, ValueError) as exc:
-        raise ConfigError(f"config key 'generator.prompt_template': {exc!r}; use the fields {{title}}, {{text}} and "
-                          "{question} (double a literal brace)") from None
-    if "{question}" not in template:
-        raise ConfigError("config key 'generator.prompt_template': the prompt needs the field {question}")
 
 
 def prepare_tokenizer(tokenizer, model) -> None:

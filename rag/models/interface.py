@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-FAMILY_KEY = "rag_family"  # the family a saved generator's config.json names
+from rag.models.folder import FAMILY_KEY, loading, model_family  # noqa: F401 (FAMILY_KEY: read here by the families)
+
 COPY_KEY = "copy_mechanism"  # a saved scratch generator's config.json: true for a copy generator (CopyBart, CopyLlama)
 
 
@@ -58,7 +59,7 @@ class Generator(ABC):
 
         from rag.errors import ConfigError
 
-        try:
+        with loading(path, "generator"):
             tok = AutoTokenizer.from_pretrained(str(path))
             cfg = AutoConfig.from_pretrained(str(path))
             copy = getattr(cfg, COPY_KEY, False)
@@ -67,8 +68,6 @@ class Generator(ABC):
                 raise ConfigError(f"generator {str(path)!r}: config.json has {COPY_KEY} but not {', '.join(missing)}; "
                                   "build it again (snakemake --forcerun pretrain_generator)")
             model = (cls.copy_class if copy else cls.auto_class).from_pretrained(str(path))
-        except OSError as exc:
-            raise ConfigError(f"cannot load generator {str(path)!r}: {exc}") from None
         return model.to(device), tok
 
     def save(self, folder: str | Path) -> None:
@@ -149,15 +148,8 @@ def generator_class(family: str) -> type[Generator]:
 
 def saved_family(path: str | Path) -> str:
     """The family of the generator saved in ``path`` (:data:`FAMILY_KEY`, else its architecture)."""
-    from transformers import AutoConfig
-
-    from rag.errors import ConfigError
-
-    try:
-        cfg = AutoConfig.from_pretrained(str(path))
-    except OSError as exc:
-        raise ConfigError(f"cannot load generator {str(path)!r}: {exc}") from None
-    return getattr(cfg, FAMILY_KEY, None) or ("seq2seq" if cfg.is_encoder_decoder else "causal_lm")
+    with loading(path, "generator"):
+        return model_family(path)
 
 
 def load_generator(path: str | Path, device: str, max_source_len: int, max_target_len: int) -> Generator:

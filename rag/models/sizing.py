@@ -189,3 +189,34 @@ def fine_tune_memory(cfg: dict) -> dict:
                     + f"), question encoder {q_params / 1e6:,.0f}M ({qenc_from}; trained); {sources} sources a step "
                     f"({per_process} questions x K={t['k']}) of {src}+{tgt} tokens at {cfg['precision']}"
                     + (", gradient checkpointing" if checkpointing else ""))}
+
+
+def check_lora(cfg: dict) -> None:
+    """Each causal LM generator of the resolved config with LoRA (``lora_rank``): peft adapts its
+    ``lora_target_modules`` (none: peft's default for the architecture), tried on the model built from
+    its configuration on the meta device (:func:`parameters`; no weight is read); else a ConfigError
+    naming the key and the model's linear modules. A pretrained model this machine has no
+    configuration of is left to the job that loads it. Seconds (torch, transformers, peft imported)
+    where LoRA is configured: the workflow checks it in the process that plans the DAG."""
+    from rag.config import generator_groups
+    from rag.errors import ConfigError
+
+    for where, g in generator_groups(cfg):
+        if g["family"] != "causal_lm" or not g["lora_rank"]:
+            continue
+        config, _ = generator_architecture(g)
+        if config is None:
+            continue
+        try:
+            parameters(config, lora={"rank": g["lora_rank"], "alpha": g["lora_alpha"],
+                                     "target_modules": g["lora_target_modules"]})
+        except ConfigError as exc:  # add_lora's, naming generator's key
+            import torch
+            from transformers import AutoModelForCausalLM
+
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(config)
+            linear = sorted({name.rpartition(".")[2] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+            model_name = g["name_or_path"] if g["init"] == "pretrained" else "the scratch Llama"
+            raise ConfigError(f"config key '{where}.lora_target_modules': {str(exc).partition(': ')[2]} (the linear "
+                              f"modules of {model_name}: {', '.join(linear)})") from None

@@ -89,12 +89,12 @@ class Encoder(nn.Module):
     def load(cls, name: str, pooling: str = "mean", normalize: bool = True, max_length: int = 128) -> "Encoder":
         from transformers import AutoTokenizer
 
+        from rag.models.folder import loading
+
         path = resolve_model_path(name)
-        try:
+        with loading(path, "encoder"):
             tok = AutoTokenizer.from_pretrained(path)
             model = _model_class(path).from_pretrained(path)
-        except OSError as exc:
-            raise ConfigError(f"cannot load encoder {name!r}: {exc}") from None
         return cls(model, tok, pooling, normalize, max_length)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kw) -> torch.Tensor:

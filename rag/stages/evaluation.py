@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 from rag.predictions import metric_options, predict, score_predictions
-from rag.io import read_json, read_jsonl, write_json, write_jsonl
+from rag.io import read_jsonl, write_json, write_jsonl
 from rag.retrieval import RetrievalFiles
 from rag.sections import TrainSection
-from rag.stages.model_loading import check_k_in_passages, load_trained
+from rag.stages.model_loading import check_k_in_passages, load_trained, model_meta
 from rag.tasks import variant_spec
 
 log = logging.getLogger("rag")
@@ -27,7 +27,7 @@ def evaluate_model(cfg: TrainSection, variant: str, io: dict[str, tuple[str, str
     model = variant_spec(variant).model
     if retriever is None and variant_spec(variant).retriever is not None:
         check_k_in_passages(files, [(f"tasks.{name}.decode_{model}.k", ev.decode.of(model).k)])
-    meta = read_json(Path(model_dir) / "meta.json")
+    meta = model_meta(model_dir)
     system = load_trained(cfg, variant, model_dir, device, files, retriever)
     if meta.get("mlflow_run_id"):
         run = Run(cfg.tracking.uri, "", run_id=meta["mlflow_run_id"], tags={"evaluated": "yes"})

@@ -7,10 +7,10 @@ import collections
 from pathlib import Path
 
 from rag.predictions import answer_hits, predict, predict_sweep, score_predictions, scorer
-from rag.io import read_json, read_jsonl, write_json
+from rag.io import read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
 from rag.sections import ExperimentsSection, TrainSection
-from rag.stages.model_loading import check_k_in_passages, load_trained
+from rag.stages.model_loading import check_k_in_passages, load_trained, model_meta
 from rag.tasks import TASKS
 
 
@@ -42,7 +42,7 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
 
     ev = cfg.decoding()
     check_k_in_passages(files, [(f"experiments.topk_sweep[{i}]", k) for i, k in enumerate(exp.experiments.topk_sweep)])
-    meta = read_json(Path(model_dir) / "meta.json")
+    meta = model_meta(model_dir)
     system = load_trained(cfg, variant, model_dir, device, files)
     passages = system.passages
     rows = read_jsonl(test, required=("id", "input", "targets"))

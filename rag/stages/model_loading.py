@@ -9,6 +9,20 @@ from rag.sections import TrainSection
 from rag.tasks import variant_spec
 
 
+def model_meta(model_dir: str | Path) -> dict:
+    """The ``meta.json`` of a trained model folder (its run: task, variant, seed, MLflow run id); one that
+    is not a JSON object is a DataError naming it."""
+    from rag.errors import DataError
+    from rag.io import read_json
+
+    path = Path(model_dir) / "meta.json"
+    meta = read_json(path)
+    if not isinstance(meta, dict):
+        raise DataError(f"{path}: a model folder's meta.json is an object (its run's task, variant, seed and MLflow "
+                        f"run id), got a JSON {type(meta).__name__}")
+    return meta
+
+
 def trained_question_encoder(model_dir: str | Path | None) -> str | None:
     """The fine-tuned question encoder a model folder holds (``question_encoder/``), else None."""
     q_dir = Path(model_dir) / "question_encoder" if model_dir else None

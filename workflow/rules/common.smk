@@ -8,12 +8,14 @@ import sys
 from pathlib import Path
 
 from snakemake.io import IOFile
+from snakemake.utils import update_config
 
-from rag.config import (check_section_files, config_hash, encoder_slug, generator_runs, hotswap_runs, input_files, load_config,
-                        run_seeds, sections, task_variants)
+from rag.config import (check_section_files, command_line_values, config_hash, encoder_slug, generator_runs, hotswap_runs,
+                        input_files, load_config, run_seeds, sections, task_variants)
 from rag.errors import ConfigError
 from rag.io import lock_holder
 from rag.manifest import sha256_files
+from rag.models.sizing import check_lora
 from rag.retrieval import FILE_ROLES
 from rag.tasks import GENERATOR_SEP, RETRIEVERS, TASKS, VARIANTS, split_variant, variant_spec
 
@@ -21,8 +23,15 @@ from rag.tasks import GENERATOR_SEP, RETRIEVERS, TASKS, VARIANTS, split_variant,
 # with one line naming the key; snakemake.utils.validate would print a whole jsonschema dump.
 # It also stops, naming key and path, when a local input file of the config does not exist:
 # Snakemake alone says "Nothing to be done" for it when the outputs exist from an earlier run.
+# --config reads the values inside a list or a mapping as strings (seeds=[1,2]: '1', '2'): read as their keys
+# declare them (rag.config.command_line_values), the numbers of number keys numbers
 try:
+    update_config(config, command_line_values(workflow.config_settings.config))
     CFG = load_config(config)
+    # LoRA's target modules, checked on the model built on the meta device (torch, transformers and peft
+    # imported: seconds) by the process that plans the DAG, not again by each job's
+    if workflow.is_main_process:
+        check_lora(CFG)
 except ConfigError as exc:
     sys.exit(f"error: {exc}")
 
