@@ -197,6 +197,10 @@ def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path
                 workflow._build_dag()
                 jobs = [job for level in workflow.dag.toposorted() for job in sorted(level, key=str)]  # as its Job stats
                 requested = [{key: job.resources.get(key) for key in RESOURCE_KEYS} for job in jobs]
+                order = {job: i for i, job in enumerate(jobs)}
+                schedule = [{"rule": job.rule.name, "record": Path(job.benchmark).stem if job.benchmark else None,
+                             "threads": job.threads, "priority": job.rule.priority,
+                             "deps": sorted(order[d] for d in workflow.dag.dependencies[job] if d in order)} for job in jobs]
         except WorkflowError as exc:  # a request Snakemake cannot read stops the plan as it stops a run
             raise ConfigError(f"snakemake: {' '.join(str(exc).split())}") from None
     res, overwritten = cfg.get("resources") or {}, args.set_resources or {}
@@ -211,7 +215,10 @@ def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path
         if "seed" in job.wildcards.keys():
             r["kinds"]["-".join(str(v) for k, v in job.wildcards.items() if k != "seed")] += 1
         r["requested"].append(req)
+    rules["_schedule"] = schedule
     for name, r in rules.items():
+        if name == "_schedule":
+            continue
         r["requests"] = {}
         for key in RESOURCE_KEYS:
             if key in overwritten.get(name, {}):
@@ -308,6 +315,7 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
     # the Snakefile: ./Snakefile (a checkout run from its top), else the one beside this package
     snakefile = snakefile or next((f for f in (Path("Snakefile"), ROOT / "Snakefile") if f.is_file()), ROOT / "Snakefile")
     dag, missing = snakemake_dag(config_paths, profile_path, snakefile, cfg, targets)
+    schedule = dag.pop("_schedule")
     # a fine-tune's models: the largest of the generators the DAG's fine-tunes train (config key generators')
     trained = {split_variant(kind)[1].partition("-")[0] for kind in dag.get("train", {}).get("kinds", ())
                if split_variant(kind)[1]}
@@ -339,7 +347,7 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
     return {"config": " ".join(map(str, config_paths)), "experiment": cfg["name"], "device": device, "precision": cfg["precision"],
             "threads": cfg["threads"], "profile": str(profile_path) if profile_path else None, "sizes": sizes,
             "inputs_not_here": missing, "indexes": indexes, "throughputs": list(THROUGHPUTS),
-            "records": str(results / "resources") if records else None, "rules": plans, "compute": compute(plans, device, cores)}
+            "records": str(results / "resources") if records else None, "rules": plans, "compute": compute(plans, device, cores, schedule, records)}
 
 
 def retrieval_memory(rule: str, cfg: dict, sizes: dict, index: dict) -> tuple[float, str]:
@@ -424,17 +432,66 @@ def cpu_per_job(records: list[dict], kinds: Counter, folder: Path) -> tuple[floa
     return total / jobs, f"per task and variant: the mean of its recorded jobs, {len(records)} in {folder}{unknown}"
 
 
-def compute(plans: list[dict], device: str, cores: int | None) -> dict:
-    """The CPU time of the whole DAG from the resource records, and on device cpu the wall time it bounds
-    on ``cores`` cores (default: this machine's): at least the total over the cores."""
+def compute(plans: list[dict], device: str, cores: int | None, schedule: list[dict] | None = None,
+            records: dict[str, list[dict]] | None = None) -> dict:
+    """The CPU time of the whole DAG from the resource records, and on device cpu the wall time on ``cores``
+    cores (default: this machine's): at least the total over the cores, and the DAG's jobs scheduled at the
+    wall times their records measured (:func:`makespan`)."""
     import os
 
     cores = cores or os.cpu_count() or 1
     measured = [pl for pl in plans if pl["cpu_s_per_job"] is not None]
     cpu_s = sum(pl["cpu_s_per_job"] * pl["jobs"] for pl in measured)
+    wall = None
+    if measured and device == "cpu" and schedule:
+        walls = [job_wall(job, (records or {}).get(job["rule"], [])) for job in schedule]
+        wall = makespan(schedule, walls, cores)
     return {"cpu_s": cpu_s if measured else None, "cores": cores,
             "not_measured": [{"rule": pl["rule"], "jobs": pl["jobs"]} for pl in plans if pl["cpu_s_per_job"] is None],
-            "wall_s_at_least": cpu_s / cores if measured and device == "cpu" else None}
+            "wall_s_at_least": cpu_s / cores if measured and device == "cpu" else None, "wall_s": wall}
+
+
+def job_wall(job: dict, records: list[dict]) -> float:
+    """A planned job's wall time from its rule's records: its own record (the same benchmark name), else the
+    mean of the records of its kind (its name but the seed), else the rule's mean; 0 for a rule none recorded
+    (a local job run inside Snakemake's process)."""
+    if not records:
+        return 0.0
+    own = [r["wall_s"] for r in records if r["job"] == job["record"]]
+    kind = [r["wall_s"] for r in records if job["record"] and r["job"].rsplit("-", 1)[0] == job["record"].rsplit("-", 1)[0]]
+    pick = own or kind or [r["wall_s"] for r in records]
+    return sum(pick) / len(pick)
+
+
+def makespan(jobs: list[dict], walls: list[float], cores: int) -> float:
+    """The wall time of running ``jobs`` (each ``threads``, ``priority`` and ``deps``, the indices of the jobs
+    it waits for) on ``cores`` cores, job i taking ``walls[i]`` seconds on min(threads, cores) of them: each
+    started as soon as the jobs it waits for are done and its cores are free, higher priority first, then
+    in the DAG's order, as Snakemake's local scheduler does."""
+    import heapq
+
+    waiting = [len(job["deps"]) for job in jobs]
+    children: list[list[int]] = [[] for _ in jobs]
+    for i, job in enumerate(jobs):
+        for d in job["deps"]:
+            children[d].append(i)
+    ready = [i for i, n in enumerate(waiting) if n == 0]
+    running: list[tuple[float, int]] = []
+    free, now = cores, 0.0
+    while ready or running:
+        ready.sort(key=lambda i: (-jobs[i]["priority"], i))
+        for i in list(ready):
+            if min(jobs[i]["threads"], cores) <= free:
+                free -= min(jobs[i]["threads"], cores)
+                ready.remove(i)
+                heapq.heappush(running, (now + walls[i], i))
+        now, i = heapq.heappop(running)
+        free += min(jobs[i]["threads"], cores)
+        for c in children[i]:
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                ready.append(c)
+    return now
 
 
 def _below_need(need: Need, req: dict, notes: list[str]) -> list[str]:
@@ -547,8 +604,9 @@ def render_compute(plan: dict) -> list[str]:
         out.append("  not measured: " + ", ".join(f"{m['rule']} ({m['jobs']} job(s))" for m in c["not_measured"]))
     out.append(f"  in all {c['cpu_s']:,.0f} CPU s ({_dur(c['cpu_s'])})")
     if c["wall_s_at_least"] is not None:
-        out.append(f"  on {c['cores']} core(s): at least {_dur(c['wall_s_at_least'])} of wall time, in any order of the jobs, "
-                   "if they cost what their records measured (the CPU after each job's last benchmark sample and Snakemake's own time add to it)")
+        out.append(f"  on {c['cores']} core(s): about {_dur(c['wall_s'])} of wall time, the DAG's jobs scheduled at the wall "
+                   f"times their records measured (at least {_dur(c['wall_s_at_least'])}, the CPU time over the cores; "
+                   "Snakemake's own time between jobs adds to both)")
     else:
         out.append(f"  device {plan['device']}: the wall time is the GPUs', not bounded here")
     return out

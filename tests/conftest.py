@@ -1,7 +1,10 @@
+import json
 import os
 import re
+import resource
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -100,8 +103,13 @@ def e2e(tmp_path_factory):
     work = tmp_path_factory.mktemp("e2e")
     cfg = work / "config.yaml"
     shutil.copy(ROOT / "tests" / "data" / "e2e.yaml", cfg)
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     res = smk(work, configfile=cfg)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
+    # the whole run's process tree (Snakemake and every job), measured around it (tests/test_dag.py)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    (work / "measured.json").write_text(json.dumps({"cpu_s": cpu, "wall_s": time.monotonic() - start}))
     return work, cfg
 
 

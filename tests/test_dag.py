@@ -3,6 +3,7 @@
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -195,10 +196,11 @@ def test_e2e_one_mlflow_run_per_task_and_variant(e2e):
 
 @pytest.mark.slow
 def test_e2e_jobs_record_their_resources(e2e):
-    """Every job's resource record is its benchmark file (rag.resources), one per job, named by its wildcards."""
+    """Every job's resource record (rag.resources), one per job, named by its wildcards: its records add up to
+    the CPU time of the whole run's process tree, and rag plan's wall time from them to the run's."""
     from rag.resources import read_records, summary
 
-    work, _ = e2e
+    work, cfg = e2e
     recs = read_records(work / "results/e2e/resources")
     assert {"pretrain_generator", "train", "encode_shard", "build_index", "report", "corpus_miniworld"} <= set(recs)
     (pre,) = recs["pretrain_generator"]
@@ -206,6 +208,14 @@ def test_e2e_jobs_record_their_resources(e2e):
     assert pre["cpu_s"] > 0.2 and pre["peak_rss_mb"] > 200 and pre["wall_s"] >= pre["cpu_s"] / 2
     assert summary(recs["train"])["jobs"] == 14 and len(recs["encode_shard"]) == 4  # NQ's RAG models: two seeds
     assert {r["job"] for r in recs["train"]} >= {"nq-rag_token-1", "nq-rag_token-2", "webquestions-bart-1"}
+    measured = json.loads((work / "measured.json").read_text())
+    recorded = sum(r["cpu_s"] for rule in recs.values() for r in rule)
+    assert abs(recorded - measured["cpu_s"]) <= 0.10 * measured["cpu_s"], (recorded, measured)
+    res = subprocess.run(["rag", "plan", "--configfile", str(cfg), "--no-profile", "--cores", "2", "--json"],
+                         capture_output=True, text=True, cwd=work)
+    assert res.returncode == 0, res.stderr
+    wall = json.loads(res.stdout)["compute"]["wall_s"]
+    assert abs(wall - measured["wall_s"]) <= 0.15 * measured["wall_s"], (wall, measured)
 
 
 @pytest.mark.slow

@@ -211,7 +211,10 @@ def test_cpu_time_of_the_dag_from_the_records(tmp_path):
     text = _plan("--configfile", str(cfg), "--no-profile", "--cores", "4", cwd=tmp_path).stdout
     assert re.search(rf"\n  train +{train} x +{fine_tunes / train:.1f} s = ", text)
     assert re.search(r"\n  task_data +3 x +4.0 s = +12 s", text)
-    assert f"in all {100 + fine_tunes + 4 * tasks:,.0f} CPU s" in text and "on 4 core(s): at least" in text
+    assert f"in all {100 + fine_tunes + 4 * tasks:,.0f} CPU s" in text and "on 4 core(s): about" in text
+    # the wall time: the DAG scheduled at the recorded walls; every fine-tune waits for the pretraining (101 s)
+    walls = {"pretrain_generator": 101, "train": 81}
+    assert sum(walls.values()) <= c["wall_s"] <= 101 + train * 81 and c["wall_s"] >= c["wall_s_at_least"]
     # no records: no figure
     text = _plan("--configfile", str(cfg), "--no-profile", "--results", str(tmp_path / "none"), cwd=tmp_path).stdout
     assert "CPU time: not measured" in text
@@ -311,3 +314,24 @@ def test_a_causal_lm_on_the_papers_retriever_is_planned_on_one_gpu():
     assert train["jobs"] == 56 and "1,544M parameters" in train["need"]["gpu_memory_how"]
     assert "LoRA rank 16" in train["need"]["gpu_memory_how"] and "160 sources a step" in train["need"]["gpu_memory_how"]
     assert 6.2e9 < train["need"]["gpu_memory_bytes"] < 80e9  # more than the fp32 weights, less than an H100
+
+
+def test_the_wall_time_of_a_dag_scheduled_on_its_cores():
+    """rag.plan.makespan against schedules worked by hand: a job starts once the jobs it waits for are done
+    and its cores are free, higher priority first; a job of more threads than cores takes them all."""
+    from rag.plan import makespan
+
+    def job(threads, deps=(), priority=0):
+        return {"threads": threads, "deps": list(deps), "priority": priority}
+
+    # A (2 threads, 10 s); B and C wait for A (1 thread, 5 s and 7 s); D waits for both (2 threads, 3 s)
+    jobs, walls = [job(2), job(1, [0]), job(1, [0]), job(2, [1, 2])], [10.0, 5.0, 7.0, 3.0]
+    assert makespan(jobs, walls, 2) == 20.0  # B and C side by side
+    assert makespan(jobs, walls, 1) == 25.0  # one after the other
+    assert makespan(jobs, walls, 8) == 20.0
+    # two independent jobs on one core: the one of higher priority first; the order changes nothing here,
+    # but a job waiting for the first starts sooner
+    jobs = [job(1), job(1, priority=50), job(1, [1])]
+    assert makespan(jobs, [4.0, 6.0, 1.0], 2) == 7.0
+    assert makespan(jobs, [4.0, 6.0, 1.0], 1) == 11.0
+    assert makespan([], [], 2) == 0.0

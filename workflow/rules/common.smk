@@ -141,9 +141,15 @@ def res(rule_name, key, default):
 
 
 def benchmark_file(rule_name, *wildcards):
-    """The job's resource record, Snakemake's benchmark file (wall and CPU time, peak memory; read by
-    rag.resources): results/<name>/resources/<rule>/<its wildcard values, joined by ->.tsv."""
+    """The job's Snakemake benchmark file (its sampled peak memory; read by rag.resources):
+    results/<name>/resources/<rule>/<its wildcard values, joined by ->.tsv."""
     return f"{R}/resources/{rule_name}/{'-'.join(f'{{{w}}}' for w in wildcards) or rule_name}.tsv"
+
+
+def record_file(rule_name, *wildcards):
+    """The job's exact record beside its benchmark file (params.record; the rule's command runs as the child
+    of ``rag-record --out {params.record:q} --``, rag.resources): its wall time, the CPU time of its process tree."""
+    return benchmark_file(rule_name, *wildcards)[: -len(".tsv")] + ".json"
 
 
 def local_sha256(key):

@@ -13,6 +13,7 @@ if CFG["corpus"]["source"] == "miniworld":
             restatements=f"{R}/corpus/{{corpus}}/restatements.jsonl",
         params:
             snapshot=lambda w: "b" if w.corpus == f"{NAME}_b" else "a",
+            record=record_file("corpus_miniworld", "corpus"),
         benchmark:
             benchmark_file("corpus_miniworld", "corpus"),
         log:
@@ -20,7 +21,7 @@ if CFG["corpus"]["source"] == "miniworld":
         conda:
             CONDA
         shell:
-            "rag corpus --config {input.cfg:q} --snapshot {params.snapshot:q} --out {output.passages:q} "
+            "rag-record --out {params.record:q} -- rag corpus --config {input.cfg:q} --snapshot {params.snapshot:q} --out {output.passages:q} "
             "--restatements {output.restatements:q} 2> {log:q}"
 
 else:
@@ -35,6 +36,8 @@ else:
         resources:
             runtime=res("corpus_convert", "runtime", 180),
             mem_mb=res("corpus_convert", "mem_mb", 8000),
+        params:
+            record=record_file("corpus_convert"),
         benchmark:
             benchmark_file("corpus_convert"),
         log:
@@ -45,4 +48,4 @@ else:
         conda:
             CONDA
         shell:
-            "rag corpus --config {input.cfg:q} --input {input.source:q} --out {output.passages:q} 2> {log:q}"
+            "rag-record --out {params.record:q} -- rag corpus --config {input.cfg:q} --input {input.source:q} --out {output.passages:q} 2> {log:q}"

@@ -46,6 +46,7 @@ if CORPUS["source"] == "download":
             url=lambda w: CORPUS["url"],  # a function: its value is not formatted with wildcards ({...} in a URL)
             sha=SHA_ARG(CORPUS.get("sha256")),
             http=HTTP_ARG,
+            record=record_file("download_corpus"),
         retries: 3
         resources:
             runtime=res("download", "runtime", 240),
@@ -57,7 +58,7 @@ if CORPUS["source"] == "download":
         conda:
             CONDA
         shell:
-            "rag download --url {params.url:q} --out {output:q} {params.sha:q} {params.http:q} 2> {log:q}"
+            "rag-record --out {params.record:q} -- rag download --url {params.url:q} --out {output:q} {params.sha:q} {params.http:q} 2> {log:q}"
 
 
 if TASK_DOWNLOADS:
@@ -72,6 +73,7 @@ if TASK_DOWNLOADS:
             url=lambda w: TASK_DOWNLOADS[(w.task, w.filename)][0],
             sha=lambda w: SHA_ARG(TASK_DOWNLOADS[(w.task, w.filename)][1]),
             http=HTTP_ARG,
+            record=record_file("download_task_file", "task", "filename"),
         retries: 3
         resources:
             runtime=res("download", "runtime", 240),
@@ -83,4 +85,4 @@ if TASK_DOWNLOADS:
         conda:
             CONDA
         shell:
-            "rag download --url {params.url:q} --out {output:q} {params.sha:q} {params.http:q} 2> {log:q}"
+            "rag-record --out {params.record:q} -- rag download --url {params.url:q} --out {output:q} {params.sha:q} {params.http:q} 2> {log:q}"

@@ -16,6 +16,7 @@ if not FUSED_EVAL:  # otherwise the train rule decodes dev/test itself (config k
         params:
             retrieval=lambda w, input: retrieval_args(w, input),
             **METRIC_FILES,
+            record=record_file("evaluate", "task", "variant", "seed"),
         threads: CFG["threads"]
         resources:
             runtime=res("evaluate", "runtime", 60),
@@ -28,7 +29,7 @@ if not FUSED_EVAL:  # otherwise the train rule decodes dev/test itself (config k
         conda:
             CONDA
         shell:
-            "RAG_THREADS={threads:q} rag evaluate --seed {wildcards.seed:q} --config {input.cfg:q} --variant {wildcards.variant:q} "
+            "RAG_THREADS={threads:q} rag-record --out {params.record:q} -- rag evaluate --seed {wildcards.seed:q} --config {input.cfg:q} --variant {wildcards.variant:q} "
             "--model-dir {input.model:q} {params.retrieval:q} --dev {input.dev:q} --test {input.test:q} "
             "--dev-predictions {output.dev_predictions:q} --dev-metrics {output.dev_metrics:q} "
             "--test-predictions {output.test_predictions:q} --test-metrics {output.test_metrics:q} 2> {log:q}"
@@ -51,6 +52,7 @@ rule experiments:
         retrieval=lambda w, input: retrieval_args(w, input),
         experiments=experiment_args,
         **METRIC_FILES,
+        record=record_file("experiments", "task", "variant", "seed"),
     threads: CFG["threads"]
     benchmark:
         benchmark_file("experiments", "task", "variant", "seed"),
@@ -59,6 +61,6 @@ rule experiments:
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads:q} rag experiments --seed {wildcards.seed:q} --config {input.cfg:q} --experiments-config {input.exp:q} "
+        "RAG_THREADS={threads:q} rag-record --out {params.record:q} -- rag experiments --seed {wildcards.seed:q} --config {input.cfg:q} --experiments-config {input.exp:q} "
         "--variant {wildcards.variant:q} --test {input.test:q} --test-predictions {input.test_predictions:q} --model-dir {input.model:q} "
         "{params.retrieval:q} {params.experiments:q} 2> {log:q}"

@@ -10,6 +10,7 @@ rule encode_shard:
         f"{R}/index/{{corpus}}/{ENCODER}/emb-{{shard}}.npy",
     params:
         shards=CFG["retriever"]["shards"],
+        record=record_file("encode_shard", "corpus", "shard"),
     threads: 1
     resources:
         runtime=res("encode_shard", "runtime", 60),
@@ -22,7 +23,7 @@ rule encode_shard:
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads:q} rag encode --config {input.cfg:q} --passages {input.passages:q} "
+        "RAG_THREADS={threads:q} rag-record --out {params.record:q} -- rag encode --config {input.cfg:q} --passages {input.passages:q} "
         "--shard {wildcards.shard:q} --num-shards {params.shards:q} --out {output:q} 2> {log:q}"
 
 
@@ -36,6 +37,8 @@ rule build_index:
     resources:
         runtime=res("build_index", "runtime", 60),
         mem_mb=res("build_index", "mem_mb", 4000),
+    params:
+        record=record_file("build_index", "corpus"),
     benchmark:
         benchmark_file("build_index", "corpus"),
     log:
@@ -43,7 +46,7 @@ rule build_index:
     conda:
         CONDA
     shell:
-        "rag index --config {input.cfg:q} --embeddings {input.shards:q} --out {output.index:q} --stats {output.stats:q} 2> {log:q}"
+        "rag-record --out {params.record:q} -- rag index --config {input.cfg:q} --embeddings {input.shards:q} --out {output.index:q} --stats {output.stats:q} 2> {log:q}"
 
 
 rule build_bm25:
@@ -51,6 +54,8 @@ rule build_bm25:
         passages=f"{R}/corpus/{{corpus}}/passages.tsv",
     output:
         directory(f"{R}/index/{{corpus}}/bm25"),
+    params:
+        record=record_file("build_bm25", "corpus"),
     benchmark:
         benchmark_file("build_bm25", "corpus"),
     log:
@@ -58,4 +63,4 @@ rule build_bm25:
     conda:
         CONDA
     shell:
-        "rag bm25 --passages {input.passages:q} --out {output:q} 2> {log:q}"
+        "rag-record --out {params.record:q} -- rag bm25 --passages {input.passages:q} --out {output:q} 2> {log:q}"

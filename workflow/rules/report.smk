@@ -19,6 +19,7 @@ rule report:
         train_data=train_data_args,
         bands=bands_args,
         **METRIC_FILES,
+        record=record_file("report"),
     benchmark:
         benchmark_file("report"),
     log:
@@ -26,7 +27,7 @@ rule report:
     conda:
         CONDA
     shell:
-        "rag report --metrics {input.metrics:q} --predictions {input.predictions:q} --topk {input.topk:q} "
+        "rag-record --out {params.record:q} -- rag report --metrics {input.metrics:q} --predictions {input.predictions:q} --topk {input.topk:q} "
         "--hotswap {input.hotswap:q} --oracle {input.oracle:q} --train-data {params.train_data:q} --passages {input.passages:q} --scale-json {input.cfg:q} "
         "--out {output.html:q} --table1 {output.table1:q} --table2 {output.table2:q} --table5 {output.table5:q} "
         "--table6 {output.table6:q} --tracking-url {params.url:q} --samples-per-task {params.samples:q} {params.bands:q} 2> {log:q}"
@@ -45,6 +46,8 @@ if CFG["generators"]:  # config key generators: {} leaves the experiment without
             table2=f"{R}/tables/generators/table2.csv",
             table5=f"{R}/tables/generators/table5.csv",
             table6=f"{R}/tables/generators/table6.csv",
+        params:
+            record=record_file("report_generators"),
         benchmark:
             benchmark_file("report_generators"),
         log:

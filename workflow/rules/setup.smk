@@ -26,6 +26,7 @@ rule init_store:
         f"{R}/mlflow.ready",
     params:
         uri=lambda w: CFG["tracking"]["uri"],  # a function: not formatted with wildcards
+        record=record_file("init_store"),
     benchmark:
         benchmark_file("init_store"),
     log:
@@ -34,4 +35,4 @@ rule init_store:
     conda:
         CONDA
     shell:
-        "rag init-store --uri {params.uri:q} --marker {output:q} 2> {log:q}"
+        "rag-record --out {params.record:q} -- rag init-store --uri {params.uri:q} --marker {output:q} 2> {log:q}"

@@ -15,6 +15,8 @@ if MINIWORLD_TASKS:
             test=f"{R}/data/{{task}}/test.jsonl",
         wildcard_constraints:
             task="|".join(MINIWORLD_TASKS),
+        params:
+            record=record_file("task_data", "task"),
         benchmark:
             benchmark_file("task_data", "task"),
         log:
@@ -22,7 +24,7 @@ if MINIWORLD_TASKS:
         conda:
             CONDA
         shell:
-            "rag tasks --config {input.cfg:q} --out-train {output.train:q} --out-dev {output.dev:q} --out-test {output.test:q} 2> {log:q}"
+            "rag-record --out {params.record:q} -- rag tasks --config {input.cfg:q} --out-train {output.train:q} --out-dev {output.dev:q} --out-test {output.test:q} 2> {log:q}"
 
 
 if FILE_TASKS:
@@ -40,6 +42,8 @@ if FILE_TASKS:
         resources:
             runtime=res("task_data", "runtime", 60),
             mem_mb=res("task_data", "mem_mb", 4000),
+        params:
+            record=record_file("task_files", "task"),
         benchmark:
             benchmark_file("task_files", "task"),
         log:
@@ -51,7 +55,7 @@ if FILE_TASKS:
         conda:
             CONDA
         shell:
-            "rag tasks --config {input.cfg:q} --in-train {input.src_train:q} --in-dev {input.src_dev:q} --in-test {input.src_test:q} "
+            "rag-record --out {params.record:q} -- rag tasks --config {input.cfg:q} --in-train {input.src_train:q} --in-dev {input.src_dev:q} --in-test {input.src_test:q} "
             "--out-train {output.train:q} --out-dev {output.dev:q} --out-test {output.test:q} 2> {log:q}"
 
 
@@ -60,6 +64,8 @@ rule hotswap_data:
         cfg=section("corpus"),
     output:
         f"{R}/data/hotswap/questions.jsonl",
+    params:
+        record=record_file("hotswap_data"),
     benchmark:
         benchmark_file("hotswap_data"),
     log:
@@ -67,4 +73,4 @@ rule hotswap_data:
     conda:
         CONDA
     shell:
-        "rag hotswap-data --config {input.cfg:q} --out {output:q} 2> {log:q}"
+        "rag-record --out {params.record:q} -- rag hotswap-data --config {input.cfg:q} --out {output:q} 2> {log:q}"

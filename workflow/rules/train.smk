@@ -12,6 +12,7 @@ rule pretrain_generator:
     params:
         restatements=lambda w, input: ["--restatements", input.restatements] if "restatements" in input.keys() else [],
         ckpt=f"{R}/generator/checkpoint",
+        record=record_file("pretrain_generator"),
     priority: 50  # the critical path: every fine-tune waits for it
     threads: 8  # snakemake lowers it to --cores on a small machine
     resources:
@@ -25,7 +26,7 @@ rule pretrain_generator:
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads:q} rag pretrain --config {input.cfg:q} --passages {input.passages:q} {params.restatements:q} "
+        "RAG_THREADS={threads:q} rag-record --out {params.record:q} -- rag pretrain --config {input.cfg:q} --passages {input.passages:q} {params.restatements:q} "
         "--checkpoint-dir {params.ckpt:q} --out {output:q} 2> {log:q}"
 
 
@@ -39,6 +40,7 @@ use rule pretrain_generator as pretrain_generators with:
     params:
         restatements=lambda w, input: ["--restatements", input.restatements] if "restatements" in input.keys() else [],
         ckpt=f"{R}/generators/{{generator}}/checkpoint",
+        record=record_file("pretrain_generators", "generator"),
     benchmark:
         benchmark_file("pretrain_generators", "generator"),
     log:
@@ -68,6 +70,7 @@ rule train:
         # train.ddp_processes > 1: data-parallel training, one process per device, through torchrun
         launcher=(["torchrun", "--standalone", "--nproc-per-node", str(CFG["train"]["ddp_processes"]), "-m"]
                   if CFG["train"]["ddp_processes"] > 1 else []),
+        record=record_file("train", "task", "variant", "seed"),
     threads: CFG["threads"]
     resources:
         runtime=res("train", "runtime", 60),
@@ -80,6 +83,6 @@ rule train:
     conda:
         CONDA
     shell:
-        "RAG_THREADS={threads:q} {params.launcher:q} rag train --seed {wildcards.seed:q} --config {input.cfg:q} --variant {wildcards.variant:q} "
+        "RAG_THREADS={threads:q} rag-record --out {params.record:q} -- {params.launcher:q} rag train --seed {wildcards.seed:q} --config {input.cfg:q} --variant {wildcards.variant:q} "
         "--train-data {input.data:q} --generator {input.generator:q} {params.retrieval:q} {params.init:q} "
         "--checkpoint-dir {params.ckpt:q} --config-hash {params.config_hash:q} --out {output.model:q} {params.evaluate:q} 2> {log:q}"
