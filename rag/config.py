@@ -27,15 +27,38 @@ from rag.sections import (CorpusSection, DataSection, EncodeSection, EvalSection
 from rag.tasks import BUILTIN_TASKS, ROLES, TASKS, declare_tasks
 
 
+class YamlLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping giving one key twice (YAML keeps the last, silently),
+    naming the key and both lines: the loader of every YAML file of the user's the harness reads
+    (configs, band files: :func:`read_yaml`)."""
+
+    def compose_mapping_node(self, anchor):
+        node = super().compose_mapping_node(anchor)
+        seen: dict[tuple[str, str], yaml.Node] = {}
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                first = seen.setdefault((key.tag, key.value), key)
+                if first is not key:
+                    raise yaml.composer.ComposerError(
+                        None, None, f"key {key.value!r:.80} given twice, on lines {first.start_mark.line + 1} and "
+                        f"{key.start_mark.line + 1} (YAML would keep the second, silently); give it once", key.start_mark)
+        return node
+
+
+def read_yaml(stream) -> Any:
+    """The YAML document of ``stream`` (text or a file opened for reading) with :class:`YamlLoader`."""
+    return yaml.load(stream, Loader=YamlLoader)
+
+
 def read_config_file(path: str | Path) -> dict:
-    """The mapping of config file ``path``, as written; a missing file, bad UTF-8, bad YAML or a
-    document that is not a mapping is one ConfigError naming the file (and line)."""
+    """The mapping of config file ``path``, as written; a missing file, bad UTF-8, bad YAML (a key
+    given twice too) or a document that is not a mapping is one ConfigError naming the file (and line)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config {not_a_file(path)}")
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+            data = read_yaml(fh)
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not valid UTF-8") from None
     except yaml.YAMLError as exc:

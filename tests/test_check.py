@@ -257,7 +257,7 @@ def test_a_bad_band_file_is_one_line_naming_the_entry(tmp_path, entry, message):
     from rag.errors import DataError
 
     path = tmp_path / "b.yaml"
-    path.write_text(yaml.safe_dump({"cells": [entry]}))
+    path.write_text(yaml.safe_dump({"version": 2, "cells": [entry]}))
     with pytest.raises(DataError, match=rf"b.yaml: cells\[0\]: .*{message}"):
         load_bands(path)
 
@@ -284,7 +284,7 @@ def test_check_scores_the_predictions_themselves(tmp_path, capsys):
         metrics.append(d / "metrics.json")
         preds.append(d / "predictions.jsonl")
     bands = tmp_path / "bands.yaml"
-    bands.write_text(yaml.safe_dump({"cells": [{"task": "nq", "variant": "rag_token", "split": "test", "metric": "em",
+    bands.write_text(yaml.safe_dump({"version": 2, "cells": [{"task": "nq", "variant": "rag_token", "split": "test", "metric": "em",
                                                 "expected": 85.0, "tolerance": 6.0, "source": "test"}]}))
     args = ["check", "--bands", str(bands), "--metrics", *map(str, metrics), "--predictions", *map(str, preds)]
     experiment = ["check", "--bands", str(bands), "--experiment", str(tmp_path)]  # finds the same files
@@ -330,7 +330,7 @@ def test_predictions_given_in_another_order_than_the_metrics_are_refused(tmp_pat
         metrics.append(d / "metrics.json")
         preds.append(d / "predictions.jsonl")
     bands = tmp_path / "bands.yaml"
-    bands.write_text(yaml.safe_dump({"cells": [{"task": "nq", "variant": "rag_token", "split": "test", "metric": "em",
+    bands.write_text(yaml.safe_dump({"version": 2, "cells": [{"task": "nq", "variant": "rag_token", "split": "test", "metric": "em",
                                                 "expected": 100.0, "tolerance": 1.0, "source": "test"}]}))
     args = ["check", "--bands", str(bands), "--metrics", *map(str, metrics), "--predictions"]
     assert main(args + [str(p) for p in preds]) == 0

@@ -4,7 +4,7 @@ reproduction matrix: every cell prints OK (in band) or FAIL (out of band) beside
 
 A band file (YAML) is data, versioned with the code::
 
-    version: 1
+    version: 2
     method: how the bands were obtained (free text, shown by rag check)
     cells:
       - {task: nq, variant: rag_token, split: test, metric: em, expected: 74.9, tolerance: 6.2, seeds: 3,
@@ -46,25 +46,54 @@ class Band:
         return (self.task, self.variant, self.split, self.metric)
 
 
+BAND_VERSIONS = (1, 2)  # 1: cells and method; 2: rag bands' header too (name, family_wise, widest, seed, unchecked)
+MAX_BAND_BYTES = 1 << 20  # the default's band file is 62 KB for its 120 cells
+MAX_BAND_CELLS = 5_000
+
+
+def _header_error(data: dict) -> str | None:
+    """What is wrong with a band file's header (its keys but ``cells``), or None."""
+    version = data.get("version")
+    if "version" not in data:
+        return f"no version: (the band file format's, one of {', '.join(map(str, BAND_VERSIONS))})"
+    if isinstance(version, bool) or version not in BAND_VERSIONS:
+        return f"version {version!r:.40} is not a band file format this harness reads ({', '.join(map(str, BAND_VERSIONS))})"
+    seed = data.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        return f"'seed' (the world's top-level seed) must be an integer, got {seed!r:.40}"
+    if not isinstance(data.get("unchecked", []), list):
+        return "'unchecked' must be a list"
+    return None
+
+
 def load_bands(path: str | Path) -> tuple[dict, list[Band]]:
     """(the file's header, its bands); one-line errors naming the file and the entry."""
     import yaml
+
+    from rag.config import alias_bomb, read_yaml
 
     path = Path(path)
     if not path.is_file():
         from rag.io import not_a_file
 
         raise DataError(f"{path}: band file {not_a_file(path).replace('file not found', 'not found')}")
+    if (size := path.stat().st_size) > MAX_BAND_BYTES:
+        raise DataError(f"{path}: {size:,} bytes, more than a band file holds ({MAX_BAND_BYTES:,}); is it a band file?")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = read_yaml(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: not valid UTF-8") from None
     except yaml.YAMLError as exc:
-        raise DataError(f"{path}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+        mark = getattr(exc, "problem_mark", None)
+        raise DataError(f"{path}{f':{mark.line + 1}' if mark else ''}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         raise DataError(f"{path}: expected a mapping with a 'cells' list")
-    from rag.config import alias_bomb
-
+    if len(data["cells"]) > MAX_BAND_CELLS:
+        raise DataError(f"{path}: {len(data['cells']):,} cells, more than a band file holds ({MAX_BAND_CELLS:,})")
     if alias_bomb(data) is not None:
         raise DataError(f"{path}: its YAML aliases expand to more than a band file holds (an alias bomb?); write the cells out")
+    if wrong := _header_error(data):
+        raise DataError(f"{path}: {wrong}")
     bands, seen = [], set()
     for i, entry in enumerate(data["cells"]):
         where = f"{path}: cells[{i}]"
@@ -77,8 +106,12 @@ def load_bands(path: str | Path) -> tuple[dict, list[Band]]:
             v = entry[k]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (k == "tolerance" and v < 0):
                 raise DataError(f"{where}: '{k}' must be a finite number{' >= 0' if k == 'tolerance' else ''}, got {v!r}")
+        seeds = entry.get("seeds")
+        if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
+            raise DataError(f"{where}: 'seeds' (how many fine-tune seeds the band is for) must be an integer >= 1, "
+                            f"got {seeds!r:.40}")
         band = Band(str(entry["task"]), str(entry["variant"]), str(entry["split"]), str(entry["metric"]),
-                    float(entry["expected"]), float(entry["tolerance"]), entry.get("seeds"), str(entry.get("source", "")))
+                    float(entry["expected"]), float(entry["tolerance"]), seeds, str(entry.get("source", "")))
         wrong = cell_error(band)
         if wrong:
             raise DataError(f"{where} ({'/'.join(band.cell)}): {wrong}; fix the cell or remove it")

@@ -10,7 +10,7 @@ from pathlib import Path
 from snakemake.io import IOFile
 
 from rag.config import (check_section_files, config_hash, encoder_slug, generator_runs, hotswap_runs, input_files, load_config,
-                        run_seeds, sections, task_variants)
+                        read_config_file, run_seeds, sections, task_variants)
 from rag.errors import ConfigError
 from rag.io import lock_holder
 from rag.manifest import sha256_files
@@ -21,7 +21,11 @@ from rag.tasks import GENERATOR_SEP, RETRIEVERS, TASKS, VARIANTS, split_variant,
 # with one line naming the key; snakemake.utils.validate would print a whole jsonschema dump.
 # It also stops, naming key and path, when a local input file of the config does not exist:
 # Snakemake alone says "Nothing to be done" for it when the outputs exist from an earlier run.
+# Snakemake's YAML reader keeps the last of a key given twice: each config file is read again by
+# read_config_file, which refuses it, naming the key and both lines.
 try:
+    for _configfile in workflow.configfiles:
+        read_config_file(_configfile)
     CFG = load_config(config)
 except ConfigError as exc:
     sys.exit(f"error: {exc}")
