@@ -498,7 +498,7 @@ def sections(cfg: dict) -> dict[str, dict]:
                                                       ("index", IndexSection), ("generator", GeneratorSection),
                                                       ("experiments", ExperimentsSection))}
     out["report"] = {"report": cfg["report"], "variants": cfg["variants"], "tasks": sorted(cfg["tasks"]),
-                     "scale": scale_summary(cfg)}
+                     "scale": scale_summary(cfg), "runs": experiment_runs(cfg)}
     for name, spec in cfg["generators"].items():  # each further generator's pretraining
         out[f"generator_{name}"] = GeneratorSection.of_config({**cfg, "generator": spec["generator"]})
     if cfg["generators"]:  # the generators report names them
@@ -560,6 +560,14 @@ def run_seeds(cfg: dict, task: str, variant: str) -> list[int]:
         return list(spec["variant_seeds"][base])
     chosen = spec.get("seeds") or cfg["seeds"]
     return list(chosen[:1] if base in cfg["one_seed_variants"] else chosen)
+
+
+def experiment_runs(cfg: dict) -> list[dict]:
+    """``{task, variant, seeds}`` of every run of the config's generator (not the further generators'),
+    task by task: the runs the report and ``snakemake check`` read. The report section records them,
+    so ``rag check --experiment`` and ``rag bands`` read the same runs of a finished experiment folder."""
+    return [{"task": task, "variant": v, "seeds": run_seeds(cfg, task, v)} for task in sorted(cfg["tasks"])
+            for v in task_variants(cfg, task)]
 
 
 def replicate_config(data: dict, seeds: Sequence[int]) -> tuple[dict, list[tuple[str, str, list[int], list[int]]]]:

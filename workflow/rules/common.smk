@@ -246,7 +246,7 @@ def generator_model(wildcards):
 def run_files(kind, generators=False):
     """Every run's dev and test <kind> file (metrics.json | predictions.jsonl), task by task, seed by
     seed; with ``generators``, the further generators' runs after them."""
-    runs = [(task, variant) for task in TASK_NAMES for variant in TASK_VARIANTS[task]]
+    runs = [(run["task"], run["variant"]) for run in SECTIONS["report"]["runs"]]  # as rag check --experiment reads them
     return [f"{R}/runs/{task}/{variant}/seed{seed}/{split}/{kind}"
             for task, variant in runs + (GENERATOR_RUNS if generators else []) for seed in SEEDS[(task, variant)]
             for split in ("dev", "test")]
