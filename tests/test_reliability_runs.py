@@ -410,6 +410,44 @@ def test_k_beyond_a_local_corpus_stops_a_dry_run(tmp_path):
     assert errors == ["error: config key 'train.k': K=6 exceeds the 4 passages of corpus.path examples/byo/documents.jsonl"]
 
 
+# ------------------------------------------------------------------------------------ a model folder of another run
+def test_a_model_folder_of_another_variant_or_task_or_without_its_question_encoder_is_refused(upstream, tmp_path, capsys):
+    """A fine-tuned RAG-Token folder without question_encoder/ was evaluated with the configured base
+    encoder, exit 0, no word; a meta.json of another variant or task was accepted. Each is one line
+    naming the folder or the file, before anything is decoded or written."""
+    from rag.cli import main
+    from rag.io import write_json
+
+    run = tmp_path / "run"
+    _main(upstream.train_argv(upstream.sections, run, fused=False))
+    sec = upstream.sections
+
+    def evaluate(model: Path) -> list[str]:
+        out = tmp_path / "eval" / model.name
+        return ["evaluate", "--config", str(sec["train_byo_qa"]), str(sec["eval_byo_qa"]), "--variant", "rag_token",
+                "--passages", str(upstream.passages), "--embeddings", str(upstream.emb), "--index", str(upstream.index),
+                "--model-dir", str(model), "--dev", str(upstream.data["dev"]), "--test", str(upstream.data["test"])] + [
+                    a for s in ("dev", "test") for a in (f"--{s}-predictions", str(out / s / "p.jsonl"),
+                                                         f"--{s}-metrics", str(out / s / "m.json"))]
+
+    meta = json.loads((run / "model" / "meta.json").read_text())
+    for name, edit, says in [
+        ("no_qenc", lambda m: shutil.rmtree(m / "question_encoder"),
+         "{m}: no question_encoder/ folder, which a fine-tuned rag_token model holds"),
+        ("variant", lambda m: write_json(m / "meta.json", {**meta, "variant": "rag_sequence"}),
+         "{m}/meta.json: a model of variant 'rag_sequence', not 'rag_token' as the command's"),
+        ("task", lambda m: write_json(m / "meta.json", {**meta, "task": "nq"}),
+         "{m}/meta.json: a model of task 'nq', not 'byo_qa' as the command's"),
+    ]:
+        model = tmp_path / name
+        shutil.copytree(run / "model", model)
+        edit(model)
+        assert main(evaluate(model)) == 2, name
+        assert _error(capsys).startswith("error: " + says.format(m=model)), name
+        assert not (tmp_path / "eval" / name).exists()
+    _main(evaluate(run / "model"))  # the folder as trained
+
+
 # ------------------------------------------------------------------------------------ an index that is not of these passages
 def _mismatched_indexes(upstream, folder: Path) -> dict[str, tuple[Path, str]]:
     """Index files that do not index the 4 passages: (file, what the error says of it)."""
