@@ -55,6 +55,13 @@ def sha256_file(path: str | os.PathLike, progress: bool = False) -> str:
 PROGRESS_BYTES = 1 << 28  # sha256_files shows a progress bar for files from 256 MiB (about a second's hashing)
 
 
+def file_stamp(path: str | os.PathLike) -> list[int]:
+    """A file's size, mtime, ctime, inode and device: while all five are unchanged, so is its content
+    (the ctime moves with every write and every change of the other four, and cannot be set back)."""
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
 def sha256_files(paths: list[str | os.PathLike], cache: str | os.PathLike) -> dict[str, str]:
     """``{path: sha256}`` of each file in ``paths``, hashed once per content: ``cache`` (a JSON
     file) keeps each file's sha256 with its size, mtime, ctime, inode and device, and a file whose
@@ -71,12 +78,10 @@ def sha256_files(paths: list[str | os.PathLike], cache: str | os.PathLike) -> di
         held = {}
     out, kept = {}, {}
     for path in paths:
-        st = os.stat(path)
-        key = os.path.abspath(path)
-        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+        key, stamp = os.path.abspath(path), file_stamp(path)
         entry = held.get(key)
         if not (isinstance(entry, dict) and entry.get("stat") == stamp and isinstance(entry.get("sha256"), str)):
-            entry = {"stat": stamp, "sha256": sha256_file(path, progress=st.st_size >= PROGRESS_BYTES)}
+            entry = {"stat": stamp, "sha256": sha256_file(path, progress=stamp[0] >= PROGRESS_BYTES)}
         out[str(path)] = entry["sha256"]
         kept[key] = entry
     if kept != {k: held.get(k) for k in kept}:

@@ -449,6 +449,47 @@ def test_a_model_folder_of_another_variant_or_task_or_without_its_question_encod
 
 
 # ------------------------------------------------------------------------------------ an index that is not of these passages
+def test_embedding_shards_swapped_for_each_other_are_refused_naming_the_shard(upstream, tmp_path, capsys):
+    """Two shards of the same size swapped (their dates kept): the index's count and dimension still
+    match, and every retrieved passage was scored with another passage's embedding. The index records
+    the shards it was built from (sha256 each, beside it): the job stops in one line naming the shard,
+    before it trains or opens an MLflow run."""
+    from rag.cli import main
+    from rag.retrieval import RetrievalFiles
+    from rag.retrieval.dense import DenseRetriever
+    from rag.retrieval.index import shard_record_path
+    from rag.sections import TrainSection
+
+    sec = upstream.sections
+    shards = [tmp_path / f"emb-{i}.npy" for i in range(2)]
+    for i, shard in enumerate(shards):  # 2 passages each
+        _main(["encode", "--config", str(sec["encode"]), "--passages", str(upstream.passages), "--shard", str(i),
+               "--num-shards", "2", "--out", str(shard)])
+    index = tmp_path / "flat.faiss"
+    _main(["index", "--config", str(sec["index"]), "--embeddings", *map(str, shards), "--out", str(index),
+           "--stats", str(tmp_path / "stats.json")])
+    assert shard_record_path(index).is_file()
+    options = TrainSection.from_dict(json.loads(sec["train_byo_qa"].read_text()), "train").retriever
+    files = RetrievalFiles(passages=str(upstream.passages), embeddings=list(map(str, shards)), index=str(index))
+    DenseRetriever.from_files(files, options, "cpu")  # the shards it was built from
+    dates = [(s.stat().st_atime_ns, s.stat().st_mtime_ns) for s in shards]
+    os.rename(shards[0], tmp_path / "swap.npy")
+    os.rename(shards[1], shards[0])
+    os.rename(tmp_path / "swap.npy", shards[1])
+    for shard, date in zip(shards, dates):
+        os.utime(shard, ns=date)
+    run = tmp_path / "run"
+    argv = upstream.train_argv(sec, run)
+    argv[argv.index("--embeddings") + 1:argv.index("--index")] = list(map(str, shards))
+    argv[argv.index("--index") + 1] = str(index)
+    before = len(_runs(upstream.uri))
+    assert main(argv) == 2
+    assert _error(capsys) == (f"error: {shards[0]}: not the embedding shard 0 that {index} was built from ('emb-0.npy': "
+                              "other content); give the shards in their order, or delete the index and run again to rebuild it")
+    assert [p.name for p in run.rglob("*") if p.is_file() and p.name != "run.lock"] == []
+    assert len(_runs(upstream.uri)) == before
+
+
 def _mismatched_indexes(upstream, folder: Path) -> dict[str, tuple[Path, str]]:
     """Index files that do not index the 4 passages: (file, what the error says of it)."""
     import faiss

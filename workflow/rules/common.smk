@@ -191,6 +191,12 @@ def index_file(corpus):
     return f"{R}/index/{corpus}/{ENCODER}/{INDEX}.faiss"
 
 
+def index_shard_record(corpus):
+    """The record beside the index of the shards it was built from (rag.retrieval.index.shard_record_path):
+    written with it, read with it by every job that reads the index and the shards."""
+    return f"{index_file(corpus)}.shards.json"
+
+
 def retrieval_file(role, corpus):
     """The file (or files) of a retrieval file role (rag.retrieval.FILE_ROLES) for ``corpus``."""
     return {
@@ -207,7 +213,8 @@ def retrieval_inputs(wildcards):
     if name is None:
         return {}
     files = {role: retrieval_file(role, NAME) for role in RETRIEVERS[name].files}
-    return files | ({"passage_rows": passage_rows(NAME)} if "passages" in files else {})
+    return (files | ({"passage_rows": passage_rows(NAME)} if "passages" in files else {})
+            | ({"index_shards": index_shard_record(NAME)} if "index" in files else {}))
 
 
 def retrieval_args(wildcards, input):
@@ -267,7 +274,7 @@ def hotswap_inputs(wildcards):
         return {}
     b = f"{NAME}_b"
     return {"questions": f"{R}/data/hotswap/questions.jsonl", "passages_b": corpus_passages(b), "rows_b": passage_rows(b),
-            "emb_b": shard_files(b), "index_b": index_file(b)}
+            "emb_b": shard_files(b), "index_b": index_file(b), "index_b_shards": index_shard_record(b)}
 
 
 def experiment_args(wildcards, input, output):

@@ -32,6 +32,7 @@ rule build_index:
         shards=lambda w: shard_files(w.corpus),
     output:
         index=f"{R}/index/{{corpus}}/{ENCODER}/{INDEX}.faiss",
+        shards=f"{R}/index/{{corpus}}/{ENCODER}/{INDEX}.faiss.shards.json",  # rag index writes it beside the index
         stats=f"{R}/index/{{corpus}}/{ENCODER}/{INDEX}.stats.json",
     resources:
         runtime=res("build_index", "runtime", 60),
