@@ -155,6 +155,19 @@ def input_files(cfg: dict) -> list[tuple[str, str]]:
     return out
 
 
+def model_folders(cfg: dict) -> list[tuple[str, str]]:
+    """(dotted config key, path) of every local model folder the resolved config names:
+    ``retriever.question_encoder`` / ``context_encoder`` and a pretrained generator's ``name_or_path``
+    (``generator``, ``generators.<name>.generator``) that are folders here (relative paths from the
+    working directory, where the jobs load them; a Hugging Face name or ``package:<module>`` is none)."""
+    r = cfg["retriever"]
+    named = [("retriever.question_encoder", r["question_encoder"]), ("retriever.context_encoder", r["context_encoder"])]
+    groups = [("generator", cfg["generator"])] + [(f"generators.{n}.generator", spec["generator"])
+                                                  for n, spec in sorted(cfg["generators"].items())]
+    named += [(f"{key}.name_or_path", g.get("name_or_path")) for key, g in groups if g["init"] == "pretrained"]
+    return [(key, path) for key, path in named if path and not path.startswith("package:") and Path(path).is_dir()]
+
+
 def _formats(task: dict) -> list[tuple[str, str | None]]:
     """(key under the task, format) of the task's ``format`` and each ``formats.<split>``."""
     return [("format", task.get("format"))] + [(f"formats.{s}", f) for s, f in (task.get("formats") or {}).items()]

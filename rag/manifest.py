@@ -90,6 +90,25 @@ def sha256_files(paths: list[str | os.PathLike], cache: str | os.PathLike) -> di
     return out
 
 
+def _folder_files(folder: Path) -> list[Path]:
+    return sorted(q for q in folder.rglob("*") if q.is_file())
+
+
+def _tree_sha256(folder: Path, shas: dict[str, str]) -> str:
+    """The sha256 of a folder: over its files' relative paths and sha256s (``shas``: path -> sha256), in sorted order."""
+    h = hashlib.sha256()
+    for f in _folder_files(folder):
+        h.update(f"{f.relative_to(folder).as_posix()}\0{shas[str(f)]}\n".encode())
+    return h.hexdigest()
+
+
+def sha256_folder(folder: str | os.PathLike, cache: str | os.PathLike) -> str:
+    """The sha256 of a folder (as :func:`file_entry` gives it), each file hashed once per content
+    (:func:`sha256_files` with ``cache``)."""
+    folder = Path(folder)
+    return _tree_sha256(folder, sha256_files(_folder_files(folder), cache))
+
+
 def file_entry(path: str | os.PathLike | None) -> dict | None:
     """{path, sha256, bytes} of a file, or of a folder (sha256 over its files' relative paths and
     contents, in sorted order); None for None. A missing path is an error naming it."""
@@ -99,13 +118,9 @@ def file_entry(path: str | os.PathLike | None) -> dict | None:
     if p.is_file():
         return {"path": str(path), "sha256": sha256_file(p), "bytes": p.stat().st_size}
     if p.is_dir():
-        h = hashlib.sha256()
-        size = 0
-        for f in sorted(q for q in p.rglob("*") if q.is_file()):
-            rel = f.relative_to(p).as_posix()
-            h.update(f"{rel}\0{sha256_file(f)}\n".encode())
-            size += f.stat().st_size
-        return {"path": str(path), "sha256": h.hexdigest(), "bytes": size, "folder": True}
+        files = _folder_files(p)
+        return {"path": str(path), "sha256": _tree_sha256(p, {str(f): sha256_file(f) for f in files}),
+                "bytes": sum(f.stat().st_size for f in files), "folder": True}
     raise DataError(f"{path}: not found (a file the run's manifest hashes)")
 
 

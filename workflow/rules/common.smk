@@ -10,10 +10,10 @@ from pathlib import Path
 from snakemake.io import IOFile
 
 from rag.config import (check_section_files, config_hash, encoder_slug, generator_runs, hotswap_runs, input_files, load_config,
-                        read_config_file, run_seeds, sections, task_variants)
+                        model_folders, read_config_file, run_seeds, sections, task_variants)
 from rag.errors import ConfigError
 from rag.io import lock_holder
-from rag.manifest import sha256_files
+from rag.manifest import sha256_files, sha256_folder
 from rag.retrieval import FILE_ROLES
 from rag.tasks import GENERATOR_SEP, RETRIEVERS, TASKS, VARIANTS, split_variant, variant_spec
 
@@ -37,10 +37,13 @@ R = f"results/{EXP}"
 # sha256 of each is a param of the rule that reads it (local_sha256), so a file replaced by other
 # content re-runs that rule, and what follows it, even where the file's date is older than the
 # outputs' (cp -p, tar, rsync -a and unzip keep dates). Hashed once per content (rag.manifest.sha256_files).
+# A local model folder (retriever.question_encoder / context_encoder, a pretrained generator's
+# name_or_path: rag.config.model_folders) counts as its files' content does (rag.manifest.sha256_folder).
 try:
     _LOCAL = input_files(CFG)
     _SHA = sha256_files([path for _, path in _LOCAL], ".snakemake/rag/input-sha256.json")
-    LOCAL_SHA256 = {key: _SHA[str(path)] for key, path in _LOCAL}
+    LOCAL_SHA256 = {key: _SHA[str(path)] for key, path in _LOCAL} | {
+        key: sha256_folder(path, ".snakemake/rag/input-sha256.json") for key, path in model_folders(CFG)}
 except OSError as exc:
     sys.exit(f"error: {exc.filename}: {exc.strerror} (reading a local input the config names, to hash its content)")
 NAME = CFG["corpus"]["name"]  # the corpus (wildcard {corpus}; the hot-swap's second snapshot is <NAME>_b)
@@ -157,6 +160,19 @@ def metric_files_sha256(wildcards):
 
 # the scoring rules' param, where the config names a metric file (none: their params as without one)
 METRIC_FILES = {"metric_sha256": metric_files_sha256} if metric_files_sha256(None) else {}
+
+
+def model_sha256(key):
+    """A rule's params where config key ``key`` names a local model folder: {"model_sha256": {key: the
+    folder's sha256}}, so other weights re-run the rule and what follows it; {} otherwise (the params as
+    without one)."""
+    return {"model_sha256": local_sha256(key)} if local_sha256(key) else {}
+
+
+# the params of the jobs that load a task's model where the question encoder is a local folder: its
+# sha256 for a retrieving variant's (the retriever is built with the configured question encoder)
+QUESTION_ENCODER = {"model_sha256": lambda w: local_sha256("retriever.question_encoder") if variant_spec(w.variant).retriever
+                    else {}} if local_sha256("retriever.question_encoder") else {}
 
 
 def section(name):

@@ -16,6 +16,7 @@ if not FUSED_EVAL:  # otherwise the train rule decodes dev/test itself (config k
         params:
             retrieval=lambda w, input: retrieval_args(w, input),
             **METRIC_FILES,
+            **QUESTION_ENCODER,
         threads: CFG["threads"]
         resources:
             runtime=res("evaluate", "runtime", 60),
@@ -51,6 +52,7 @@ rule experiments:
         retrieval=lambda w, input: retrieval_args(w, input),
         experiments=experiment_args,
         **METRIC_FILES,
+        **QUESTION_ENCODER,
     threads: CFG["threads"]
     benchmark:
         benchmark_file("experiments", "task", "variant", "seed"),

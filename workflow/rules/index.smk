@@ -10,6 +10,7 @@ rule encode_shard:
         f"{R}/index/{{corpus}}/{ENCODER}/emb-{{shard}}.npy",
     params:
         shards=CFG["retriever"]["shards"],
+        **model_sha256("retriever.context_encoder"),
     threads: 1
     resources:
         runtime=res("encode_shard", "runtime", 60),
