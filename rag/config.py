@@ -27,15 +27,38 @@ from rag.sections import (CorpusSection, DataSection, EncodeSection, EvalSection
 from rag.tasks import BUILTIN_TASKS, ROLES, TASKS, declare_tasks
 
 
+class YamlLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping giving one key twice (YAML keeps the last, silently),
+    naming the key and both lines: the loader of every YAML file of the user's the harness reads
+    (configs, band files: :func:`read_yaml`)."""
+
+    def compose_mapping_node(self, anchor):
+        node = super().compose_mapping_node(anchor)
+        seen: dict[tuple[str, str], yaml.Node] = {}
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                first = seen.setdefault((key.tag, key.value), key)
+                if first is not key:
+                    raise yaml.composer.ComposerError(
+                        None, None, f"key {key.value!r:.80} given twice, on lines {first.start_mark.line + 1} and "
+                        f"{key.start_mark.line + 1} (YAML would keep the second, silently); give it once", key.start_mark)
+        return node
+
+
+def read_yaml(stream) -> Any:
+    """The YAML document of ``stream`` (text or a file opened for reading) with :class:`YamlLoader`."""
+    return yaml.load(stream, Loader=YamlLoader)
+
+
 def read_config_file(path: str | Path) -> dict:
-    """The mapping of config file ``path``, as written; a missing file, bad UTF-8, bad YAML or a
-    document that is not a mapping is one ConfigError naming the file (and line)."""
+    """The mapping of config file ``path``, as written; a missing file, bad UTF-8, bad YAML (a key
+    given twice too) or a document that is not a mapping is one ConfigError naming the file (and line)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config {not_a_file(path)}")
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+            data = read_yaml(fh)
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not valid UTF-8") from None
     except yaml.YAMLError as exc:
@@ -144,6 +167,19 @@ def input_files(cfg: dict) -> list[tuple[str, str]]:
         refs = _formats(task) + [(f"metrics.{i}", m) for i, m in enumerate(task.get("metrics") or ())]
         out += [(f"tasks.{name}.{k}", r.rpartition(":")[0]) for k, r in refs if r and r.rpartition(":")[0].endswith(".py")]
     return out
+
+
+def model_folders(cfg: dict) -> list[tuple[str, str]]:
+    """(dotted config key, path) of every local model folder the resolved config names:
+    ``retriever.question_encoder`` / ``context_encoder`` and a pretrained generator's ``name_or_path``
+    (``generator``, ``generators.<name>.generator``) that are folders here (relative paths from the
+    working directory, where the jobs load them; a Hugging Face name or ``package:<module>`` is none)."""
+    r = cfg["retriever"]
+    named = [("retriever.question_encoder", r["question_encoder"]), ("retriever.context_encoder", r["context_encoder"])]
+    groups = [("generator", cfg["generator"])] + [(f"generators.{n}.generator", spec["generator"])
+                                                  for n, spec in sorted(cfg["generators"].items())]
+    named += [(f"{key}.name_or_path", g.get("name_or_path")) for key, g in groups if g["init"] == "pretrained"]
+    return [(key, path) for key, path in named if path and not path.startswith("package:") and Path(path).is_dir()]
 
 
 def _formats(task: dict) -> list[tuple[str, str | None]]:
@@ -548,7 +584,7 @@ def sections(cfg: dict) -> dict[str, dict]:
                                                       ("index", IndexSection), ("generator", GeneratorSection),
                                                       ("experiments", ExperimentsSection))}
     out["report"] = {"report": cfg["report"], "variants": cfg["variants"], "tasks": sorted(cfg["tasks"]),
-                     "scale": scale_summary(cfg)}
+                     "scale": scale_summary(cfg), "runs": experiment_runs(cfg)}
     for name, spec in cfg["generators"].items():  # each further generator's pretraining
         out[f"generator_{name}"] = GeneratorSection.of_config({**cfg, "generator": spec["generator"]})
     if cfg["generators"]:  # the generators report names them
@@ -610,6 +646,14 @@ def run_seeds(cfg: dict, task: str, variant: str) -> list[int]:
         return list(spec["variant_seeds"][base])
     chosen = spec.get("seeds") or cfg["seeds"]
     return list(chosen[:1] if base in cfg["one_seed_variants"] else chosen)
+
+
+def experiment_runs(cfg: dict) -> list[dict]:
+    """``{task, variant, seeds}`` of every run of the config's generator (not the further generators'),
+    task by task: the runs the report and ``snakemake check`` read. The report section records them,
+    so ``rag check --experiment`` and ``rag bands`` read the same runs of a finished experiment folder."""
+    return [{"task": task, "variant": v, "seeds": run_seeds(cfg, task, v)} for task in sorted(cfg["tasks"])
+            for v in task_variants(cfg, task)]
 
 
 def replicate_config(data: dict, seeds: Sequence[int]) -> tuple[dict, list[tuple[str, str, list[int], list[int]]]]:

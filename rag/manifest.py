@@ -55,6 +55,13 @@ def sha256_file(path: str | os.PathLike, progress: bool = False) -> str:
 PROGRESS_BYTES = 1 << 28  # sha256_files shows a progress bar for files from 256 MiB (about a second's hashing)
 
 
+def file_stamp(path: str | os.PathLike) -> list[int]:
+    """A file's size, mtime, ctime, inode and device: while all five are unchanged, so is its content
+    (the ctime moves with every write and every change of the other four, and cannot be set back)."""
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
 def sha256_files(paths: list[str | os.PathLike], cache: str | os.PathLike) -> dict[str, str]:
     """``{path: sha256}`` of each file in ``paths``, hashed once per content: ``cache`` (a JSON
     file) keeps each file's sha256 with its size, mtime, ctime, inode and device, and a file whose
@@ -71,18 +78,35 @@ def sha256_files(paths: list[str | os.PathLike], cache: str | os.PathLike) -> di
         held = {}
     out, kept = {}, {}
     for path in paths:
-        st = os.stat(path)
-        key = os.path.abspath(path)
-        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+        key, stamp = os.path.abspath(path), file_stamp(path)
         entry = held.get(key)
         if not (isinstance(entry, dict) and entry.get("stat") == stamp and isinstance(entry.get("sha256"), str)):
-            entry = {"stat": stamp, "sha256": sha256_file(path, progress=st.st_size >= PROGRESS_BYTES)}
+            entry = {"stat": stamp, "sha256": sha256_file(path, progress=stamp[0] >= PROGRESS_BYTES)}
         out[str(path)] = entry["sha256"]
         kept[key] = entry
     if kept != {k: held.get(k) for k in kept}:
         Path(cache).parent.mkdir(parents=True, exist_ok=True)
         write_json(cache, {**held, **kept})
     return out
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    return sorted(q for q in folder.rglob("*") if q.is_file())
+
+
+def _tree_sha256(folder: Path, shas: dict[str, str]) -> str:
+    """The sha256 of a folder: over its files' relative paths and sha256s (``shas``: path -> sha256), in sorted order."""
+    h = hashlib.sha256()
+    for f in _folder_files(folder):
+        h.update(f"{f.relative_to(folder).as_posix()}\0{shas[str(f)]}\n".encode())
+    return h.hexdigest()
+
+
+def sha256_folder(folder: str | os.PathLike, cache: str | os.PathLike) -> str:
+    """The sha256 of a folder (as :func:`file_entry` gives it), each file hashed once per content
+    (:func:`sha256_files` with ``cache``)."""
+    folder = Path(folder)
+    return _tree_sha256(folder, sha256_files(_folder_files(folder), cache))
 
 
 def file_entry(path: str | os.PathLike | None) -> dict | None:
@@ -94,13 +118,9 @@ def file_entry(path: str | os.PathLike | None) -> dict | None:
     if p.is_file():
         return {"path": str(path), "sha256": sha256_file(p), "bytes": p.stat().st_size}
     if p.is_dir():
-        h = hashlib.sha256()
-        size = 0
-        for f in sorted(q for q in p.rglob("*") if q.is_file()):
-            rel = f.relative_to(p).as_posix()
-            h.update(f"{rel}\0{sha256_file(f)}\n".encode())
-            size += f.stat().st_size
-        return {"path": str(path), "sha256": h.hexdigest(), "bytes": size, "folder": True}
+        files = _folder_files(p)
+        return {"path": str(path), "sha256": _tree_sha256(p, {str(f): sha256_file(f) for f in files}),
+                "bytes": sum(f.stat().st_size for f in files), "folder": True}
     raise DataError(f"{path}: not found (a file the run's manifest hashes)")
 
 

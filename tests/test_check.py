@@ -35,7 +35,15 @@ def fabricate(root: Path, runs=RUNS, shift: dict | None = None) -> list[Path]:
                 "metrics": {k: v for k, v in vals.items() if "@" not in k},
                 "retrieval": {k: v for k, v in vals.items() if "@" in k}}))
             files.append(path)
+    record_runs(root, {(task, variant): len(next(iter(m.values()))) for (task, variant, _), m in runs.items()})
     return files
+
+
+def record_runs(root: Path, seeds: dict[tuple[str, str], int]) -> None:
+    """The experiment's record of its config's runs (config/report.json, key runs), seeds 1..n of each."""
+    (root / "config").mkdir(parents=True, exist_ok=True)
+    runs = [{"task": t, "variant": v, "seeds": list(range(1, n + 1))} for (t, v), n in seeds.items()]
+    (root / "config" / "report.json").write_text(json.dumps({"runs": runs}))
 
 
 # the same world with more fine-tune seeds (rag replicate-config over a copy of the centre): each
@@ -134,7 +142,6 @@ def test_a_cell_without_a_replicate_is_unchecked_and_a_replicate_of_another_worl
     rep = tmp_path / "rep"
     fabricate(rep, runs=REPLICATE)
     for root, seed in ((centre, 13), (rep, 14)):
-        (root / "config").mkdir()
         (root / "config" / "corpus.json").write_text(json.dumps({"seed": seed}))
     capsys.readouterr()
     assert main(["bands", "--center", str(centre), "--replicates", str(rep), "--name", "x", "--out", str(out)]) == 2
@@ -227,7 +234,6 @@ def test_a_check_of_another_world_says_whose_bands_they_are(tmp_path, capsys):
     and the check says so beside its verdict instead of leaving a user to read 11 failures as a fault."""
     centre = tmp_path / "centre"
     fabricate(centre)
-    (centre / "config").mkdir()
     (centre / "config" / "corpus.json").write_text(json.dumps({"seed": 13}))
     bands = tmp_path / "bands.yaml"
     assert main(["bands", "--center", str(centre), "--name", "fabricated", "--out", str(bands)]) == 0
@@ -257,7 +263,7 @@ def test_a_bad_band_file_is_one_line_naming_the_entry(tmp_path, entry, message):
     from rag.errors import DataError
 
     path = tmp_path / "b.yaml"
-    path.write_text(yaml.safe_dump({"cells": [entry]}))
+    path.write_text(yaml.safe_dump({"version": 2, "cells": [entry]}))
     with pytest.raises(DataError, match=rf"b.yaml: cells\[0\]: .*{message}"):
         load_bands(path)
 
@@ -284,9 +290,10 @@ def test_check_scores_the_predictions_themselves(tmp_path, capsys):
         metrics.append(d / "metrics.json")
         preds.append(d / "predictions.jsonl")
     bands = tmp_path / "bands.yaml"
-    bands.write_text(yaml.safe_dump({"cells": [{"task": "nq", "variant": "rag_token", "split": "test", "metric": "em",
+    bands.write_text(yaml.safe_dump({"version": 2, "cells": [{"task": "nq", "variant": "rag_token", "split": "test", "metric": "em",
                                                 "expected": 85.0, "tolerance": 6.0, "source": "test"}]}))
     args = ["check", "--bands", str(bands), "--metrics", *map(str, metrics), "--predictions", *map(str, preds)]
+    record_runs(tmp_path, {("nq", "rag_token"): 3})
     experiment = ["check", "--bands", str(bands), "--experiment", str(tmp_path)]  # finds the same files
     metrics_only = ["check", "--bands", str(bands), "--metrics", *map(str, metrics)]
     assert main(args) == 0 and main(experiment) == 0
@@ -309,12 +316,15 @@ def test_check_of_an_experiment_names_a_missing_predictions_file(tmp_path, capsy
     bands = bands_file(tmp_path)
     assert main(["check", "--bands", str(bands), "--experiment", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
-    missing = tmp_path / "run" / "runs" / "msmarco" / "rag_sequence" / "seed1" / "test" / "predictions.jsonl"
+    missing = tmp_path / "run" / "runs" / "nq" / "rag_token" / "seed1" / "dev" / "predictions.jsonl"
     assert f"error: {missing}: missing (and 7 more): each run of {tmp_path / 'run'} writes its predictions" in err
     assert main(["check", "--bands", str(bands), "--experiment", str(tmp_path / "run"), "--predictions", "x.jsonl"]) == 2
     assert "--predictions pairs with --metrics" in capsys.readouterr().err
     assert main(["check", "--bands", str(bands), "--experiment", str(tmp_path / "nothing")]) == 2
-    assert "no runs/<task>/<variant>/seed<seed>/<split>/metrics.json files" in capsys.readouterr().err
+    assert f"error: {tmp_path / 'nothing' / 'config' / 'report.json'}: not found: an experiment folder records" in capsys.readouterr().err
+    record_runs(tmp_path / "nothing", {("nq", "rag_token"): 1})
+    assert main(["check", "--bands", str(bands), "--experiment", str(tmp_path / "nothing")]) == 2
+    assert "no runs/<task>/<variant>/seed<seed>/<split>/metrics.json files of its config's runs" in capsys.readouterr().err
 
 
 def test_predictions_given_in_another_order_than_the_metrics_are_refused(tmp_path, capsys):
@@ -330,7 +340,7 @@ def test_predictions_given_in_another_order_than_the_metrics_are_refused(tmp_pat
         metrics.append(d / "metrics.json")
         preds.append(d / "predictions.jsonl")
     bands = tmp_path / "bands.yaml"
-    bands.write_text(yaml.safe_dump({"cells": [{"task": "nq", "variant": "rag_token", "split": "test", "metric": "em",
+    bands.write_text(yaml.safe_dump({"version": 2, "cells": [{"task": "nq", "variant": "rag_token", "split": "test", "metric": "em",
                                                 "expected": 100.0, "tolerance": 1.0, "source": "test"}]}))
     args = ["check", "--bands", str(bands), "--metrics", *map(str, metrics), "--predictions"]
     assert main(args + [str(p) for p in preds]) == 0
@@ -339,3 +349,53 @@ def test_predictions_given_in_another_order_than_the_metrics_are_refused(tmp_pat
     err = capsys.readouterr().err
     assert f"{preds[1]}: paired by position with {metrics[0]}, but it is run nq/rag_token/seed1/test, not nq/rag_sequence/seed1/test" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_an_experiment_is_checked_and_banded_over_its_config_s_runs_not_every_seed_folder(tmp_path, capsys):
+    """Run a config with seeds 1-2, then one with seed 1: the folder keeps seed2, which the config no
+    longer runs. rag check --experiment and rag bands --center read the runs the config records
+    (config/report.json, as snakemake check), and a note names the seed folder left out."""
+    root = tmp_path / "exp"
+    recall = "answer_recall@1"  # read from metrics.json (a task metric is scored again from the predictions)
+    fabricate(root, {("nq", "rag_token", "test"): {recall: [74.0, 70.0]}, ("nq", "rag_token", "dev"): {recall: [70.0, 66.0]}})
+    for p in root.glob("runs/*/*/*/*/metrics.json"):
+        p.with_name("predictions.jsonl").write_text(json.dumps({"id": "q", "prediction": "a", "targets": ["a"]}) + "\n")
+    record_runs(root, {("nq", "rag_token"): 1})  # the config now runs seed 1 alone
+    bands = tmp_path / "b.yaml"
+    bands.write_text(yaml.safe_dump({"version": 2, "cells": [{"task": "nq", "variant": "rag_token", "split": "test",
+                                                              "metric": recall, "expected": 74.0, "tolerance": 1.0, "seeds": 1}]}))
+    capsys.readouterr()
+    # seed 1's 74.0 is in band; both seeds' mean, 72.0, is not
+    assert main(["check", "--bands", str(bands), "--experiment", str(root)]) == 0
+    out, err = capsys.readouterr()
+    assert "74.0 ± 1.0  74.0      1" in out and "another number of fine-tune seeds" not in err
+    assert f"note: {root} (runs of its config/report.json): 1 seed folder(s) are no run of its config, not counted: " \
+           "runs/nq/rag_token/seed2" in err
+    out_bands = tmp_path / "made.yaml"
+    assert main(["bands", "--center", str(root), "--name", "x", "--out", str(out_bands)]) == 0
+    header, made = load_bands(out_bands)
+    assert not made and {e["cell"]: e["why"] for e in header["unchecked"]}[f"nq/rag_token/test/{recall}"].startswith("1 seed measured")
+    assert "not counted: runs/nq/rag_token/seed2" in capsys.readouterr().err
+    record_runs(root, {("nq", "rag_token"): 3})  # a seed of the config not run yet: a note names its files
+    assert main(["check", "--bands", str(bands), "--experiment", str(root)]) == 1
+    assert "2 metrics file(s) of its config's runs are not written (not finished?), their cells not measured: " \
+           "runs/nq/rag_token/seed3/dev/metrics.json, runs/nq/rag_token/seed3/test/metrics.json" in capsys.readouterr().err
+
+
+def test_snakemake_check_and_check_of_the_experiment_read_the_same_runs(tmp_path):
+    """`snakemake check` hands rag check the metrics files of the runs of the config; the report section
+    records the same runs, in the same order, for rag check --experiment (rag.config.experiment_runs)."""
+    from rag.config import load_config, sections
+    from rag.report.bands import recorded_runs
+    from tests.conftest import ROOT, smk
+
+    config = ROOT / "tests" / "data" / "e2e.yaml"
+    dry = smk(tmp_path, "-n", "-p", "check", configfile=config)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    command = next(line for line in dry.stdout.splitlines() if "rag check --bands" in line)
+    given = command.split(" --metrics ", 1)[1].split(" --predictions ", 1)[0].split()
+    root = tmp_path / "results" / "e2e"
+    (root / "config").mkdir(parents=True)
+    (root / "config" / "report.json").write_text(json.dumps(sections(load_config(config, check_files=False))["report"]))
+    _, listed, _ = recorded_runs(root)  # nothing has run: every file of the config's runs is still to be written
+    assert given == [str(p.relative_to(tmp_path)) for p in listed] and len(given) == 2 * 14

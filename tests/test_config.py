@@ -177,8 +177,8 @@ def _edited(base, *path, value):
     # search / test time: one task's decoding, or Figure 3's sweep; the index's own search parameter
     (("tasks", "nq", "decode_sequence", "k"), 8, {"eval_nq"}),
     (("experiments", "topk_sweep"), [1, 2], {"experiments"}),
-    # which runs a task has: no job of the task's other variants re-runs
-    (("tasks", "msmarco", "variants"), ["rag_token"], set()),
+    # which runs a task has: no job of the task's other variants re-runs; the report section records the runs
+    (("tasks", "msmarco", "variants"), ["rag_token"], {"report"}),
     # encode time and index time apart
     (("retriever", "max_length"), 64, {"encode"} | {f"train_{t}" for t in
                                                    ("nq", "triviaqa", "webquestions", "curatedtrec", "msmarco", "jeopardy", "fever3", "fever2")}),

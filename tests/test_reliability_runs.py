@@ -206,10 +206,14 @@ def test_checkpoint_of_other_inputs_is_not_resumed(upstream, tmp_path, caplog):
     run, gen, index = tmp_path / "run", tmp_path / "generator", tmp_path / "flat.faiss"
     shutil.copytree(upstream.generator, gen)
     shutil.copy2(upstream.index, index)
+    from rag.retrieval.index import shard_record_path
 
-    def train() -> str:
+    shutil.copy2(shard_record_path(upstream.index), shard_record_path(index))  # the shards it was built from
+
+    def train(embeddings=upstream.emb) -> str:
         argv = upstream.train_argv(upstream.sections, run, fused=False)
         argv[argv.index("--generator") + 1], argv[argv.index("--index") + 1] = str(gen), str(index)
+        argv[argv.index("--embeddings") + 1] = str(embeddings)
         caplog.clear()
         with caplog.at_level("INFO", logger="rag.training"):
             _main(argv)
@@ -233,7 +237,7 @@ def test_checkpoint_of_other_inputs_is_not_resumed(upstream, tmp_path, caplog):
     np.save(emb, np.load(upstream.emb)[::-1].copy())
     _main(["index", "--config", str(upstream.sections["index"]), "--embeddings", str(emb), "--out", str(index),
            "--stats", str(tmp_path / "flat.stats.json")])
-    log = train()
+    log = train(emb)
     assert "not resuming" in log and "resumed" not in log, log
 
 
@@ -414,7 +418,86 @@ def test_k_beyond_a_local_corpus_stops_a_dry_run(tmp_path):
     assert errors == ["error: config key 'train.k': K=6 exceeds the 4 passages of corpus.path examples/byo/documents.jsonl"]
 
 
+# ------------------------------------------------------------------------------------ a model folder of another run
+def test_a_model_folder_of_another_variant_or_task_or_without_its_question_encoder_is_refused(upstream, tmp_path, capsys):
+    """A fine-tuned RAG-Token folder without question_encoder/ was evaluated with the configured base
+    encoder, exit 0, no word; a meta.json of another variant or task was accepted. Each is one line
+    naming the folder or the file, before anything is decoded or written."""
+    from rag.cli import main
+    from rag.io import write_json
+
+    run = tmp_path / "run"
+    _main(upstream.train_argv(upstream.sections, run, fused=False))
+    sec = upstream.sections
+
+    def evaluate(model: Path) -> list[str]:
+        out = tmp_path / "eval" / model.name
+        return ["evaluate", "--config", str(sec["train_byo_qa"]), str(sec["eval_byo_qa"]), "--variant", "rag_token",
+                "--passages", str(upstream.passages), "--embeddings", str(upstream.emb), "--index", str(upstream.index),
+                "--model-dir", str(model), "--dev", str(upstream.data["dev"]), "--test", str(upstream.data["test"])] + [
+                    a for s in ("dev", "test") for a in (f"--{s}-predictions", str(out / s / "p.jsonl"),
+                                                         f"--{s}-metrics", str(out / s / "m.json"))]
+
+    meta = json.loads((run / "model" / "meta.json").read_text())
+    for name, edit, says in [
+        ("no_qenc", lambda m: shutil.rmtree(m / "question_encoder"),
+         "{m}: no question_encoder/ folder, which a fine-tuned rag_token model holds"),
+        ("variant", lambda m: write_json(m / "meta.json", {**meta, "variant": "rag_sequence"}),
+         "{m}/meta.json: a model of variant 'rag_sequence', not 'rag_token' as the command's"),
+        ("task", lambda m: write_json(m / "meta.json", {**meta, "task": "nq"}),
+         "{m}/meta.json: a model of task 'nq', not 'byo_qa' as the command's"),
+    ]:
+        model = tmp_path / name
+        shutil.copytree(run / "model", model)
+        edit(model)
+        assert main(evaluate(model)) == 2, name
+        assert _error(capsys).startswith("error: " + says.format(m=model)), name
+        assert not (tmp_path / "eval" / name).exists()
+    _main(evaluate(run / "model"))  # the folder as trained
+
+
 # ------------------------------------------------------------------------------------ an index that is not of these passages
+def test_embedding_shards_swapped_for_each_other_are_refused_naming_the_shard(upstream, tmp_path, capsys):
+    """Two shards of the same size swapped (their dates kept): the index's count and dimension still
+    match, and every retrieved passage was scored with another passage's embedding. The index records
+    the shards it was built from (sha256 each, beside it): the job stops in one line naming the shard,
+    before it trains or opens an MLflow run."""
+    from rag.cli import main
+    from rag.retrieval import RetrievalFiles
+    from rag.retrieval.dense import DenseRetriever
+    from rag.retrieval.index import shard_record_path
+    from rag.sections import TrainSection
+
+    sec = upstream.sections
+    shards = [tmp_path / f"emb-{i}.npy" for i in range(2)]
+    for i, shard in enumerate(shards):  # 2 passages each
+        _main(["encode", "--config", str(sec["encode"]), "--passages", str(upstream.passages), "--shard", str(i),
+               "--num-shards", "2", "--out", str(shard)])
+    index = tmp_path / "flat.faiss"
+    _main(["index", "--config", str(sec["index"]), "--embeddings", *map(str, shards), "--out", str(index),
+           "--stats", str(tmp_path / "stats.json")])
+    assert shard_record_path(index).is_file()
+    options = TrainSection.from_dict(json.loads(sec["train_byo_qa"].read_text()), "train").retriever
+    files = RetrievalFiles(passages=str(upstream.passages), embeddings=list(map(str, shards)), index=str(index))
+    DenseRetriever.from_files(files, options, "cpu")  # the shards it was built from
+    dates = [(s.stat().st_atime_ns, s.stat().st_mtime_ns) for s in shards]
+    os.rename(shards[0], tmp_path / "swap.npy")
+    os.rename(shards[1], shards[0])
+    os.rename(tmp_path / "swap.npy", shards[1])
+    for shard, date in zip(shards, dates):
+        os.utime(shard, ns=date)
+    run = tmp_path / "run"
+    argv = upstream.train_argv(sec, run)
+    argv[argv.index("--embeddings") + 1:argv.index("--index")] = list(map(str, shards))
+    argv[argv.index("--index") + 1] = str(index)
+    before = len(_runs(upstream.uri))
+    assert main(argv) == 2
+    assert _error(capsys) == (f"error: {shards[0]}: not the embedding shard 0 that {index} was built from ('emb-0.npy': "
+                              "other content); give the shards in their order, or delete the index and run again to rebuild it")
+    assert [p.name for p in run.rglob("*") if p.is_file() and p.name != "run.lock"] == []
+    assert len(_runs(upstream.uri)) == before
+
+
 def _mismatched_indexes(upstream, folder: Path) -> dict[str, tuple[Path, str]]:
     """Index files that do not index the 4 passages: (file, what the error says of it)."""
     import faiss

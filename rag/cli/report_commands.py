@@ -91,7 +91,9 @@ def cmd_check(args) -> int:
     elif args.report_config:
         declare_experiment_tasks(args.report_config)
     header, bands = load_bands(args.bands)
-    metrics, predictions = experiment_files(args.experiment) if args.experiment else (args.metrics, args.predictions)
+    metrics, predictions, note = experiment_files(args.experiment) if args.experiment else (args.metrics, args.predictions, None)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     values = run_values(metrics, predictions)
     results = check(bands, values)
     text = format_results(header, results)
@@ -153,8 +155,14 @@ def cmd_bands(args) -> int:
         if _top_seed(root) != world:
             raise ConfigError(f"{root}: top-level seed {_top_seed(root)}, not the centre's {world}: a replicate is the "
                               "same world with more fine-tune seeds (rag replicate-config), and a band file holds for one world")
-    center, n_of = experiment_values(args.center)
-    replicates = [experiment_values(r)[0] for r in args.replicates]
+    center, n_of, note = experiment_values(args.center)
+    replicates, notes = [], [note]
+    for root in args.replicates:
+        values, _, note = experiment_values(root)
+        replicates.append(values)
+        notes.append(note)
+    for note in filter(None, notes):
+        print(f"note: {note}", file=sys.stderr)
     bands, unchecked = make_bands(center, replicates, n_of)
     method = (f"Made from the experiment of {_described(args.center)}"
               + (f" and {len(replicates)} replicate(s) of it with more fine-tune seeds" if replicates else "") + ". "
@@ -216,8 +224,8 @@ def register(sub) -> None:
     p.add_argument("--bands", required=True, help="band file (config/bands/*.yaml)")
     runs = p.add_mutually_exclusive_group(required=True)
     runs.add_argument("--experiment", default=None,
-                      help="results/<name> of a finished experiment: every run's metrics.json, its task metrics scored "
-                           "again from the predictions.jsonl beside it")
+                      help="results/<name> of a finished experiment: the metrics.json of every run of its config (as "
+                           "its config/report.json records them), its task metrics scored again from the predictions.jsonl beside it")
     runs.add_argument("--metrics", nargs="+", help="the experiment's metrics.json files (one per run, split and seed)")
     p.add_argument("--predictions", nargs="*", default=[],
                    help="with --metrics: their predictions.jsonl files, in the same order: the task metrics are scored "
@@ -233,7 +241,7 @@ def register(sub) -> None:
 
     p = add_command(sub, "bands", cmd_bands,
                     "write a band file from a finished experiment and replicates of it with more fine-tune seeds")
-    p.add_argument("--center", required=True, help="results/<name> of the experiment the bands are for (its cells and seeds)")
+    p.add_argument("--center", required=True, help="results/<name> of the experiment the bands are for (the cells and seeds of its config's runs)")
     p.add_argument("--replicates", nargs="*", default=[],
                    help="results/<name> of the same config and world with more fine-tune seeds (rag replicate-config): "
                         "the training SD of each cell")

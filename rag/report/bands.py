@@ -4,7 +4,7 @@ reproduction matrix: every cell prints OK (in band) or FAIL (out of band) beside
 
 A band file (YAML) is data, versioned with the code::
 
-    version: 1
+    version: 2
     method: how the bands were obtained (free text, shown by rag check)
     cells:
       - {task: nq, variant: rag_token, split: test, metric: em, expected: 74.9, tolerance: 6.2, seeds: 3,
@@ -46,25 +46,54 @@ class Band:
         return (self.task, self.variant, self.split, self.metric)
 
 
+BAND_VERSIONS = (1, 2)  # 1: cells and method; 2: rag bands' header too (name, family_wise, widest, seed, unchecked)
+MAX_BAND_BYTES = 1 << 20  # the default's band file is 62 KB for its 120 cells
+MAX_BAND_CELLS = 5_000
+
+
+def _header_error(data: dict) -> str | None:
+    """What is wrong with a band file's header (its keys but ``cells``), or None."""
+    version = data.get("version")
+    if "version" not in data:
+        return f"no version: (the band file format's, one of {', '.join(map(str, BAND_VERSIONS))})"
+    if isinstance(version, bool) or version not in BAND_VERSIONS:
+        return f"version {version!r:.40} is not a band file format this harness reads ({', '.join(map(str, BAND_VERSIONS))})"
+    seed = data.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        return f"'seed' (the world's top-level seed) must be an integer, got {seed!r:.40}"
+    if not isinstance(data.get("unchecked", []), list):
+        return "'unchecked' must be a list"
+    return None
+
+
 def load_bands(path: str | Path) -> tuple[dict, list[Band]]:
     """(the file's header, its bands); one-line errors naming the file and the entry."""
     import yaml
+
+    from rag.config import alias_bomb, read_yaml
 
     path = Path(path)
     if not path.is_file():
         from rag.io import not_a_file
 
         raise DataError(f"{path}: band file {not_a_file(path).replace('file not found', 'not found')}")
+    if (size := path.stat().st_size) > MAX_BAND_BYTES:
+        raise DataError(f"{path}: {size:,} bytes, more than a band file holds ({MAX_BAND_BYTES:,}); is it a band file?")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = read_yaml(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: not valid UTF-8") from None
     except yaml.YAMLError as exc:
-        raise DataError(f"{path}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+        mark = getattr(exc, "problem_mark", None)
+        raise DataError(f"{path}{f':{mark.line + 1}' if mark else ''}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         raise DataError(f"{path}: expected a mapping with a 'cells' list")
-    from rag.config import alias_bomb
-
+    if len(data["cells"]) > MAX_BAND_CELLS:
+        raise DataError(f"{path}: {len(data['cells']):,} cells, more than a band file holds ({MAX_BAND_CELLS:,})")
     if alias_bomb(data) is not None:
         raise DataError(f"{path}: its YAML aliases expand to more than a band file holds (an alias bomb?); write the cells out")
+    if wrong := _header_error(data):
+        raise DataError(f"{path}: {wrong}")
     bands, seen = [], set()
     for i, entry in enumerate(data["cells"]):
         where = f"{path}: cells[{i}]"
@@ -77,8 +106,12 @@ def load_bands(path: str | Path) -> tuple[dict, list[Band]]:
             v = entry[k]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (k == "tolerance" and v < 0):
                 raise DataError(f"{where}: '{k}' must be a finite number{' >= 0' if k == 'tolerance' else ''}, got {v!r}")
+        seeds = entry.get("seeds")
+        if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
+            raise DataError(f"{where}: 'seeds' (how many fine-tune seeds the band is for) must be an integer >= 1, "
+                            f"got {seeds!r:.40}")
         band = Band(str(entry["task"]), str(entry["variant"]), str(entry["split"]), str(entry["metric"]),
-                    float(entry["expected"]), float(entry["tolerance"]), entry.get("seeds"), str(entry.get("source", "")))
+                    float(entry["expected"]), float(entry["tolerance"]), seeds, str(entry.get("source", "")))
         wrong = cell_error(band)
         if wrong:
             raise DataError(f"{where} ({'/'.join(band.cell)}): {wrong}; fix the cell or remove it")
@@ -347,34 +380,72 @@ def make_bands(center: dict[Cell, dict[int, float]], replicates: list[dict[Cell,
     return bands, unchecked
 
 
-def _metrics_files(root: Path) -> list[Path]:
-    files = sorted(root.glob("runs/*/*/seed*/*/metrics.json"))
-    if not files:
-        raise DataError(f"{root}: no runs/<task>/<variant>/seed<seed>/<split>/metrics.json files")
-    return files
+def recorded_runs(root: str | Path) -> tuple[list[Path], list[Path], list[Path]]:
+    """The runs the config of the experiment folder ``root`` (``results/<name>``) runs, as its report
+    section records them (``config/report.json``, key ``runs``: what ``snakemake check`` reads too):
+    (the metrics.json of each split of each that exists, of each that does not (a run not finished); the
+    seed folders under ``root/runs`` holding a metrics.json of none of them: runs of a config it no longer is)."""
+    from rag.tasks import EVAL_SPLITS
+
+    root = Path(root)
+    section = root / "config" / "report.json"
+    if not section.is_file():
+        raise DataError(f"{section}: not found: an experiment folder records the runs of its config there (snakemake "
+                        "writes it); rag check --metrics checks the files it is given")
+    data = read_json(section)
+    runs = data.get("runs") if isinstance(data, dict) else None
+    ok = isinstance(runs, list) and all(
+        isinstance(r, dict) and isinstance(r.get("task"), str) and isinstance(r.get("variant"), str)
+        and isinstance(r.get("seeds"), list) and all(isinstance(x, int) and not isinstance(x, bool) for x in r["seeds"])
+        for r in runs)
+    if not ok:
+        raise DataError(f"{section}: no 'runs' list of {{task, variant, seeds}} (the runs of the experiment's config); "
+                        "snakemake on that config writes it again")
+    listed = [root / "runs" / r["task"] / r["variant"] / f"seed{seed}" / split / "metrics.json"
+              for r in runs for seed in r["seeds"] for split in EVAL_SPLITS]
+    stale = sorted({m.parents[1] for m in set(root.glob("runs/*/*/seed*/*/metrics.json")) - set(listed)})
+    return [m for m in listed if m.is_file()], [m for m in listed if not m.is_file()], stale
 
 
-def experiment_files(root: str | Path) -> tuple[list[Path], list[Path]]:
-    """The metrics.json of every run (task, variant, seed, split) of the finished experiment folder
-    ``results/<name>``, and the predictions.jsonl beside each (in the same order); a missing one is a
-    DataError naming it."""
-    metrics = _metrics_files(Path(root))
+def runs_note(root: str | Path, missing: list[Path], stale: list[Path]) -> str | None:
+    """A note naming the files of runs of ``root``'s config not written yet and the seed folders of
+    runs it does not have (:func:`recorded_runs`), else None."""
+    def named(paths: list[Path]) -> str:
+        names = [str(p.relative_to(root)) for p in paths]
+        return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+    parts = ([f"{len(missing)} metrics file(s) of its config's runs are not written (not finished?), their cells not "
+              f"measured: {named(missing)}"] if missing else [])
+    parts += ([f"{len(stale)} seed folder(s) are no run of its config, not counted: {named(stale)}"] if stale else [])
+    return f"{root} (runs of its config/report.json): " + "; ".join(parts) if parts else None
+
+
+def experiment_files(root: str | Path) -> tuple[list[Path], list[Path], str | None]:
+    """The metrics.json of every finished run (task, variant, seed, split) of the config of the experiment
+    folder ``results/<name>`` (:func:`recorded_runs`), the predictions.jsonl beside each (in the same
+    order; a missing one is a DataError naming it) and :func:`runs_note`."""
+    metrics, missing, stale = recorded_runs(root)
+    if not metrics:
+        raise DataError(f"{root}: no runs/<task>/<variant>/seed<seed>/<split>/metrics.json files of its config's runs")
     predictions = [m.with_name("predictions.jsonl") for m in metrics]
-    missing = [p for p in predictions if not p.is_file()]
-    if missing:
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise DataError(f"{missing[0]}: missing{more}: each run of {root} writes its predictions beside its metrics.json")
-    return metrics, predictions
+    absent = [p for p in predictions if not p.is_file()]
+    if absent:
+        more = f" (and {len(absent) - 1} more)" if len(absent) > 1 else ""
+        raise DataError(f"{absent[0]}: missing{more}: each run of {root} writes its predictions beside its metrics.json")
+    return metrics, predictions, runs_note(root, missing, stale)
 
 
-def experiment_values(root: str | Path) -> tuple[dict[Cell, dict[int, float]], dict[tuple[str, str, str], int]]:
-    """Every run's values (and test sizes) of one finished experiment folder ``results/<name>``."""
-    files = _metrics_files(Path(root))
+def experiment_values(root: str | Path) -> tuple[dict[Cell, dict[int, float]], dict[tuple[str, str, str], int], str | None]:
+    """Every finished run's values (and test sizes) of the config of one experiment folder ``results/<name>``
+    (:func:`recorded_runs`), and :func:`runs_note`."""
+    files, missing, stale = recorded_runs(root)
+    if not files:
+        raise DataError(f"{root}: no runs/<task>/<variant>/seed<seed>/<split>/metrics.json files of its config's runs")
     n_of = {}
     for f in files:
         d = read_json(f)
         n_of[(d["task"], d["variant"], d["split"])] = int(d.get("n") or 0)
-    return run_values(files), n_of
+    return run_values(files), n_of, runs_note(root, missing, stale)
 
 
 def write_bands(path: str | Path, bands: list[Band], header: dict) -> None:

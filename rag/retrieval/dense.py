@@ -29,7 +29,7 @@ class DenseRetriever(Retriever):
         from rag.data.corpus import PassageStore
         from rag.errors import DataError
         from rag.retrieval.encoders import Encoder
-        from rag.retrieval.index import EmbeddingShards, load_index
+        from rag.retrieval.index import EmbeddingShards, check_shard_record, load_index
 
         passages = PassageStore(files.passages)
         emb = EmbeddingShards(files.embeddings)
@@ -37,6 +37,7 @@ class DenseRetriever(Retriever):
             raise DataError(f"{files.embeddings[0]}: {emb.n} embeddings for {len(passages)} passages in {files.passages}")
         index = load_index(files.index, rows=emb.n, dim=emb.d, of=f"the {emb.n:,} passages of {files.passages}",
                            mapped=True)
+        check_shard_record(files.index, emb)  # the shards it was built from, in their order
         qenc = Encoder.load(question_encoder_dir or options.question_encoder, options.pooling, options.normalize,
                             options.max_length)
         return cls(passages, qenc.to(device), emb, index, options.score_scale)

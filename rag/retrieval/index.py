@@ -122,6 +122,46 @@ def _read_header(path: Path) -> Shard:
     return Shard(path, int(rows), int(shape[1]), dtype, offset)
 
 
+def shard_record_path(index: str | Path) -> Path:
+    """The record, beside the index file, of the embedding shards it was built from (:func:`write_shard_record`)."""
+    return Path(f"{index}.shards.json")
+
+
+def write_shard_record(index: str | Path, shards: EmbeddingShards) -> None:
+    """Record, beside ``index``, the shards it is built from, in order: each one's rows, sha256 and file stamp."""
+    from rag.io import write_json
+    from rag.manifest import file_stamp, sha256_file
+
+    write_json(shard_record_path(index), {"shards": [
+        {"name": s.path.name, "rows": s.rows, "sha256": sha256_file(s.path), "stamp": file_stamp(s.path)}
+        for s in shards.shards]})
+
+
+def check_shard_record(index: str | Path, shards: EmbeddingShards) -> None:
+    """DataError naming the first of ``shards`` that is not the shard the index was built from at its
+    place (other content: the sha256 its record holds, read again where the file's stamp moved)."""
+    from rag.io import read_json
+    from rag.manifest import file_stamp, sha256_file
+
+    path = shard_record_path(index)
+    if not path.is_file():
+        raise DataError(f"{path}: not found: the record of the embedding shards {index} was built from; delete the "
+                        "index and run again to rebuild it")
+    record = read_json(path)
+    built = record.get("shards") if isinstance(record, dict) else None
+    if not isinstance(built, list) or not all(isinstance(b, dict) for b in built):
+        raise DataError(f"{path}: expected an object with a 'shards' list; delete the index and run again to rebuild it")
+    if len(built) != len(shards.shards):
+        raise DataError(f"{index}: built from {len(built)} embedding shard(s), {len(shards.shards)} given; give the "
+                        "shards it was built from, or delete it and run again to rebuild it")
+    for i, (b, shard) in enumerate(zip(built, shards.shards)):
+        same = b.get("rows") == shard.rows and (b.get("stamp") == file_stamp(shard.path)
+                                                 or b.get("sha256") == sha256_file(shard.path))
+        if not same:
+            raise DataError(f"{shard.path}: not the embedding shard {i} that {index} was built from ({b.get('name')!r:.80}: "
+                            "other content); give the shards in their order, or delete the index and run again to rebuild it")
+
+
 def ivf_lists_for(n: int, ivf_lists: int) -> int:
     """The inverted lists an IVF index over ``n`` vectors gets: the configured number, at most n / 39."""
     return max(1, min(ivf_lists, n // IVF_MIN_POINTS_PER_LIST))

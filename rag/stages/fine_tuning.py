@@ -106,7 +106,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     spec, vspec, t = TASKS[name], variant_spec(variant), cfg.train
     rows = read_jsonl(train_data, required=("id", "input", "targets"))
     init = init_from or generator
-    q_dir = trained_question_encoder(init_from)
+    q_dir = trained_question_encoder(init_from, cfg.task.init_from, variant)
     system = build_system(cfg, variant, init, device, files, q_dir)
     if system.question_encoder is not None:
         system.question_encoder.train_top_layers = t.question_encoder_layers

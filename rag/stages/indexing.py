@@ -39,11 +39,13 @@ def encode_shard(cfg: EncodeSection, device: str, passages: str | Path, shard: i
 
 
 def build_faiss_index(cfg: IndexSection, embeddings: list[str | Path], out: str | Path, stats_out: str | Path) -> None:
-    """The configured FAISS index over the embedding shards and its build statistics (an approximate
-    index: recall@1 and @10 against exact search on up to 200 passages as queries)."""
+    """The configured FAISS index over the embedding shards, the record of those shards beside it
+    (:func:`rag.retrieval.index.write_shard_record`) and its build statistics (an approximate index:
+    recall@1 and @10 against exact search on up to 200 passages as queries)."""
     import numpy as np
 
-    from rag.retrieval.index import EmbeddingShards, build_index_from_shards, recall_against_exact, save_index
+    from rag.retrieval.index import (EmbeddingShards, build_index_from_shards, recall_against_exact, save_index,
+                                     write_shard_record)
 
     r = cfg.retriever
     shards = EmbeddingShards(embeddings)
@@ -51,6 +53,7 @@ def build_faiss_index(cfg: IndexSection, embeddings: list[str | Path], out: str 
     index = build_index_from_shards(shards, r.index, use_gpu=cfg.device == "cuda", **r.build_params())
     stats = {"kind": r.index, "n": shards.n, "dim": shards.d, "build_seconds": time.time() - t}
     save_index(index, out)
+    write_shard_record(out, shards)  # the jobs reading the index check the shards they are given against it
     if r.index == "flat":
         stats["exact"] = True
     else:

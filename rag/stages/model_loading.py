@@ -23,10 +23,29 @@ def model_meta(model_dir: str | Path) -> dict:
     return meta
 
 
-def trained_question_encoder(model_dir: str | Path | None) -> str | None:
-    """The fine-tuned question encoder a model folder holds (``question_encoder/``), else None."""
-    q_dir = Path(model_dir) / "question_encoder" if model_dir else None
-    return str(q_dir) if q_dir is not None and q_dir.is_dir() else None
+def trained_question_encoder(model_dir: str | Path | None, task: str | None, variant: str) -> str | None:
+    """The fine-tuned question encoder the model folder ``model_dir`` holds (``question_encoder/``), else
+    None (also for no folder). The folder must be a model of ``variant`` (and of ``task``, where its
+    meta.json names one: an imported model may name none), and hold ``question_encoder/`` where
+    ``variant`` fine-tunes its question encoder: otherwise a DataError naming the file or folder."""
+    from rag.errors import DataError
+
+    if not model_dir:
+        return None
+    meta_path = Path(model_dir) / "meta.json"
+    meta = model_meta(model_dir)
+    for key, want in (("variant", variant), ("task", task)):
+        held = meta.get(key)
+        if held != want and (key == "variant" or held is not None):
+            raise DataError(f"{meta_path}: a model of {key} {held!r}, not {want!r} as the command's; give the model "
+                            f"folder of {want}")
+    q_dir = Path(model_dir) / "question_encoder"
+    if q_dir.is_dir():
+        return str(q_dir)
+    if variant_spec(variant).train_question_encoder:
+        raise DataError(f"{model_dir}: no question_encoder/ folder, which a fine-tuned {variant} model holds (its "
+                        f"question encoder is trained); the folder is incomplete: train it again")
+    return None
 
 
 def check_k_in_passages(files: RetrievalFiles | None, ks: list[tuple[str, int]]) -> None:
@@ -65,6 +84,7 @@ def load_trained(cfg: TrainSection, variant: str, model_dir: str, device: str, f
                  retriever=None):
     """A trained model folder (generator/, question_encoder/ when fine-tuned) ready for inference,
     with ``retriever`` or the variant's retriever over ``files``."""
-    system = build_system(cfg, variant, model_dir, device, files, trained_question_encoder(model_dir), retriever)
+    q_dir = trained_question_encoder(model_dir, cfg.task_name, variant)
+    system = build_system(cfg, variant, model_dir, device, files, q_dir, retriever)
     system.eval()
     return system

@@ -11,10 +11,10 @@ from snakemake.io import IOFile
 from snakemake.utils import update_config
 
 from rag.config import (check_section_files, command_line_values, config_hash, encoder_slug, generator_runs, hotswap_runs,
-                        input_files, load_config, run_seeds, sections, task_variants)
+                        input_files, load_config, model_folders, read_config_file, run_seeds, sections, task_variants)
 from rag.errors import ConfigError
 from rag.io import lock_holder
-from rag.manifest import sha256_files
+from rag.manifest import sha256_files, sha256_folder
 from rag.models.sizing import check_lora
 from rag.retrieval import FILE_ROLES
 from rag.tasks import GENERATOR_SEP, RETRIEVERS, TASKS, VARIANTS, split_variant, variant_spec
@@ -24,8 +24,12 @@ from rag.tasks import GENERATOR_SEP, RETRIEVERS, TASKS, VARIANTS, split_variant,
 # It also stops, naming key and path, when a local input file of the config does not exist:
 # Snakemake alone says "Nothing to be done" for it when the outputs exist from an earlier run.
 # --config reads the values inside a list or a mapping as strings (seeds=[1,2]: '1', '2'): read as their keys
-# declare them (rag.config.command_line_values), the numbers of number keys numbers
+# declare them (rag.config.command_line_values), the numbers of number keys numbers. Snakemake's YAML reader
+# keeps the last of a key given twice: each config file is read again by read_config_file, which refuses it,
+# naming the key and both lines.
 try:
+    for _configfile in workflow.configfiles:
+        read_config_file(_configfile)
     update_config(config, command_line_values(workflow.config_settings.config))
     CFG = load_config(config)
     # LoRA's target modules, checked on the model built on the meta device (torch, transformers and peft
@@ -42,10 +46,13 @@ R = f"results/{EXP}"
 # sha256 of each is a param of the rule that reads it (local_sha256), so a file replaced by other
 # content re-runs that rule, and what follows it, even where the file's date is older than the
 # outputs' (cp -p, tar, rsync -a and unzip keep dates). Hashed once per content (rag.manifest.sha256_files).
+# A local model folder (retriever.question_encoder / context_encoder, a pretrained generator's
+# name_or_path: rag.config.model_folders) counts as its files' content does (rag.manifest.sha256_folder).
 try:
     _LOCAL = input_files(CFG)
     _SHA = sha256_files([path for _, path in _LOCAL], ".snakemake/rag/input-sha256.json")
-    LOCAL_SHA256 = {key: _SHA[str(path)] for key, path in _LOCAL}
+    LOCAL_SHA256 = {key: _SHA[str(path)] for key, path in _LOCAL} | {
+        key: sha256_folder(path, ".snakemake/rag/input-sha256.json") for key, path in model_folders(CFG)}
 except OSError as exc:
     sys.exit(f"error: {exc.filename}: {exc.strerror} (reading a local input the config names, to hash its content)")
 NAME = CFG["corpus"]["name"]  # the corpus (wildcard {corpus}; the hot-swap's second snapshot is <NAME>_b)
@@ -170,6 +177,19 @@ def metric_files_sha256(wildcards):
 METRIC_FILES = {"metric_sha256": metric_files_sha256} if metric_files_sha256(None) else {}
 
 
+def model_sha256(key):
+    """A rule's params where config key ``key`` names a local model folder: {"model_sha256": {key: the
+    folder's sha256}}, so other weights re-run the rule and what follows it; {} otherwise (the params as
+    without one)."""
+    return {"model_sha256": local_sha256(key)} if local_sha256(key) else {}
+
+
+# the params of the jobs that load a task's model where the question encoder is a local folder: its
+# sha256 for a retrieving variant's (the retriever is built with the configured question encoder)
+QUESTION_ENCODER = {"model_sha256": lambda w: local_sha256("retriever.question_encoder") if variant_spec(w.variant).retriever
+                    else {}} if local_sha256("retriever.question_encoder") else {}
+
+
 def section(name):
     return f"{R}/config/{name}.json"
 
@@ -202,6 +222,12 @@ def index_file(corpus):
     return f"{R}/index/{corpus}/{ENCODER}/{INDEX}.faiss"
 
 
+def index_shard_record(corpus):
+    """The record beside the index of the shards it was built from (rag.retrieval.index.shard_record_path):
+    written with it, read with it by every job that reads the index and the shards."""
+    return f"{index_file(corpus)}.shards.json"
+
+
 def retrieval_file(role, corpus):
     """The file (or files) of a retrieval file role (rag.retrieval.FILE_ROLES) for ``corpus``."""
     return {
@@ -218,7 +244,8 @@ def retrieval_inputs(wildcards):
     if name is None:
         return {}
     files = {role: retrieval_file(role, NAME) for role in RETRIEVERS[name].files}
-    return files | ({"passage_rows": passage_rows(NAME)} if "passages" in files else {})
+    return (files | ({"passage_rows": passage_rows(NAME)} if "passages" in files else {})
+            | ({"index_shards": index_shard_record(NAME)} if "index" in files else {}))
 
 
 def retrieval_args(wildcards, input):
@@ -257,7 +284,7 @@ def generator_model(wildcards):
 def run_files(kind, generators=False):
     """Every run's dev and test <kind> file (metrics.json | predictions.jsonl), task by task, seed by
     seed; with ``generators``, the further generators' runs after them."""
-    runs = [(task, variant) for task in TASK_NAMES for variant in TASK_VARIANTS[task]]
+    runs = [(run["task"], run["variant"]) for run in SECTIONS["report"]["runs"]]  # as rag check --experiment reads them
     return [f"{R}/runs/{task}/{variant}/seed{seed}/{split}/{kind}"
             for task, variant in runs + (GENERATOR_RUNS if generators else []) for seed in SEEDS[(task, variant)]
             for split in ("dev", "test")]
@@ -278,7 +305,7 @@ def hotswap_inputs(wildcards):
         return {}
     b = f"{NAME}_b"
     return {"questions": f"{R}/data/hotswap/questions.jsonl", "passages_b": corpus_passages(b), "rows_b": passage_rows(b),
-            "emb_b": shard_files(b), "index_b": index_file(b)}
+            "emb_b": shard_files(b), "index_b": index_file(b), "index_b_shards": index_shard_record(b)}
 
 
 def experiment_args(wildcards, input, output):

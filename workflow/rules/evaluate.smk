@@ -17,6 +17,7 @@ if not FUSED_EVAL:  # otherwise the train rule decodes dev/test itself (config k
             retrieval=lambda w, input: retrieval_args(w, input),
             **METRIC_FILES,
             record=record_file("evaluate", "task", "variant", "seed"),
+            **QUESTION_ENCODER,
         threads: CFG["threads"]
         resources:
             runtime=res("evaluate", "runtime", 60),
@@ -53,6 +54,7 @@ rule experiments:
         experiments=experiment_args,
         **METRIC_FILES,
         record=record_file("experiments", "task", "variant", "seed"),
+        **QUESTION_ENCODER,
     threads: CFG["threads"]
     benchmark:
         benchmark_file("experiments", "task", "variant", "seed"),

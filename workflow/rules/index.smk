@@ -11,6 +11,7 @@ rule encode_shard:
     params:
         shards=CFG["retriever"]["shards"],
         record=record_file("encode_shard", "corpus", "shard"),
+        **model_sha256("retriever.context_encoder"),
     threads: 1
     resources:
         runtime=res("encode_shard", "runtime", 60),
@@ -33,6 +34,7 @@ rule build_index:
         shards=lambda w: shard_files(w.corpus),
     output:
         index=f"{R}/index/{{corpus}}/{ENCODER}/{INDEX}.faiss",
+        shards=f"{R}/index/{{corpus}}/{ENCODER}/{INDEX}.faiss.shards.json",  # rag index writes it beside the index
         stats=f"{R}/index/{{corpus}}/{ENCODER}/{INDEX}.stats.json",
     resources:
         runtime=res("build_index", "runtime", 60),

@@ -13,6 +13,7 @@ rule pretrain_generator:
         restatements=lambda w, input: ["--restatements", input.restatements] if "restatements" in input.keys() else [],
         ckpt=f"{R}/generator/checkpoint",
         record=record_file("pretrain_generator"),
+        **model_sha256("generator.name_or_path"),
     priority: 50  # the critical path: every fine-tune waits for it
     threads: 8  # snakemake lowers it to --cores on a small machine
     resources:
@@ -41,6 +42,8 @@ use rule pretrain_generator as pretrain_generators with:
         restatements=lambda w, input: ["--restatements", input.restatements] if "restatements" in input.keys() else [],
         ckpt=f"{R}/generators/{{generator}}/checkpoint",
         record=record_file("pretrain_generators", "generator"),
+        **({"model_sha256": lambda w: local_sha256(f"generators.{w.generator}.generator.name_or_path")}
+           if local_sha256("generators") else {}),
     benchmark:
         benchmark_file("pretrain_generators", "generator"),
     log:
@@ -67,6 +70,7 @@ rule train:
         config_hash=train_config_hash,
         evaluate=fused_eval_args,
         **(METRIC_FILES if FUSED_EVAL else {}),
+        **QUESTION_ENCODER,
         # train.ddp_processes > 1: data-parallel training, one process per device, through torchrun
         launcher=(["torchrun", "--standalone", "--nproc-per-node", str(CFG["train"]["ddp_processes"]), "-m"]
                   if CFG["train"]["ddp_processes"] > 1 else []),
