@@ -1,5 +1,5 @@
-"""5. The default DAG: aggregate the jobs' resource records (results/miniworld/resources/<rule>/<job>.tsv,
-Snakemake's benchmark files: rag.resources)."""
+"""5. The default DAG: aggregate the jobs' resource records (results/miniworld/resources/<rule>/<job>.json, exact,
+beside Snakemake's benchmark file <job>.tsv: rag.resources)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def run(args) -> dict:
     per_rule = read_records(root)
     if not per_rule:
         raise RuntimeError(f"dag: no resource records under {root} (run the DAG first: every job writes "
-                         "results/<name>/resources/<rule>/<job>.tsv; --dag-dir names another folder)")
+                         "results/<name>/resources/<rule>/<job>.json and .tsv; --dag-dir names another folder)")
     rows = []
     sums = {rule: summarize(rs) for rule, rs in per_rule.items()}
     for rule, s in sorted(sums.items(), key=lambda kv: -kv[1]["wall_s_sum"]):
