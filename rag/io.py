@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+import yaml
+
 from rag.errors import DataError, DiskFullError, RagError, disk_full_reason, name_too_long
 
 log = logging.getLogger(__name__)
@@ -310,3 +312,53 @@ def lock_holder(folder: str | os.PathLike) -> str | None:
     finally:
         os.close(fd)
     return None
+
+
+# ------------------------------------------------------------------------------------ the user's YAML
+class YamlLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping giving one key twice (YAML keeps the last, silently),
+    naming the key and both lines: the loader of every YAML file of the user's the harness reads
+    (configs, band files: :func:`read_yaml`)."""
+
+    def compose_mapping_node(self, anchor):
+        node = super().compose_mapping_node(anchor)
+        seen: dict[tuple[str, str], yaml.Node] = {}
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                first = seen.setdefault((key.tag, key.value), key)
+                if first is not key:
+                    raise yaml.composer.ComposerError(
+                        None, None, f"key {key.value!r:.80} given twice, on lines {first.start_mark.line + 1} and "
+                        f"{key.start_mark.line + 1} (YAML would keep the second, silently); give it once", key.start_mark)
+        return node
+
+
+def read_yaml(stream) -> Any:
+    """The YAML document of ``stream`` (text or a file opened for reading) with :class:`YamlLoader`."""
+    return yaml.load(stream, Loader=YamlLoader)
+
+
+MAX_CONFIG_VALUES = 100_000  # a config holds hundreds; YAML aliases repeating lists of lists make billions
+
+
+def alias_bomb(data: Any) -> tuple[tuple, int] | None:
+    """(the path of the first mapping or list, total) where YAML aliases (``&a`` / ``*a``) expand
+    ``data`` to more than :data:`MAX_CONFIG_VALUES` values (an alias bomb), else None; linear in the loaded size."""
+    sizes: dict[int, int] = {}
+    found: list[tuple[tuple, int]] = []  # post-order: the first node over the limit
+
+    def size(node: Any, path: tuple) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        if id(node) in sizes:
+            return sizes[id(node)]
+        sizes[id(node)] = 0  # a cycle (a YAML alias inside its own anchor) counts once
+        children = node.items() if isinstance(node, dict) else enumerate(node)
+        total = 1 + sum(size(value, path + (key,)) for key, value in children)
+        sizes[id(node)] = total
+        if total > MAX_CONFIG_VALUES and not found:
+            found.append((path, total))
+        return total
+
+    size(data, ())
+    return found[0] if found else None

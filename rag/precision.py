@@ -12,26 +12,40 @@ from __future__ import annotations
 
 import contextlib
 
-import torch
+from rag import config_keys
+from rag.errors import ConfigError
 
-from rag.config import check_precision as check
-from rag.config_keys import key
+# torch's dtype of each precision (torch imported where a dtype is used: the config check stays light)
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+assert set(DTYPES) == set(config_keys.key("precision")["enum"]), "a precision of rag/config_keys.py without its dtype"
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-assert set(DTYPES) == set(key("precision")["enum"]), "a precision of rag/config_keys.py without its dtype"
+
+def check(precision: str, device: str | None = None) -> None:
+    """The config error for a precision that is not one of config key ``precision``'s or that
+    ``device`` cannot run (None: any device)."""
+    choices = config_keys.key("precision")["enum"]
+    if precision not in choices:
+        raise ConfigError(f"config key 'precision': {precision!r} is not one of {choices}")
+    if precision == "fp16" and device not in (None, "cuda"):
+        raise ConfigError(f"config key 'precision': fp16 needs device: cuda (fp16 kernels and a gradient scaler); "
+                          f"with device: {device} use bf16 or fp32")
 
 
 def autocast(device_type: str, precision: str):
     """The autocast context of ``precision`` on ``device_type`` (a no-op context for fp32)."""
+    import torch
+
     check(precision, device_type)
     if precision == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast(device_type, dtype=DTYPES[precision])
+    return torch.autocast(device_type, dtype=getattr(torch, DTYPES[precision]))
 
 
 def full_precision(device_type: str):
     """Switch autocast off inside an autocast region (the fp32 parts: doc scores, marginalisation);
     a no-op context where autocast is not on."""
+    import torch
+
     if not torch.is_autocast_enabled(device_type):
         return contextlib.nullcontext()
     return torch.autocast(device_type, enabled=False)
@@ -39,5 +53,7 @@ def full_precision(device_type: str):
 
 def grad_scaler(device_type: str, precision: str) -> torch.amp.GradScaler | None:
     """A gradient scaler for fp16 (None otherwise: bf16 has fp32's exponent range, fp32 needs none)."""
+    import torch
+
     check(precision, device_type)
     return torch.amp.GradScaler(device_type) if precision == "fp16" else None

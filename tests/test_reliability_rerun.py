@@ -181,7 +181,7 @@ def test_local_model_folders_with_other_weights_rerun_what_loads_them(tmp_path):
     and models stayed those of the old weights. Each folder counts as its files' content does: the
     jobs that load it re-run (the context encoder: the encoding, and what follows it; the question
     encoder: the fine-tune, not the encoding; the generator: its pretraining job)."""
-    from rag.config import package_model_folder
+    from rag.models.folder import package_model_folder
 
     wd = tmp_path / "wd"
     shutil.copytree(ROOT / "examples" / "byo", wd / "examples" / "byo")

@@ -583,7 +583,7 @@ def test_a_damaged_model_folder_stops_the_command_in_one_line_naming_it(upstream
     naming the folder and what is wrong (a traceback of transformers or safetensors before; with no
     tokenizer files at all a BART folder even loaded a tokenizer of five tokens)."""
     from rag.cli import main
-    from rag.config import package_model_folder
+    from rag.models.folder import package_model_folder
 
     says = MODEL_DAMAGE[damage][1]
     gen = _damaged(upstream.generator, tmp_path / "generator", damage)

@@ -93,3 +93,25 @@ def loading(name: str | Path, what: str) -> Iterator[None]:
             raise
         said = " ".join(str(exc).split())[:300]
         raise DataError(f"{what} {name}: cannot be loaded ({type(exc).__name__}: {said})") from None
+
+
+def package_model_folder(name: str) -> Path:
+    """The ``model/`` folder that the top-level package of ``package:<module>`` ships (holding
+    ``model/config.json``), found without importing anything; anything else is a ConfigError."""
+    import importlib.util
+    import re
+
+    from rag.errors import ConfigError
+
+    mod = name.split(":", 1)[1]
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", mod):
+        raise ConfigError(f"retriever encoder {name!r}: package:<name> names a top-level Python package (letters, digits, _)")
+    spec = importlib.util.find_spec(mod)
+    if spec is None:
+        raise ConfigError(f"retriever encoder {name!r}: Python package {mod!r} is not installed")
+    folders = list(spec.submodule_search_locations or [])
+    model = next((Path(f) / "model" for f in folders if (Path(f) / "model" / "config.json").is_file()), None)
+    if model is None:
+        raise ConfigError(f"retriever encoder {name!r}: {mod!r} ships no encoder (no model/config.json in its package "
+                          f"folder); name a package that does, a Hugging Face model or a local folder")
+    return model

@@ -70,7 +70,7 @@ def load_bands(path: str | Path) -> tuple[dict, list[Band]]:
     """(the file's header, its bands); one-line errors naming the file and the entry."""
     import yaml
 
-    from rag.config import alias_bomb, read_yaml
+    from rag.io import alias_bomb, read_yaml
 
     path = Path(path)
     if not path.is_file():

@@ -22,7 +22,7 @@ CHARS_PER_TOKEN = 64
 def resolve_model_path(name: str) -> str:
     """Map ``package:<module>`` to the model folder a package ships; other names pass through."""
     if name.startswith("package:"):
-        from rag.config import package_model_folder
+        from rag.models.folder import package_model_folder
 
         path = package_model_folder(name)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
