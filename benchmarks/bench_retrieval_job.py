@@ -47,7 +47,7 @@ def write_corpus(folder: Path, n: int, shards: int, kinds: list[str]) -> tuple[P
     """passages.tsv (+ row table), the embedding shards and an index of each kind over them."""
     from benchmarks.bench_index_build import write_shards
     from rag.data.corpus import write_passages
-    from rag.retrieval.index import EmbeddingShards, build_index_from_shards, save_index
+    from rag.retrieval.index import EmbeddingShards, build_index_from_shards, save_index, write_shard_record
 
     rng = np.random.default_rng(0)
     vocab = [f"w{i}" for i in range(20_000)]
@@ -60,6 +60,7 @@ def write_corpus(folder: Path, n: int, shards: int, kinds: list[str]) -> tuple[P
         index = build_index_from_shards(EmbeddingShards(paths), kind, **({"ivf_lists": 256} if kind == "ivfpq" else {}))
         indexes[kind] = folder / f"{kind}.faiss"
         save_index(index, indexes[kind])
+        write_shard_record(indexes[kind], EmbeddingShards(paths))  # as rag index does: the jobs check it
         del index
     return passages, paths, indexes
 
