@@ -76,7 +76,7 @@ CONFIG = Group({
     "bands": Str(nullable=True, default="config/bands/miniworld.yaml", description="the score bands the report and `snakemake check` hold this experiment to (config/bands/*.yaml, a relative path from the repository; null: none)"),
     "tracking": Group({
         "uri": Str(default="sqlite:///results/mlflow.db"),
-        "ui_url": Str(pattern=r"https?://[^\s\"<>]+", default="http://127.0.0.1:5000", description="base URL the report links runs to (http or https)"),
+        "ui_url": Str(pattern=r"https?://.+", default="http://127.0.0.1:5000", description="base URL the report links runs to (http or https)"),
     }),
     "corpus": Group({
         "name": ref(NAME, default="miniworld"),

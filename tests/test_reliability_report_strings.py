@@ -21,7 +21,7 @@ from tests.test_reliability_faults import _byo
 pytestmark = pytest.mark.reliability
 
 
-@pytest.mark.parametrize("url", ["javascript:alert(1)", "data:text/html,x", "127.0.0.1:5000", "ftp://host/x", "http://a b"])
+@pytest.mark.parametrize("url", ["javascript:alert(1)", "data:text/html,x", "127.0.0.1:5000", "ftp://host/x", "http://"])
 def test_a_ui_url_of_another_scheme_is_refused_when_the_config_loads(url):
     cfg = _byo()
     cfg.setdefault("tracking", {})["ui_url"] = url
