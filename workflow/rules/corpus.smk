@@ -36,13 +36,12 @@ else:
         resources:
             runtime=res("corpus_convert", "runtime", 180),
             mem_mb=res("corpus_convert", "mem_mb", 8000),
-        params:
-            record=record_file("corpus_convert"),
         benchmark:
             benchmark_file("corpus_convert"),
         log:
             f"{R}/logs/corpus/{NAME}.log",
         params:
+            record=record_file("corpus_convert"),
             # a local corpus: its sha256 (common.smk LOCAL_SHA256), so other content re-runs the job
             **({"source_sha256": local_sha256("corpus.path")} if local_sha256("corpus.path") else {}),
         conda:

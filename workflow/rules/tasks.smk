@@ -42,13 +42,12 @@ if FILE_TASKS:
         resources:
             runtime=res("task_data", "runtime", 60),
             mem_mb=res("task_data", "mem_mb", 4000),
-        params:
-            record=record_file("task_files", "task"),
         benchmark:
             benchmark_file("task_files", "task"),
         log:
             f"{R}/logs/tasks/{{task}}.log",
         params:
+            record=record_file("task_files", "task"),
             # local task files and a parser file of the user's: their sha256 (common.smk LOCAL_SHA256), so other content re-runs the job
             **({"source_sha256": lambda w: {k: sha for k, sha in local_sha256(f"tasks.{w.task}").items() if ".metrics." not in k}}
                if local_sha256("tasks") else {}),
