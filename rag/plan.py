@@ -148,12 +148,13 @@ def passages_memory(n: int | None, line_bytes: int | None, words: int) -> tuple[
 
 # ------------------------------------------------------------------------------------ the DAG
 def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path, cfg: dict,
-                  targets: list[str] | None = None) -> tuple[dict[str, dict], list[str]]:
+                  targets: list[str] | None = None) -> tuple[dict[str, dict], list[str], list[dict]]:
     """rule -> its jobs in the DAG Snakemake plans, through its API, for a run of the config from empty
     (of ``targets``, default the default target) under ``profile``: their count, kinds (a job run once a
     seed: its wildcards but the seed), the ``mem_mb`` / ``runtime`` / ``gpu`` they request and from
     where, and the config's ``resources.<rule>`` keys the rule does not read; second, the config's
-    local inputs not here yet (empty files in the temporary folder the DAG is planned in)."""
+    local inputs not here yet (empty files in the temporary folder the DAG is planned in); third, each job
+    in the DAG's order for :func:`makespan` (rule, record name, threads, priority, the jobs it waits for)."""
     import contextlib
     import io
     import logging
@@ -215,10 +216,7 @@ def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path
         if "seed" in job.wildcards.keys():
             r["kinds"]["-".join(str(v) for k, v in job.wildcards.items() if k != "seed")] += 1
         r["requested"].append(req)
-    rules["_schedule"] = schedule
     for name, r in rules.items():
-        if name == "_schedule":
-            continue
         r["requests"] = {}
         for key in RESOURCE_KEYS:
             if key in overwritten.get(name, {}):
@@ -233,7 +231,7 @@ def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path
                                   "from": source if values != {None} else "none"}
             if len(values) > 1:
                 r["notes"].append(f"{key} differs between its jobs: {', '.join(sorted(map(str, values)))}")
-    return rules, missing
+    return rules, missing, schedule
 
 
 # ------------------------------------------------------------------------------------ the plan
@@ -314,8 +312,7 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
 
     # the Snakefile: ./Snakefile (a checkout run from its top), else the one beside this package
     snakefile = snakefile or next((f for f in (Path("Snakefile"), ROOT / "Snakefile") if f.is_file()), ROOT / "Snakefile")
-    dag, missing = snakemake_dag(config_paths, profile_path, snakefile, cfg, targets)
-    schedule = dag.pop("_schedule")
+    dag, missing, schedule = snakemake_dag(config_paths, profile_path, snakefile, cfg, targets)
     # a fine-tune's models: the largest of the generators the DAG's fine-tunes train (config key generators')
     trained = {split_variant(kind)[1].partition("-")[0] for kind in dag.get("train", {}).get("kinds", ())
                if split_variant(kind)[1]}

@@ -1,8 +1,8 @@
 """Per-job resource records: what each job of a run cost.
 
 Every rule writes two files under ``results/<name>/resources/<rule>/``, named by its wildcard values
-(``<rule>`` for a rule without wildcards): ``<job>.json``, written by :func:`run_recorded` (``python -m
-rag.resources --out FILE -- COMMAND ...``, the rule's shell command run as its child), holds the job's
+(``<rule>`` for a rule without wildcards): ``<job>.json``, written by :func:`run_recorded` (``rag-record --out
+FILE -- COMMAND ...``, the rule's shell command run as its child), holds the job's
 exact wall time, CPU time (user + system of the whole process tree, from ``wait4``'s rusage at its exit,
 and the recorder's own) and the peak resident memory of its largest process; ``<job>.tsv`` is
 Snakemake's ``benchmark:`` file, whose ``max_rss`` samples the sum over the tree (every 0.5 s for the
@@ -13,7 +13,6 @@ first 15 s, then every 30 s). A record's ``cpu_s`` and ``wall_s`` come from the 
 from __future__ import annotations
 
 import csv
-import json
 import os
 import resource
 import signal
@@ -36,12 +35,7 @@ def run_recorded(out: str | os.PathLike, command: list[str]) -> int:
         return 127
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
-    while True:
-        try:
-            _, status, usage = os.wait4(child.pid, 0)
-            break
-        except InterruptedError:
-            continue
+    _, status, usage = os.wait4(child.pid, 0)  # a signal passed on: wait4 is resumed (PEP 475)
     wall = time.monotonic() - start
     code = os.waitstatus_to_exitcode(status)
     if code == 0:
@@ -105,10 +99,10 @@ def summary(records: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rag.resources --out FILE -- COMMAND ...``: the rule's command, recorded."""
+    """``rag-record --out FILE -- COMMAND ...``: the rule's command, recorded."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m rag.resources", description=run_recorded.__doc__.split(";")[0])
+    p = argparse.ArgumentParser(prog="rag-record", description=run_recorded.__doc__.split(";")[0])
     p.add_argument("--out", required=True, help="the job's exact record (JSON), written when the command succeeds")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- and the command")
     args = p.parse_args(argv)
