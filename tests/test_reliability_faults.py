@@ -517,7 +517,8 @@ def test_a_package_encoder_is_found_without_importing_the_package(tmp_path, monk
     assert resolve_model_path("package:not_an_encoder") == str(pkg / "model") and not marker.exists()
 
 
-def test_a_nul_byte_of_the_data_does_not_reach_the_report(tmp_path):
+def report_of_a_prediction(tmp_path, prediction: str) -> str:
+    """The HTML of a small report whose first NQ RAG-Token test prediction is ``prediction``."""
     from tests.test_report import SCALE, listed, make_inputs, table_files
 
     from rag.report.build import build_report
@@ -525,11 +526,15 @@ def test_a_nul_byte_of_the_data_does_not_reach_the_report(tmp_path):
     inputs = make_inputs(tmp_path)
     pred = inputs["runs"] / "nq" / "rag_token" / "test" / "predictions.jsonl"
     rows = [json.loads(line) for line in pred.read_text().splitlines()]
-    rows[0]["prediction"] = "before\x00after\x07bell"
+    rows[0]["prediction"] = prediction
     pred.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out" / "report.html"
     build_report(listed(inputs), inputs["passages"], SCALE, out, table_files(tmp_path / "out" / "tables"), samples_per_task=5)
-    html = out.read_text(encoding="utf-8")
+    return out.read_text(encoding="utf-8")
+
+
+def test_a_nul_byte_of_the_data_does_not_reach_the_report(tmp_path):
+    html = report_of_a_prediction(tmp_path, "before\x00after\x07bell")
     assert "\x00" not in html and "\x07" not in html
     assert "before\ufffdafter\ufffdbell" in html
 

@@ -10,13 +10,11 @@ A prediction holding U+202E (right-to-left       | report.html shows U+FFFD in t
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from rag.config import load_config
 from rag.errors import ConfigError
-from tests.test_reliability_faults import _byo
+from tests.test_reliability_faults import _byo, report_of_a_prediction
 
 pytestmark = pytest.mark.reliability
 
@@ -32,17 +30,6 @@ def test_a_ui_url_of_another_scheme_is_refused_when_the_config_loads(url):
 
 
 def test_bidirectional_and_c1_controls_of_the_data_do_not_reach_the_report(tmp_path):
-    from tests.test_report import SCALE, listed, make_inputs, table_files
-
-    from rag.report.build import build_report
-
-    inputs = make_inputs(tmp_path)
-    pred = inputs["runs"] / "nq" / "rag_token" / "test" / "predictions.jsonl"
-    rows = [json.loads(line) for line in pred.read_text().splitlines()]
-    rows[0]["prediction"] = "left\u202eright\u0085next\u2066isolated\u2069"
-    pred.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = tmp_path / "out" / "report.html"
-    build_report(listed(inputs), inputs["passages"], SCALE, out, table_files(tmp_path / "out" / "tables"), samples_per_task=5)
-    html = out.read_text(encoding="utf-8")
+    html = report_of_a_prediction(tmp_path, "left\u202eright\u0085next\u2066isolated\u2069")
     assert not set("\u202e\u0085\u2066\u2069") & set(html)
     assert "left\ufffdright\ufffdnext\ufffdisolated\ufffd" in html
