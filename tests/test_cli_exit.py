@@ -54,3 +54,24 @@ def test_a_hot_swap_given_in_part_is_refused_before_any_model_loads(tmp_path):
     assert proc.stderr.strip() == ("error: the hot-swap needs --hotswap-out, --questions, --passages-b, --embeddings-b "
                                    "and --index-b together")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_second_sigterm_does_not_cut_the_clean_up_of_the_first_short(tmp_path):
+    """The signal sent to a job's process group and passed on by rag-record arrives twice: the
+    clean-up that the first one starts (an MLflow run marked FAILED) still runs to its end."""
+    script = tmp_path / "job.py"
+    done = tmp_path / "cleaned-up"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "from rag.cli import on_sigterm\n"
+        "signal.signal(signal.SIGTERM, on_sigterm)\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(5)\n"
+        "finally:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(0.2)\n"
+        f"    open({str(done)!r}, 'w').write('yes')\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 143, proc.stderr
+    assert done.read_text() == "yes"

@@ -197,8 +197,16 @@ def _kill_once_checkpointed(workdir: Path, sig: int, timeout: float = 600) -> in
     return 0
 
 
-def _reap_group(pgid: int) -> None:
-    """Kill what is left of the killed process group (jobs that outlived snakemake)."""
+def _reap_group(pgid: int, grace_s: float = 30) -> None:
+    """Kill what is left of the killed process group (jobs that outlived snakemake), after ``grace_s``
+    for their clean-up (a job that got SIGTERM marks its MLflow run FAILED), as a cluster's KillWait."""
+    deadline = time.time() + grace_s
+    while time.time() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
     for _ in range(50):
         try:
             os.killpg(pgid, signal.SIGKILL)

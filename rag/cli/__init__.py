@@ -44,12 +44,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def on_sigterm(_signum, _frame) -> None:
+    """SIGTERM (a cluster's scancel, snakemake stopping a job) unwinds like an exception, so a job
+    marks its MLflow run FAILED and removes its temporary outputs. It unwinds once: the same signal
+    often comes twice (sent to the process group, and passed on by ``rag-record``), and a second
+    exception raised inside that clean-up would cut it short; SIGKILL still ends a clean-up that hangs."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(143)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``rag`` command: parse ``argv`` (None: the command line) and run it; its exit code."""
     args = build_parser().parse_args(argv)
-    # SIGTERM (a cluster's scancel, snakemake stopping a job) unwinds like an exception, so jobs
-    # mark their MLflow run FAILED and temporary outputs are removed
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, on_sigterm)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
