@@ -281,7 +281,7 @@ def part_decode(args, s, device, gen, tok, rows, summary):
 def part_encoding(args, s, device, rows, summary):
     from transformers import DPRContextEncoder
 
-    from rag.retrieval.encoders import Encoder, encode_passages
+    from rag.retrieval.encoders import Encoder, EncoderText, encode_passages
 
     n = 16 if args.quick else args.paper_enc_n
     bs = 8 if args.quick else args.paper_enc_batch
@@ -307,7 +307,7 @@ def part_encoding(args, s, device, rows, summary):
 
     for prec in precs:
         model.float().load_state_dict(state)
-        enc = Encoder(model, ctok, pooling="pooler", normalize=False, max_length=s["max_length"]).to(device)
+        enc = Encoder(model, ctok, EncoderText("pooler", False, s["max_length"])).to(device)
         dtype = DTYPES[prec]
         if dtype is not None:
             enc.to(dtype)
@@ -345,7 +345,7 @@ def part_encoding(args, s, device, rows, summary):
 def run(args) -> dict:
     from transformers import DPRQuestionEncoder
 
-    from rag.retrieval.encoders import Encoder
+    from rag.retrieval.encoders import Encoder, EncoderText
 
     device = args.device
     s = SIZES["quick" if args.quick else "paper"]
@@ -357,8 +357,7 @@ def run(args) -> dict:
     if "train" in args.paper_parts:
         cfg = dpr_config(s)
         torch.manual_seed(2)
-        qenc = Encoder(DPRQuestionEncoder(cfg), word_tokenizer(cfg.vocab_size, bert=True), pooling="pooler",
-                       normalize=False).to(device)
+        qenc = Encoder(DPRQuestionEncoder(cfg), word_tokenizer(cfg.vocab_size, bert=True), EncoderText("pooler", False)).to(device)
         tables.append(part_train(args, s, device, gen, tok, qenc, [], summary, checks))
         del qenc
     if "decode" in args.paper_parts:

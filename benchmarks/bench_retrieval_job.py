@@ -113,7 +113,7 @@ def probe(argv: list[str]) -> None:
         passages = read_passages(a.passages)
         emb = EmbeddingShards(a.embeddings).load()
         index = load_index(a.index)
-        qenc = encoders.Encoder.load(options.question_encoder, options.pooling, options.normalize, options.max_length)
+        qenc = encoders.Encoder.load(options.question_encoder, options.encoder_text())
         retriever = DenseRetriever(passages, qenc, emb, index, options.score_scale)
     else:
         if a.mode == "in place, index read whole":

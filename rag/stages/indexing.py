@@ -27,7 +27,7 @@ def encode_shard(cfg: EncodeSection, device: str, passages: str | Path, shard: i
     r = cfg.retriever
     p = PassageStore(passages)  # the shard's rows only, read in place
     lo, hi = shard_range(len(p), shard, num_shards)
-    enc = Encoder.load(r.context_encoder, r.pooling, r.normalize, r.max_length)
+    enc = Encoder.load(r.context_encoder, r.encoder_text(), side="passage")
     # precision on GPUs: the context encoder's weights in fp16/bf16 (inference only, no autocast needed); CPU: fp32
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.precision) if device == "cuda" else None
     t = time.time()
