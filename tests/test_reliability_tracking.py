@@ -263,3 +263,24 @@ def test_a_run_left_running_by_a_killed_job_is_ended_by_the_next_run_of_that_job
     assert status == {"killed": "KILLED", "other_seed": "RUNNING", "other_cell": "RUNNING", "done": "FINISHED",
                       "again": "RUNNING"}
     assert "killed" in client.get_run(killed.run_id).data.tags["ended_by"]
+
+
+def test_a_model_imported_without_a_run_gets_one_for_each_job_that_reads_it(tmp_path):
+    """A job on a trained model logs to the model's run; a model imported without one (rag import-hf-rag
+    with no store) gets a run of its cell, tagged with the job's rule, for evaluation and the K sweep alike."""
+    from types import SimpleNamespace
+
+    from mlflow.tracking import MlflowClient
+
+    from rag.stages.model_loading import model_run
+    from rag.tracking import Run
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    cfg = SimpleNamespace(tracking=SimpleNamespace(uri=uri), name="e", task_name="nq", seed=1)
+    own = Run(uri, "e/nq", run_name="rag_token seed 1")
+    assert model_run(cfg, "rag_token", {"mlflow_run_id": own.run_id}, "topk_sweep").run_id == own.run_id
+    for meta in ({}, {"mlflow_run_id": None}):
+        run = model_run(cfg, "rag_token", meta, "topk_sweep")
+        tags = MlflowClient(uri).get_run(run.run_id).data.tags
+        assert run.run_id != own.run_id
+        assert (tags["cell"], tags["rule"], tags["imported"]) == ("nq/rag_token", "topk_sweep", "yes")

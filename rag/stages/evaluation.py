@@ -11,7 +11,7 @@ from rag.predictions import metric_options, predict, score_predictions
 from rag.io import read_jsonl, write_json, write_jsonl
 from rag.retrieval import RetrievalFiles
 from rag.sections import TrainSection
-from rag.stages.model_loading import check_k_in_passages, load_trained, model_meta
+from rag.stages.model_loading import check_k_in_passages, load_trained, model_meta, model_run
 from rag.tasks import variant_spec
 
 log = logging.getLogger("rag")
@@ -21,20 +21,13 @@ def evaluate_model(cfg: TrainSection, variant: str, io: dict[str, tuple[str, str
                    files: RetrievalFiles | None = None, retriever=None) -> None:
     """Decode dev and test with the saved model folder, score, write predictions + metrics, log to its
     run. ``io``: split -> (data, predictions, metrics files); ``retriever`` or the variant's over ``files``."""
-    from rag.tracking import Run
-
     name, ev = cfg.task_name, cfg.decoding()
     model = variant_spec(variant).model
     if retriever is None and variant_spec(variant).retriever is not None:
         check_k_in_passages(files, [(f"tasks.{name}.decode_{model}.k", ev.decode.of(model).k)])
     meta = model_meta(model_dir)
     system = load_trained(cfg, variant, model_dir, device, files, retriever)
-    if meta.get("mlflow_run_id"):
-        run = Run(cfg.tracking.uri, "", run_id=meta["mlflow_run_id"], tags={"evaluated": "yes"})
-    else:  # a model imported without a run (rag import-hf-rag): evaluation opens one
-        run = Run(cfg.tracking.uri, f"{cfg.name}/{name}", run_name=f"{variant} seed {cfg.seed}",
-                  tags={"task": name, "variant": variant, "seed": cfg.seed, "cell": f"{name}/{variant}",
-                        "rule": "evaluate", "imported": "yes"})
+    run = model_run(cfg, variant, meta, "evaluate", {"evaluated": "yes"})
     dec = ev.decode.of(model).to_dict()
     manifest = _manifest(Path(model_dir), io)
     for split, (data_path, pred_path, metrics_path) in io.items():

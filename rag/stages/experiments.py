@@ -10,7 +10,7 @@ from rag.predictions import answer_hits, predict, predict_sweep, score_predictio
 from rag.io import read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
 from rag.sections import ExperimentsSection, TrainSection
-from rag.stages.model_loading import check_k_in_passages, load_trained, model_meta
+from rag.stages.model_loading import check_k_in_passages, load_trained, model_meta, model_run
 from rag.tasks import TASKS
 
 
@@ -38,8 +38,6 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
     """Figure 3: decode ``test`` at each K of the sweep with the saved model; write the task metric,
     answer recall and per-question results. ``decoded``: the run's own test predictions, read for
     the task's test-time K."""
-    from rag.tracking import Run
-
     ev = cfg.decoding()
     check_k_in_passages(files, [(f"experiments.topk_sweep[{i}]", k) for i, k in enumerate(exp.experiments.topk_sweep)])
     meta = model_meta(model_dir)
@@ -50,7 +48,7 @@ def topk_sweep(cfg: TrainSection, exp: ExperimentsSection, device: str, variant:
     primary, ks = spec.primary, sorted(exp.experiments.topk_sweep)
     res = {"task": cfg.task_name, "variant": variant, "seed": cfg.seed, "k": ks, "em": [], "answer_recall": [],
            "metric": primary, "per_example": {}}
-    run = Run(cfg.tracking.uri, "", run_id=meta["mlflow_run_id"])
+    run = model_run(cfg, variant, meta, "topk_sweep")
     sc = scorer(ev)
     reuse = _decoded_at(decoded, ev, variant, rows) if decoded is not None else None
     to_decode = [k for k in ks if reuse is None or reuse[0] != k]

@@ -23,6 +23,20 @@ def model_meta(model_dir: str | Path) -> dict:
     return meta
 
 
+def model_run(cfg, variant: str, meta: dict, rule: str, tags: dict | None = None):
+    """The MLflow run (rag.tracking.Run) a job on a trained model logs to: the model's own (its meta.json's
+    ``mlflow_run_id``), else, for a model imported without one (rag import-hf-rag), a new run of the
+    cell tagged ``imported`` and ``rule``. ``cfg``: the task's train section."""
+    from rag.tracking import Run
+
+    if meta.get("mlflow_run_id"):
+        return Run(cfg.tracking.uri, "", run_id=meta["mlflow_run_id"], tags=tags)
+    name = cfg.task_name
+    return Run(cfg.tracking.uri, f"{cfg.name}/{name}", run_name=f"{variant} seed {cfg.seed}",
+               tags={"task": name, "variant": variant, "seed": cfg.seed, "cell": f"{name}/{variant}", "rule": rule,
+                     "imported": "yes", **(tags or {})})
+
+
 def trained_question_encoder(model_dir: str | Path | None, task: str | None, variant: str) -> str | None:
     """The fine-tuned question encoder the model folder ``model_dir`` holds (``question_encoder/``), else
     None (also for no folder). The folder must be a model of ``variant`` (and of ``task``, where its
