@@ -165,7 +165,7 @@ def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path
     from snakemake.exceptions import WorkflowError
     from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
 
-    from rag.config import input_files
+    from rag.config import input_files, model_folders
 
     said = io.StringIO()  # the command line's "Using profile ..." and its errors
     try:
@@ -180,8 +180,8 @@ def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path
                                 default_resources=args.default_resources)
     missing = []
     with tempfile.TemporaryDirectory(prefix="rag-plan-") as tmp:
-        for key, value in input_files(cfg):
-            if not Path(value).is_absolute():
+        for key, value in input_files(cfg) + model_folders(cfg):  # what the jobs read from the working directory
+            if not Path(value).is_absolute() and not (Path(tmp) / value).exists():  # one path under two keys: once
                 (Path(tmp) / value).parent.mkdir(parents=True, exist_ok=True)
                 if Path(value).exists():
                     (Path(tmp) / value).symlink_to(Path(value).resolve())
@@ -204,6 +204,8 @@ def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path
                              "deps": sorted(order[d] for d in workflow.dag.dependencies[job] if d in order)} for job in jobs]
         except WorkflowError as exc:  # a request Snakemake cannot read stops the plan as it stops a run
             raise ConfigError(f"snakemake: {' '.join(str(exc).split())}") from None
+        except SystemExit as exc:  # the workflow's own config check (common.smk): its one line
+            raise ConfigError(str(exc.code).removeprefix("error: ")) from None
     res, overwritten = cfg.get("resources") or {}, args.set_resources or {}
     rules: dict[str, dict] = {}
     for job, req in zip(jobs, requested):

