@@ -1,0 +1,150 @@
+"""Two-stage retrieval: a first-stage retriever's top L passages reranked by a cross-encoder.
+
+Each (question, passage) pair is one input to a sequence classifier with one label (the question as the
+first segment, the passage's ``title text`` as the second); its logit times ``score_scale`` (plus the
+first stage's score of the passage, with ``add_first_stage``) is the logit of p(z|x). The top K of the L
+by that score, ties in first-stage order, are returned best first.
+
+Gradient: the cross-encoder is frozen as :meth:`RerankRetriever.load` gives it (eval mode, no grad), so
+the reranked scores carry no gradient of their own; with ``add_first_stage`` they carry the first
+stage's (a dense retriever's, to its question encoder). Give the cross-encoder's parameters
+``requires_grad`` and its logits carry theirs too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rag.errors import ConfigError, DataError
+from rag.retrieval.base import Retrieved, Retriever
+from rag.retrieval.encoders import CHARS_PER_TOKEN, resolve_model_path
+
+
+def passage_text(title: str, text: str) -> str:
+    """A passage as the cross-encoder's second segment: its title, a space, its text (the text alone
+    where the title is empty)."""
+    return f"{title} {text}" if title else text
+
+
+def check_cross_encoder_config(config, where: str) -> str | None:
+    """What keeps a model of ``config`` from being a cross-encoder (a sequence classifier with one label:
+    one logit a pair), else None. ``where``: how the problem names the model."""
+    arch = list(getattr(config, "architectures", None) or [])
+    labels = getattr(config, "num_labels", None)
+    if not any(a.endswith("ForSequenceClassification") for a in arch):
+        return f"{where}: not a sequence-classification model (architectures {arch or 'not given'}), which a cross-encoder is"
+    if labels != 1:
+        return f"{where}: a sequence classifier with {labels} labels, not the one label (one logit a pair) of a cross-encoder"
+    return None
+
+
+class RerankRetriever(Retriever):
+    """``first``'s top ``depth_l`` passages reranked by ``cross_encoder`` (the module docstring says how).
+
+    ``cross_encoder``: an ``AutoModelForSequenceClassification`` with ``num_labels=1`` (its output's
+    ``logits`` [N, 1]), scored under ``torch.no_grad`` unless a parameter of it requires grad;
+    ``tokenizer``: its tokenizer (pairs truncated longest first to ``max_length`` tokens);
+    ``passages``: the corpus (``titles[j]``, ``texts[j]``: a PassageStore or Passages) the first stage's
+    rows index; ``batch_size``: pairs a forward. Keep the cross-encoder in eval mode (dropout would make
+    the ranking vary from one search to the next).
+    """
+
+    def __init__(self, first: Retriever, cross_encoder: torch.nn.Module, tokenizer, passages, depth_l: int,
+                 max_length: int = 256, batch_size: int = 32, score_scale: float = 1.0, add_first_stage: bool = False):
+        super().__init__()
+        if isinstance(depth_l, bool) or not isinstance(depth_l, int) or depth_l < 1:
+            raise ConfigError(f"rerank depth: {depth_l!r} must be a positive integer (the first stage's passages reranked)")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"rerank batch_size: {batch_size!r} must be a positive integer")
+        config = getattr(cross_encoder, "config", None)
+        if config is not None and getattr(config, "num_labels", 1) != 1:
+            raise ConfigError(f"rerank cross-encoder: {config.num_labels} labels; a cross-encoder has one (one logit a pair)")
+        self.first = first
+        self.cross_encoder = cross_encoder
+        self.tokenizer = tokenizer
+        self.passages = passages
+        self.depth_l = depth_l
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.score_scale = score_scale
+        self.add_first_stage = add_first_stage
+
+    @classmethod
+    def load(cls, path_or_name: str, first: Retriever, passages, depth_l: int, **options) -> "RerankRetriever":
+        """The reranker whose cross-encoder and tokenizer are at ``path_or_name`` (a folder, a Hugging Face
+        name or ``package:<module>``: :func:`resolve_model_path`), frozen and in eval mode; a folder that
+        is no sequence classifier of one label, or whose weights lack part of one, is a DataError naming it.
+        ``options``: the constructor's (max_length, batch_size, score_scale, add_first_stage)."""
+        from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+        from rag.models.folder import loading
+
+        path = resolve_model_path(path_or_name)
+        with loading(path, "cross-encoder"):
+            problem = check_cross_encoder_config(AutoConfig.from_pretrained(path), f"cross-encoder {path}")
+            if problem is not None:
+                raise DataError(problem)
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model, info = AutoModelForSequenceClassification.from_pretrained(path, output_loading_info=True)
+        missing = list(info.get("missing_keys") or [])
+        if missing:
+            raise DataError(f"cross-encoder {path}: its weights lack {len(missing)} of the model's tensors "
+                            f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): not a trained cross-encoder")
+        model.eval().requires_grad_(False)
+        return cls(first, model, tokenizer, passages, depth_l, **options)
+
+    @property
+    def question_encoder(self):
+        """The first stage's trainable question encoder, else None; it gets gradient from the reranked
+        scores only with ``add_first_stage`` (:attr:`grads_reach_question_encoder`)."""
+        return getattr(self.first, "question_encoder", None)
+
+    @property
+    def grads_reach_question_encoder(self) -> bool:
+        """Whether the reranked scores carry the first stage's gradient: with ``add_first_stage``."""
+        return self.add_first_stage
+
+    def nested_top_k(self, k: int) -> bool:
+        """Every search of k <= depth reranks the same first-stage top L by the same scores."""
+        return k <= self.depth_l
+
+    def pair_logits(self, questions: list[str], passages: list[str]) -> torch.Tensor:
+        """The cross-encoder's logit of each (question, passage) pair [N], float32, ``batch_size`` pairs a
+        forward (grad only where a parameter of it requires grad)."""
+        model = self.cross_encoder
+        device = next(model.parameters()).device
+        bound = self.max_length * CHARS_PER_TOKEN  # what truncation keeps of any text (Encoder.bound)
+        grad = torch.is_grad_enabled() and any(p.requires_grad for p in model.parameters())
+        out = []
+        with torch.set_grad_enabled(grad):
+            for start in range(0, len(questions), self.batch_size):
+                batch = self.tokenizer([q[:bound] for q in questions[start:start + self.batch_size]],
+                                       [p[:bound] for p in passages[start:start + self.batch_size]],
+                                       padding=True, truncation="longest_first", max_length=self.max_length,
+                                       return_tensors="pt")
+                logits = model(**{key: v.to(device) for key, v in batch.items()}).logits
+                out.append(logits[:, 0].float())
+        return torch.cat(out) if out else torch.zeros(0, device=device)
+
+    def retrieve(self, questions: list[str], k: int) -> Retrieved:
+        """The top ``k`` [B, k] of the first stage's top L by the cross-encoder, and their scores [B, k]."""
+        if k > self.depth_l:
+            raise ConfigError(f"rerank depth {self.depth_l} is below K={k}: the reranker returns K of the first stage's "
+                              f"top depth passages; set depth >= K")
+        got = self.first.retrieve(questions, self.depth_l)
+        ids = np.asarray(got.ids, dtype=np.int64)
+        if ids.shape != (len(questions), self.depth_l):
+            raise RuntimeError(f"the first stage returned ids of shape {ids.shape}, not ({len(questions)}, {self.depth_l})")
+        if (ids < 0).any():
+            raise RuntimeError(f"the first stage returned fewer than depth={self.depth_l} passages; lower the depth or "
+                               f"enlarge the corpus")
+        p = self.passages
+        texts = [passage_text(p.titles[j], p.texts[j]) for j in ids.ravel().tolist()]
+        logits = self.pair_logits([q for q in questions for _ in range(self.depth_l)], texts)
+        logits = logits.view(len(questions), self.depth_l) * self.score_scale
+        if self.add_first_stage:
+            logits = logits + got.scores.to(logits.device, torch.float32)
+        order = np.argsort(-logits.detach().cpu().numpy(), axis=1, kind="stable")[:, :k]  # ties: first-stage order
+        return Retrieved(np.take_along_axis(ids, order, axis=1),
+                         torch.gather(logits, 1, torch.from_numpy(order).to(logits.device)))
