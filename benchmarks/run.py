@@ -8,7 +8,9 @@
     python -m benchmarks.run --only sweep --sweep-baseline HEAD~1 --out results/benchmarks  # after the default DAG
 
 Sections: encoding, index, index_build, retrieval_job, train, train_causal (a causal-LM generator), decode, dag, scaling;
-sweep (the default run's NQ RAG-Sequence K sweep jobs again, against --sweep-baseline REV's; only with --only sweep); and paper (bart-large-sized generator,
+sweep (the default run's NQ RAG-Sequence K sweep jobs again, against --sweep-baseline REV's; only with --only sweep);
+worlds (the dense-over-BM25 claims row in the top-level seeds --worlds-seeds: each world's corpus, NQ test set and
+indexes, no fine-tune; only with --only worlds); and paper (bart-large-sized generator,
 bert-base-sized DPR encoders, random weights; only with --paper-size or --only paper). Each writes
 its own JSON; summary.md is rebuilt from every <section>.json present in --out, so sections can be
 run one at a time. --device cuda runs encoding, train, decode and paper on the GPU; index,
@@ -30,7 +32,7 @@ import warnings
 from pathlib import Path
 
 SECTIONS = ["encoding", "index", "index_build", "retrieval_job", "train", "train_causal", "decode", "dag", "scaling",
-            "sweep", "paper"]
+            "sweep", "worlds", "paper"]
 DEFAULT_SECTIONS = ["encoding", "index", "index_build", "retrieval_job", "train", "train_causal", "decode", "dag",
                     "scaling"]  # paper: --paper-size
 DEVICE_SECTIONS = {"encoding", "train", "train_causal", "decode", "paper"}  # the sections that honour --device
@@ -90,6 +92,9 @@ def parse(argv=None):
                    "the default's experiment: the rules' benchmark files)")
     p.add_argument("--sweep-models", type=int, default=2, help="sweep: NQ RAG-Sequence models of the default run, by seed")
     p.add_argument("--sweep-rounds", type=int, default=2, help="sweep: rounds (each runs every model with every code)")
+    p.add_argument("--worlds-seeds", default="16,17,18,19,20,21", help="worlds: the top-level seeds (worlds) measured")
+    p.add_argument("--worlds-dir", default=None, help="worlds: the workdir of their runs (default: <out>/worlds; kept, "
+                   "so a second call reuses the worlds built)")
     p.add_argument("--sweep-baseline", default=None, metavar="REV",
                    help="sweep: also run git revision REV's rag experiments (the K sweep) on the same jobs, alternating")
     p.add_argument("--scale-enc-sizes", default="1000,10000")

@@ -1,0 +1,100 @@
+"""12. Dense over BM25 across worlds: the claims row "Dense retrieval beats BM25 on QA" in top-level seeds
+no one tuned the default to.
+
+The row compares the frozen dense retriever's NQ test answer recall@1 with BM25's (Table 6's ablation;
+:mod:`rag.report.claims`). Neither depends on a fine-tune: the frozen twin retrieves with the configured
+question encoder as it is, BM25 with its index. So a world's row needs only its corpus, its NQ test
+questions, the passage embeddings, the FAISS index and the BM25 index: for each ``--worlds-seeds`` seed
+this section runs those targets of ``config.yaml`` with ``--config seed=S`` (a workdir of its own),
+retrieves each test question's top passage with the project's retrievers and scores the row as the
+report does (the difference of the two recall@1, its 95 % interval over the test questions, the bar).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.common import ROOT
+
+
+def world_targets(name: str, encoder: str, index: str) -> list[str]:
+    r = f"results/{name}"
+    return [f"{r}/index/miniworld/{encoder}/{index}.faiss", f"{r}/index/miniworld/bm25", f"{r}/data/nq/test.jsonl"]
+
+
+def build_world(workdir: Path, seed: int, cores: int) -> tuple[str, float]:
+    """Run the world's retrieval targets of config.yaml under ``seed`` in ``workdir``: (results folder, seconds)."""
+    import yaml
+
+    from rag.config import encoder_slug
+
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    name = f"world{seed}"
+    targets = world_targets(name, encoder_slug(cfg["retriever"]["context_encoder"]), cfg["retriever"]["index"])
+    t = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory",
+                           str(workdir), "--configfile", str(ROOT / "config.yaml"), "--config", f"seed={seed}",
+                           f"name={name}", "--cores", str(cores), "--quiet", "rules", *targets],
+                          capture_output=True, text=True, cwd=workdir)
+    if proc.returncode != 0:
+        raise RuntimeError(f"world {seed}: snakemake failed:\n{proc.stderr[-3000:]}")
+    return str(workdir / "results" / name), time.monotonic() - t
+
+
+def dense_over_bm25(results: str) -> dict:
+    """The row of one world: the two recall@1 over the NQ test questions, their difference, its interval
+    and whether the bar (rag.report.claims: >= +5 points, the interval above 0) is met."""
+    from rag.config import encoder_slug, load_config
+    from rag.io import read_jsonl
+    from rag.report.claims import _diff_claim
+    from rag.retrieval import RetrievalFiles
+    from rag.retrieval.bm25 import BM25Retriever
+    from rag.retrieval.dense import DenseRetriever
+    from rag.scoring.answer_match import answer_in_text
+    from rag.sections import QuestionEncoder
+
+    cfg = load_config(ROOT / "config.yaml", check_files=False)  # resolved: every retriever key
+    r, enc = cfg["retriever"], encoder_slug(cfg["retriever"]["context_encoder"])
+    folder = Path(results) / "index" / "miniworld"
+    files = RetrievalFiles(passages=str(Path(results) / "corpus" / "miniworld" / "passages.tsv"),
+                           embeddings=[str(folder / enc / f"emb-{i}.npy") for i in range(r["shards"])],
+                           index=str(folder / enc / f"{r['index']}.faiss"), bm25=str(folder / "bm25"))
+    options = QuestionEncoder(**QuestionEncoder.of_config(cfg))
+    rows = read_jsonl(Path(results) / "data" / "nq" / "test.jsonl", required=("id", "input", "targets"))
+    questions = [x["input"] for x in rows]
+    hits = {}
+    for name, retriever in (("dense", DenseRetriever.from_files(files, options, "cpu")),
+                            ("bm25", BM25Retriever.from_files(files, None, "cpu"))):
+        import torch
+
+        with torch.inference_mode():
+            top = retriever.retrieve(questions, 1).ids[:, 0]
+        texts = retriever.passages.texts
+        hits[name] = [100.0 * answer_in_text(texts[int(j)], x["targets"]) for j, x in zip(top, rows)]
+    claim = _diff_claim("Dense retrieval beats BM25 on QA", "", "NQ answer recall@1, frozen dense vs BM25",
+                        hits["dense"], hits["bm25"], "≥ +5 points", lambda d: d >= 5, ci_above_zero=True)
+    return {"n": len(rows), "dense_recall@1": sum(hits["dense"]) / len(rows), "bm25_recall@1": sum(hits["bm25"]) / len(rows),
+            "diff": claim.diff, "lo": claim.lo, "hi": claim.hi, "bar_met": claim.bar_met}
+
+
+def run(args) -> dict:
+    seeds = [int(s) for s in str(args.worlds_seeds).split(",") if s.strip()]
+    base = Path(args.worlds_dir or (Path(args.out) / "worlds"))
+    base.mkdir(parents=True, exist_ok=True)
+    worlds = {}
+    for seed in seeds:
+        results, seconds = build_world(base, seed, args.threads)
+        worlds[seed] = {**dense_over_bm25(results), "build_seconds": round(seconds, 1)}
+        print(f"world {seed}: {json.dumps(worlds[seed])}", flush=True)
+    held = sum(w["bar_met"] for w in worlds.values())
+    table = [[s, f"{w['dense_recall@1']:.1f}", f"{w['bm25_recall@1']:.1f}", f"{w['diff']:+.1f} [{w['lo']:+.1f}, {w['hi']:+.1f}]",
+              "met" if w["bar_met"] else "missed"] for s, w in worlds.items()]
+    return {"worlds": worlds, "held": held, "of": len(worlds),
+            "tables": [{"title": "Dense over BM25, NQ test answer recall@1 (frozen dense vs BM25)",
+                        "headers": ["seed", "dense", "BM25", "difference [95 % interval]", "bar (≥ +5, CI above 0)"],
+                        "rows": table}],
+            "summary": [{"metric": "worlds where dense beats BM25 (bar met)", "value": held, "baseline": len(worlds)}]}
