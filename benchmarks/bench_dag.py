@@ -75,8 +75,8 @@ def run(args) -> dict:
             "tables": [{"title": f"Job resource records under {shown}",
                         "headers": ["rule", "jobs", "sum wall s", "mean wall s", "max wall s", "sum CPU s", "max CPU s",
                                     "max peak RSS MB"], "rows": rows}],
-            "notes": ["Read from the benchmark files Snakemake writes when a job succeeds (rag.resources): wall time, "
-                      "and peak RSS and CPU time of the job's process tree as sampled (CPU after the last sample is not "
-                      "counted). Jobs run side by side, so the sum of job times exceeds the DAG's wall time; a job re-run "
+            "notes": ["Read from the records each job writes when it succeeds (rag.resources): its exact wall time and "
+                      "the CPU time of its process tree (rusage at its exit, from rag-record), and the peak RSS as "
+                      "Snakemake's benchmark file samples it. Jobs run side by side, so the sum of job times exceeds the DAG's wall time; a job re-run "
                       "later overwrites its record. The wall time is the \"Elapsed time\" of the newest Snakemake log under "
                       ".snakemake/log that finished all its jobs."]}
