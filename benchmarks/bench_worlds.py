@@ -1,8 +1,8 @@
 """12. Dense over BM25 across worlds: the claims row "Dense retrieval beats BM25 on QA" in top-level seeds
 no one tuned the default to.
 
-The row compares the frozen dense retriever's NQ test answer recall@1 with BM25's (Table 6's ablation;
-:mod:`rag.report.claims`). Neither depends on a fine-tune: the frozen twin retrieves with the configured
+The row compares the frozen dense retriever's answer recall@1 on the test questions of the QA role's task
+(``rag.tasks.ROLES.qa``, NQ) with BM25's (Table 6's ablation; :mod:`rag.report.claims`). Neither depends on a fine-tune: the frozen twin retrieves with the configured
 question encoder as it is, BM25 with its index. So a world's row needs only its corpus, its NQ test
 questions, the passage embeddings, the FAISS index and the BM25 index: for each ``--worlds-seeds`` seed
 this section runs those targets of ``config.yaml`` with ``--config seed=S`` (a workdir of its own),
@@ -23,7 +23,9 @@ from benchmarks.common import ROOT
 
 def world_targets(name: str, encoder: str, index: str) -> list[str]:
     r = f"results/{name}"
-    return [f"{r}/index/miniworld/{encoder}/{index}.faiss", f"{r}/index/miniworld/bm25", f"{r}/data/nq/test.jsonl"]
+    from rag.tasks import ROLES
+
+    return [f"{r}/index/miniworld/{encoder}/{index}.faiss", f"{r}/index/miniworld/bm25", f"{r}/data/{ROLES.qa}/test.jsonl"]
 
 
 def build_world(workdir: Path, seed: int, cores: int) -> tuple[str, float]:
@@ -56,6 +58,7 @@ def dense_over_bm25(results: str) -> dict:
     from rag.retrieval.dense import DenseRetriever
     from rag.scoring.answer_match import answer_in_text
     from rag.sections import QuestionEncoder
+    from rag.tasks import ROLES
 
     cfg = load_config(ROOT / "config.yaml", check_files=False)  # resolved: every retriever key
     r, enc = cfg["retriever"], encoder_slug(cfg["retriever"]["context_encoder"])
@@ -64,7 +67,7 @@ def dense_over_bm25(results: str) -> dict:
                            embeddings=[str(folder / enc / f"emb-{i}.npy") for i in range(r["shards"])],
                            index=str(folder / enc / f"{r['index']}.faiss"), bm25=str(folder / "bm25"))
     options = QuestionEncoder(**QuestionEncoder.of_config(cfg))
-    rows = read_jsonl(Path(results) / "data" / "nq" / "test.jsonl", required=("id", "input", "targets"))
+    rows = read_jsonl(Path(results) / "data" / ROLES.qa / "test.jsonl", required=("id", "input", "targets"))
     questions = [x["input"] for x in rows]
     hits = {}
     for name, retriever in (("dense", DenseRetriever.from_files(files, options, "cpu")),
