@@ -21,6 +21,13 @@ from rag.sections import EncoderText
 # token is a few characters of a 100-word passage; a text longer than this many a token is cut first
 CHARS_PER_TOKEN = 64
 
+def bound_text(text: str, max_length: int) -> str:
+    """``text`` cut to CHARS_PER_TOKEN characters a token of ``max_length``: what truncation to that many
+    tokens keeps of any text whose tokens average under that many characters, without tokenizing a 50 MB
+    passage whole."""
+    return text[: max_length * CHARS_PER_TOKEN]
+
+
 def resolve_model_path(name: str) -> str:
     """Map ``package:<module>`` to the model folder a package ships; other names pass through."""
     if name.startswith("package:"):
@@ -147,7 +154,7 @@ class Encoder(nn.Module):
             tok = AutoTokenizer.from_pretrained(path)
             model = _model_class(path).from_pretrained(path)
         if text.prefix is None:
-            text = replace(text, prefix=folder_prompt(resolve_model_path(prompts_of or name), side))
+            text = replace(text, prefix=folder_prompt(path if prompts_of is None else resolve_model_path(prompts_of), side))
         return cls(model, tok, text)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kw) -> torch.Tensor:
@@ -173,9 +180,8 @@ class Encoder(nn.Module):
         return vec
 
     def bound(self, text: str) -> str:
-        """``text`` cut to CHARS_PER_TOKEN characters a token of max_length: what truncation keeps of any text
-        whose tokens average under that many characters, without tokenizing a 50 MB passage whole."""
-        return text[: self.max_length * CHARS_PER_TOKEN]
+        """``text`` cut before tokenizing (:func:`bound_text` at max_length)."""
+        return bound_text(text, self.max_length)
 
     def encode_texts(self, texts: list[str]) -> torch.Tensor:
         """Questions (or any texts) as vectors [B, d], each after :meth:`head`."""

@@ -18,7 +18,7 @@ import torch
 
 from rag.errors import ConfigError, DataError
 from rag.retrieval.base import Retrieved, Retriever
-from rag.retrieval.encoders import CHARS_PER_TOKEN, resolve_model_path
+from rag.retrieval.encoders import bound_text, resolve_model_path
 
 
 def passage_text(title: str, text: str) -> str:
@@ -114,13 +114,12 @@ class RerankRetriever(Retriever):
         forward (grad only where a parameter of it requires grad)."""
         model = self.cross_encoder
         device = next(model.parameters()).device
-        bound = self.max_length * CHARS_PER_TOKEN  # what truncation keeps of any text (Encoder.bound)
         grad = torch.is_grad_enabled() and any(p.requires_grad for p in model.parameters())
         out = []
         with torch.set_grad_enabled(grad):
             for start in range(0, len(questions), self.batch_size):
-                batch = self.tokenizer([q[:bound] for q in questions[start:start + self.batch_size]],
-                                       [p[:bound] for p in passages[start:start + self.batch_size]],
+                batch = self.tokenizer([bound_text(q, self.max_length) for q in questions[start:start + self.batch_size]],
+                                       [bound_text(p, self.max_length) for p in passages[start:start + self.batch_size]],
                                        padding=True, truncation="longest_first", max_length=self.max_length,
                                        return_tensors="pt")
                 logits = model(**{key: v.to(device) for key, v in batch.items()}).logits
