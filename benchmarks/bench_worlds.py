@@ -47,18 +47,20 @@ def build_world(workdir: Path, seed: int, cores: int) -> tuple[str, float]:
     return str(workdir / "results" / name), time.monotonic() - t
 
 
-def dense_over_bm25(results: str) -> dict:
+def world_row(results: str) -> dict:
     """The row of one world: the two recall@1 over the NQ test questions, their difference, its interval
     and whether the bar (rag.report.claims: >= +5 points, the interval above 0) is met."""
+    import torch
+
     from rag.config import encoder_slug, load_config
     from rag.io import read_jsonl
-    from rag.report.claims import _diff_claim
+    from rag.report.claims import dense_over_bm25 as row
     from rag.retrieval import RetrievalFiles
     from rag.retrieval.bm25 import BM25Retriever
     from rag.retrieval.dense import DenseRetriever
     from rag.scoring.answer_match import answer_in_text
     from rag.sections import QuestionEncoder
-    from rag.tasks import ROLES
+    from rag.tasks import ROLES, TASKS
 
     cfg = load_config(ROOT / "config.yaml", check_files=False)  # resolved: every retriever key
     r, enc = cfg["retriever"], encoder_slug(cfg["retriever"]["context_encoder"])
@@ -72,14 +74,11 @@ def dense_over_bm25(results: str) -> dict:
     hits = {}
     for name, retriever in (("dense", DenseRetriever.from_files(files, options, "cpu")),
                             ("bm25", BM25Retriever.from_files(files, None, "cpu"))):
-        import torch
-
         with torch.inference_mode():
             top = retriever.retrieve(questions, 1).ids[:, 0]
         texts = retriever.passages.texts
         hits[name] = [100.0 * answer_in_text(texts[int(j)], x["targets"]) for j, x in zip(top, rows)]
-    claim = _diff_claim("Dense retrieval beats BM25 on QA", "", "NQ answer recall@1, frozen dense vs BM25",
-                        hits["dense"], hits["bm25"], "≥ +5 points", lambda d: d >= 5, ci_above_zero=True)
+    claim = row(hits["dense"], hits["bm25"], TASKS[ROLES.qa].short)
     return {"n": len(rows), "dense_recall@1": sum(hits["dense"]) / len(rows), "bm25_recall@1": sum(hits["bm25"]) / len(rows),
             "diff": claim.diff, "lo": claim.lo, "hi": claim.hi, "bar_met": claim.bar_met}
 
@@ -91,7 +90,7 @@ def run(args) -> dict:
     worlds = {}
     for seed in seeds:
         results, seconds = build_world(base, seed, args.threads)
-        worlds[seed] = {**dense_over_bm25(results), "build_seconds": round(seconds, 1)}
+        worlds[seed] = {**world_row(results), "build_seconds": round(seconds, 1)}
         print(f"world {seed}: {json.dumps(worlds[seed])}", flush=True)
     held = sum(w["bar_met"] for w in worlds.values())
     table = [[s, f"{w['dense_recall@1']:.1f}", f"{w['bm25_recall@1']:.1f}", f"{w['diff']:+.1f} [{w['lo']:+.1f}, {w['hi']:+.1f}]",
