@@ -1,5 +1,5 @@
-"""5. The default DAG: aggregate the jobs' resource records (results/miniworld/resources/<rule>/<job>.json, exact,
-beside Snakemake's benchmark file <job>.tsv: rag.resources)."""
+"""5. The default DAG: aggregate the jobs' resource records (results/miniworld/resources/<rule>/<job>.json,
+rag-record's: rag.resources)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def run(args) -> dict:
     per_rule = read_records(root)
     if not per_rule:
         raise RuntimeError(f"dag: no resource records under {root} (run the DAG first: every job writes "
-                         "results/<name>/resources/<rule>/<job>.json and .tsv; --dag-dir names another folder)")
+                         "results/<name>/resources/<rule>/<job>.json; --dag-dir names another folder)")
     rows = []
     sums = {rule: summarize(rs) for rule, rs in per_rule.items()}
     for rule, s in sorted(sums.items(), key=lambda kv: -kv[1]["wall_s_sum"]):
@@ -76,7 +76,7 @@ def run(args) -> dict:
                         "headers": ["rule", "jobs", "sum wall s", "mean wall s", "max wall s", "sum CPU s", "max CPU s",
                                     "max peak RSS MB"], "rows": rows}],
             "notes": ["Read from the records each job writes when it succeeds (rag.resources): its exact wall time and "
-                      "the CPU time of its process tree (rusage at its exit, from rag-record), and the peak RSS as "
-                      "Snakemake's benchmark file samples it. Jobs run side by side, so the sum of job times exceeds the DAG's wall time; a job re-run "
+                      "the CPU time of its process tree (rusage at its exit, from rag-record), and its peak RSS (its "
+                      "largest process's, or its tree's summed where larger, sampled every second). Jobs run side by side, so the sum of job times exceeds the DAG's wall time; a job re-run "
                       "later overwrites its record. The wall time is the \"Elapsed time\" of the newest Snakemake log under "
                       ".snakemake/log that finished all its jobs."]}

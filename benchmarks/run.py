@@ -89,7 +89,7 @@ def parse(argv=None):
     p.add_argument("--beams", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--dag-dir", default=None, help="the jobs' resource records (default results/miniworld/resources: "
-                   "the default's experiment: the rules' benchmark files)")
+                   "the default's experiment: the jobs' records)")
     p.add_argument("--sweep-models", type=int, default=2, help="sweep: NQ RAG-Sequence models of the default run, by seed")
     p.add_argument("--sweep-rounds", type=int, default=2, help="sweep: rounds (each runs every model with every code)")
     p.add_argument("--worlds-seeds", default="16,17,18,19,20,21", help="worlds: the top-level seeds (worlds) measured")

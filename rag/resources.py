@@ -1,27 +1,53 @@
 """Per-job resource records: what each job of a run cost.
 
-Every rule writes two files under ``results/<name>/resources/<rule>/``, named by its wildcard values
-(``<rule>`` for a rule without wildcards): ``<job>.json``, written by :func:`run_recorded` (``rag-record --out
-FILE -- COMMAND ...``, the rule's shell command run as its child), holds the job's
-exact wall time, CPU time (user + system of the whole process tree, from ``wait4``'s rusage at its exit,
-and the recorder's own) and the peak resident memory of its largest process; ``<job>.tsv`` is
-Snakemake's ``benchmark:`` file, whose ``max_rss`` samples the sum over the tree (every 0.5 s for the
-first 15 s, then every 30 s). A record's ``cpu_s`` and ``wall_s`` come from the first, its
-``peak_rss_mb`` is the larger of the two memories (several ranks of one job: the sampled sum).
+Every rule's command runs as the child of ``rag-record --out FILE -- COMMAND ...`` (:func:`run_recorded`),
+which writes the job's record, ``results/<name>/resources/<rule>/<job>.json`` (``<job>``: its wildcard values
+joined by ``-``, ``<rule>`` for a rule without wildcards): its exact wall time, its exact CPU time (user +
+system of the whole process tree, from ``wait4``'s rusage at its exit, and the recorder's own), the peak
+resident memory of its largest process (the same rusage) and the peak of the sum over its tree (sampled
+every second from ``/proc``: several ranks of one job). A record's ``peak_rss_mb`` is the larger of the two.
 """
 
 from __future__ import annotations
 
-import csv
 import os
 import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from rag.errors import DataError
+
+
+SAMPLE_EVERY_S = 1.0
+
+
+def _sample_tree_rss(pid: int, stop: threading.Event, peak: list[int]) -> None:
+    """Until ``stop``: every :data:`SAMPLE_EVERY_S` the resident bytes of process ``pid`` and its descendants
+    (``/proc/<pid>/statm`` each, through psutil), the largest sum into ``peak[0]``."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+    except psutil.Error:
+        return
+    while True:
+        total = 0
+        try:
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:  # the child is gone
+            return
+        for proc in tree:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:  # a descendant that ended since
+                pass
+        peak[0] = max(peak[0], total)
+        if stop.wait(SAMPLE_EVERY_S):
+            return
 
 
 def run_recorded(out: str | os.PathLike, command: list[str]) -> int:
@@ -35,8 +61,13 @@ def run_recorded(out: str | os.PathLike, command: list[str]) -> int:
         return 127
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+    stop, tree_peak = threading.Event(), [0]
+    sampler = threading.Thread(target=_sample_tree_rss, args=(child.pid, stop, tree_peak), daemon=True)
+    sampler.start()
     _, status, usage = os.wait4(child.pid, 0)  # a signal passed on: wait4 is resumed (PEP 475)
     wall = time.monotonic() - start
+    stop.set()
+    sampler.join()
     code = os.waitstatus_to_exitcode(status)
     if code == 0:
         from rag.io import write_json
@@ -44,49 +75,34 @@ def run_recorded(out: str | os.PathLike, command: list[str]) -> int:
         own = resource.getrusage(resource.RUSAGE_SELF)
         record = {"wall_s": round(wall, 3), "cpu_s": round(usage.ru_utime + usage.ru_stime + own.ru_utime + own.ru_stime, 3),
                   "user_s": round(usage.ru_utime + own.ru_utime, 3), "system_s": round(usage.ru_stime + own.ru_stime, 3),
-                  "max_rss_mb": round(max(usage.ru_maxrss, own.ru_maxrss) / 1024, 1)}  # Linux: KiB
+                  "max_rss_mb": round(max(usage.ru_maxrss, own.ru_maxrss) / 1024, 1),  # Linux: KiB
+                  "tree_rss_mb": round(tree_peak[0] / 2**20, 1)}
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         write_json(out, record)
     return code if code >= 0 else 128 - code
 
 
-def _rss(value: str, path: Path) -> float:
-    if value == "NA":  # a job over before Snakemake's first sample
-        return 0.0
-    try:
-        return float(value)
-    except ValueError:
-        raise DataError(f"{path}: not a Snakemake benchmark file ({value!r} is not a number)") from None
-
-
 def read_record(path: str | os.PathLike) -> dict:
-    """One job's record from its benchmark file ``path`` and the exact record beside it (``.json``):
-    ``wall_s``, ``cpu_s`` (exact), ``peak_rss_mb`` (the larger of the sampled tree's, the largest of the
-    benchmark's rows, and the largest process's). A file of another kind, or a benchmark file without its
-    exact record (a job run by a workflow that did not write one), is an error naming it."""
-    path = Path(path)
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh, delimiter="\t"))
-    if not rows or "max_rss" not in rows[0]:
-        raise DataError(f"{path}: not a Snakemake benchmark file (no max_rss column)")
-    exact_file = path.with_suffix(".json")
-    if not exact_file.is_file():
-        raise DataError(f"{path}: no exact record {exact_file.name} beside it (the job ran without python -m "
-                        "rag.resources): run the job again")
+    """One job's record ``path`` (``<job>.json``): ``wall_s``, ``cpu_s`` and ``peak_rss_mb`` (the larger of its
+    largest process's and its tree's sampled sum). A file of another kind is an error naming it."""
     from rag.io import read_json
 
-    exact = read_json(exact_file)
-    if not isinstance(exact, dict) or not all(isinstance(exact.get(k), (int, float)) for k in ("wall_s", "cpu_s", "max_rss_mb")):
-        raise DataError(f"{exact_file}: not a resource record (wall_s, cpu_s and max_rss_mb numbers)")
-    return {"wall_s": float(exact["wall_s"]), "cpu_s": float(exact["cpu_s"]),
-            "peak_rss_mb": max(float(exact["max_rss_mb"]), *(_rss(row["max_rss"], path) for row in rows))}
+    path = Path(path)
+    rec = read_json(path)  # an empty or invalid file: an error naming it and the line
+    if not isinstance(rec, dict) or not all(isinstance(rec.get(k), (int, float)) and not isinstance(rec.get(k), bool)
+                                            for k in ("wall_s", "cpu_s", "max_rss_mb")):
+        raise DataError(f"{path}: not a resource record (wall_s, cpu_s and max_rss_mb numbers)")
+    tree = rec.get("tree_rss_mb", 0.0)
+    if not isinstance(tree, (int, float)) or isinstance(tree, bool):
+        raise DataError(f"{path}: not a resource record (tree_rss_mb is not a number)")
+    return {"wall_s": float(rec["wall_s"]), "cpu_s": float(rec["cpu_s"]), "peak_rss_mb": max(float(rec["max_rss_mb"]), float(tree))}
 
 
 def read_records(folder: str | os.PathLike) -> dict[str, list[dict]]:
-    """rule -> its jobs' records, from ``<folder>/<rule>/<job>.tsv`` (results/<name>/resources/);
+    """rule -> its jobs' records, from ``<folder>/<rule>/<job>.json`` (results/<name>/resources/);
     each record gets ``rule``, ``job`` (the file's stem) and ``file``."""
     out: dict[str, list[dict]] = {}
-    for p in sorted(Path(folder).glob("*/*.tsv")):
+    for p in sorted(Path(folder).glob("*/*.json")):
         out.setdefault(p.parent.name, []).append({**read_record(p), "rule": p.parent.name, "job": p.stem, "file": str(p)})
     return out
 

@@ -164,7 +164,7 @@ def test_records_of_a_run_refine_the_needs(tmp_path):
     cfg = tmp_path / "e2e.yaml"
     shutil.copy(ROOT / "tests/data/e2e.yaml", cfg)
     # as if the job had taken 9,000 MiB for two hours
-    bench(tmp_path / "results/e2e/resources/pretrain_generator/pretrain_generator.tsv", ("7300.0", "9000.0", "7000.0"))
+    bench(tmp_path / "results/e2e/resources/pretrain_generator/pretrain_generator.json", 7300.0, 7000.0, 8000.0, 9000.0)
     res = _plan("--configfile", str(cfg), "--no-profile", "--json", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     plan = json.loads(res.stdout)
@@ -190,7 +190,7 @@ def test_cpu_time_of_the_dag_from_the_records(tmp_path):
     folder = tmp_path / "results/e2e/resources"
     for rule, job, cpu in (("pretrain_generator", "pretrain_generator", 100.0), ("train", "a-b-1", 10.0), ("train", "c-d-1", 30.0),
                            ("train", "nq-rag_token-2", 80.0), ("task_data", "nq", 4.0)):
-        bench(folder / rule / f"{job}.tsv", (str(cpu + 1), "500.0", str(cpu)))
+        bench(folder / rule / f"{job}.json", cpu + 1, cpu, 500.0)
     res = _plan("--configfile", str(cfg), "--no-profile", "--cores", "2", "--json", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     plan = json.loads(res.stdout)

@@ -147,16 +147,11 @@ def res(rule_name, key, default):
     return RES.get(rule_name, {}).get(key, RES.get("default", {}).get(key, default))
 
 
-def benchmark_file(rule_name, *wildcards):
-    """The job's Snakemake benchmark file (its sampled peak memory; read by rag.resources):
-    results/<name>/resources/<rule>/<its wildcard values, joined by ->.tsv."""
-    return f"{R}/resources/{rule_name}/{'-'.join(f'{{{w}}}' for w in wildcards) or rule_name}.tsv"
-
-
 def record_file(rule_name, *wildcards):
-    """The job's exact record beside its benchmark file (params.record; the rule's command runs as the child
-    of ``rag-record --out {params.record:q} --``, rag.resources): its wall time, the CPU time of its process tree."""
-    return benchmark_file(rule_name, *wildcards)[: -len(".tsv")] + ".json"
+    """The job's resource record (params.record; the rule's command runs as the child of
+    ``rag-record --out {params.record:q} --``, rag.resources): its wall time, the CPU time of its process tree and
+    its peak memory, under results/<name>/resources/<rule>/<its wildcard values, joined by ->.json."""
+    return f"{R}/resources/{rule_name}/{'-'.join(f'{{{w}}}' for w in wildcards) or rule_name}.json"
 
 
 def local_sha256(key):

@@ -14,8 +14,6 @@ if CFG["corpus"]["source"] == "miniworld":
         params:
             snapshot=lambda w: "b" if w.corpus == f"{NAME}_b" else "a",
             record=record_file("corpus_miniworld", "corpus"),
-        benchmark:
-            benchmark_file("corpus_miniworld", "corpus"),
         log:
             f"{R}/logs/corpus/{{corpus}}.log",
         conda:
@@ -36,8 +34,6 @@ else:
         resources:
             runtime=res("corpus_convert", "runtime", 180),
             mem_mb=res("corpus_convert", "mem_mb", 8000),
-        benchmark:
-            benchmark_file("corpus_convert"),
         log:
             f"{R}/logs/corpus/{NAME}.log",
         params:

@@ -51,8 +51,6 @@ if CORPUS["source"] == "download":
         resources:
             runtime=res("download", "runtime", 240),
             mem_mb=res("download", "mem_mb", 2000),
-        benchmark:
-            benchmark_file("download_corpus"),
         log:
             f"{R}/logs/download/corpus-{NAME}.log",
         conda:
@@ -78,8 +76,6 @@ if TASK_DOWNLOADS:
         resources:
             runtime=res("download", "runtime", 240),
             mem_mb=res("download", "mem_mb", 2000),
-        benchmark:
-            benchmark_file("download_task_file", "task", "filename"),
         log:
             f"{R}/logs/download/{{task}}-{{filename}}.log",
         conda:

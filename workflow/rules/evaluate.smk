@@ -23,8 +23,6 @@ if not FUSED_EVAL:  # otherwise the train rule decodes dev/test itself (config k
             runtime=res("evaluate", "runtime", 60),
             mem_mb=res("evaluate", "mem_mb", 4000),
             gpu=res("evaluate", "gpu", 0),
-        benchmark:
-            benchmark_file("evaluate", "task", "variant", "seed"),
         log:
             f"{R}/logs/evaluate/{{task}}-{{variant}}-seed{{seed}}.log",
         conda:
@@ -56,8 +54,6 @@ rule experiments:
         record=record_file("experiments", "task", "variant", "seed"),
         **QUESTION_ENCODER,
     threads: CFG["threads"]
-    benchmark:
-        benchmark_file("experiments", "task", "variant", "seed"),
     log:
         f"{R}/logs/experiments/{{task}}-{{variant}}-seed{{seed}}.log",
     conda:

@@ -17,8 +17,6 @@ rule encode_shard:
         runtime=res("encode_shard", "runtime", 60),
         mem_mb=res("encode_shard", "mem_mb", 4000),
         gpu=res("encode_shard", "gpu", 0),
-    benchmark:
-        benchmark_file("encode_shard", "corpus", "shard"),
     log:
         f"{R}/logs/encode/{{corpus}}-{ENCODER}-{{shard}}.log",
     conda:
@@ -41,8 +39,6 @@ rule build_index:
         mem_mb=res("build_index", "mem_mb", 4000),
     params:
         record=record_file("build_index", "corpus"),
-    benchmark:
-        benchmark_file("build_index", "corpus"),
     log:
         f"{R}/logs/index/{{corpus}}-{ENCODER}.log",
     conda:
@@ -58,8 +54,6 @@ rule build_bm25:
         directory(f"{R}/index/{{corpus}}/bm25"),
     params:
         record=record_file("build_bm25", "corpus"),
-    benchmark:
-        benchmark_file("build_bm25", "corpus"),
     log:
         f"{R}/logs/index/{{corpus}}-bm25.log",
     conda:

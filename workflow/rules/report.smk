@@ -20,8 +20,6 @@ rule report:
         bands=bands_args,
         **METRIC_FILES,
         record=record_file("report"),
-    benchmark:
-        benchmark_file("report"),
     log:
         f"{R}/logs/report.log",
     conda:
@@ -48,8 +46,6 @@ if CFG["generators"]:  # config key generators: {} leaves the experiment without
             table6=f"{R}/tables/generators/table6.csv",
         params:
             record=record_file("report_generators"),
-        benchmark:
-            benchmark_file("report_generators"),
         log:
             f"{R}/logs/report_generators.log",
 

@@ -27,8 +27,6 @@ rule init_store:
     params:
         uri=lambda w: CFG["tracking"]["uri"],  # a function: not formatted with wildcards
         record=record_file("init_store"),
-    benchmark:
-        benchmark_file("init_store"),
     log:
         f"{R}/logs/init_store.log",
     localrule: True

@@ -17,8 +17,6 @@ if MINIWORLD_TASKS:
             task="|".join(MINIWORLD_TASKS),
         params:
             record=record_file("task_data", "task"),
-        benchmark:
-            benchmark_file("task_data", "task"),
         log:
             f"{R}/logs/tasks/{{task}}.log",
         conda:
@@ -42,8 +40,6 @@ if FILE_TASKS:
         resources:
             runtime=res("task_data", "runtime", 60),
             mem_mb=res("task_data", "mem_mb", 4000),
-        benchmark:
-            benchmark_file("task_files", "task"),
         log:
             f"{R}/logs/tasks/{{task}}.log",
         params:
@@ -65,8 +61,6 @@ rule hotswap_data:
         f"{R}/data/hotswap/questions.jsonl",
     params:
         record=record_file("hotswap_data"),
-    benchmark:
-        benchmark_file("hotswap_data"),
     log:
         f"{R}/logs/tasks/hotswap.log",
     conda:

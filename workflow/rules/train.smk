@@ -20,8 +20,6 @@ rule pretrain_generator:
         runtime=res("pretrain_generator", "runtime", 120),
         mem_mb=res("pretrain_generator", "mem_mb", 8000),
         gpu=res("pretrain_generator", "gpu", 0),
-    benchmark:
-        benchmark_file("pretrain_generator"),
     log:
         f"{R}/logs/pretrain_generator.log",
     conda:
@@ -44,8 +42,6 @@ use rule pretrain_generator as pretrain_generators with:
         record=record_file("pretrain_generators", "generator"),
         **({"model_sha256": lambda w: local_sha256(f"generators.{w.generator}.generator.name_or_path")}
            if local_sha256("generators") else {}),
-    benchmark:
-        benchmark_file("pretrain_generators", "generator"),
     log:
         f"{R}/logs/pretrain_generators/{{generator}}.log",
 
@@ -80,8 +76,6 @@ rule train:
         runtime=res("train", "runtime", 60),
         mem_mb=res("train", "mem_mb", 4000),
         gpu=res("train", "gpu", 0),
-    benchmark:
-        benchmark_file("train", "task", "variant", "seed"),
     log:
         f"{R}/logs/train/{{task}}-{{variant}}-seed{{seed}}.log",
     conda:
