@@ -68,6 +68,7 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
     _check_control_characters(cfg)
     _check_references(cfg)
     _resolve_generators(cfg)
+    _resolve_retrievers(cfg)
     if check_files:
         check_input_files(cfg)
         check_local_corpus_k(cfg)
@@ -353,6 +354,90 @@ def generator_runs(cfg: dict) -> list[tuple[str, str]]:
             for v in (spec.get("variants") or task_variants(cfg, task))]
 
 
+def _resolve_retrievers(cfg: dict) -> None:
+    """Each retriever of config key ``retrievers``, in place: its options validated as its family declares
+    them (rag/tasks.py RETRIEVERS), their defaults filled in; the retrievers it names known and no cycle; its
+    tasks among the config's; its variants retrieving ones, and a variant that fine-tunes the question encoder
+    only where the retriever's gradient reaches one."""
+    from rag.tasks import RETRIEVERS, VARIANTS, retriever_family, retriever_refs, retriever_trains
+
+    declared = cfg["retrievers"]
+    for name, spec in declared.items():
+        where = f"retrievers.{name}"
+        family = retriever_family(spec["family"], f"{where}.family")
+        if name in RETRIEVERS:
+            raise ConfigError(f"config key '{where}': {name!r} is a registered retriever's name (rag/tasks.py RETRIEVERS); "
+                              "give yours another")
+        options = {"type": "object", "properties": family.options, "additionalProperties": False,
+                   "required": list(family.refs)}
+        keyspec.validate(keyspec.validator_class(fill_defaults=True)(options), spec["options"], f"{where}.options")
+    def walk(name: str, path: tuple[str, ...]) -> None:  # the retrievers a declared one names, down to registered ones
+        for ref in retriever_refs(name, declared):
+            if ref not in RETRIEVERS and ref not in declared:
+                raise ConfigError(f"config key 'retrievers.{path[0]}.options': retriever {ref!r} is neither registered "
+                                  f"({', '.join(RETRIEVERS)}) nor declared under retrievers")
+            if ref in path:
+                raise ConfigError(f"config key 'retrievers.{path[0]}.options': {' -> '.join(path + (ref,))}: a retriever "
+                                  "cannot be a part of itself")
+            if ref in declared:
+                walk(ref, path + (ref,))
+
+    for name in declared:
+        walk(name, (name,))
+    for name, spec in declared.items():
+        where = f"retrievers.{name}"
+        for i, task in enumerate(spec["tasks"]):
+            if task not in cfg["tasks"]:
+                raise ConfigError(f"config key '{where}.tasks[{i}]': task {task!r} is not configured under 'tasks'")
+            if cfg["tasks"][task].get("init_from"):
+                raise ConfigError(f"config key '{where}.tasks[{i}]': {task!r} starts from another task's model "
+                                  "(tasks.<task>.init_from), which a further retriever does not train")
+        trains = retriever_trains(name, declared)
+        for i, variant in enumerate(spec.get("variants") or ()):
+            if VARIANTS[variant].retriever is None:
+                raise ConfigError(f"config key '{where}.variants[{i}]': {variant} retrieves nothing")
+            if VARIANTS[variant].train_question_encoder and not trains:
+                raise ConfigError(f"config key '{where}.variants[{i}]': {variant} fine-tunes the question encoder, and "
+                                  f"no gradient reaches one through retriever {name} (family {spec['family']}); run a "
+                                  "variant that keeps it frozen")
+
+
+def retriever_runs(cfg: dict) -> list[tuple[str, str]]:
+    """(task, ``<variant>+<retriever>``) of every run of the further retrievers (config key ``retrievers``):
+    its variants, else those of each task's variants that use the dense retriever and that it can serve."""
+    from rag.tasks import RETRIEVER_SEP, VARIANTS, retriever_trains
+
+    out = []
+    for name, spec in cfg["retrievers"].items():
+        trains = retriever_trains(name, cfg["retrievers"])
+        for task in spec["tasks"]:
+            variants = spec.get("variants") or [v for v in task_variants(cfg, task) if VARIANTS[v].retriever == "dense"
+                                                and (trains or not VARIANTS[v].train_question_encoder)]
+            out += [(task, f"{v}{RETRIEVER_SEP}{name}") for v in variants]
+    return out
+
+
+def retriever_summary(declared: dict, name: str) -> str:
+    """A declared retriever in a few words (the retrievers report names it): its family and options."""
+    spec = declared[name]
+    options = ", ".join(f"{k} {'+'.join(v) if isinstance(v, list) else v}" for k, v in sorted(spec["options"].items()))
+    return f"{spec['family']}" + (f" ({options})" if options else "")
+
+
+def retriever_declarations(cfg: dict, name: str) -> dict:
+    """The ``retriever_<name>`` section: the declarations (family, options) of declared retriever ``name``
+    and of every declared one it names, which its runs' jobs build it from."""
+    from rag.tasks import retriever_refs
+
+    declared, out, todo = cfg["retrievers"], {}, [name]
+    while todo:
+        n = todo.pop()
+        if n in declared and n not in out:
+            out[n] = {"family": declared[n]["family"], "options": declared[n]["options"]}
+            todo += retriever_refs(n, declared)
+    return {"retrievers": out}
+
+
 def generator_summary(g: dict) -> str:
     """A generator group in a few words (the report's scale summary)."""
     if g["init"] == "pretrained":
@@ -511,6 +596,10 @@ def sections(cfg: dict) -> dict[str, dict]:
         out[f"generator_{name}"] = GeneratorSection.of_config({**cfg, "generator": spec["generator"]})
     if cfg["generators"]:  # the generators report names them
         out["report"]["generators"] = {name: generator_summary(spec["generator"]) for name, spec in cfg["generators"].items()}
+    for name in cfg["retrievers"]:  # what each further retriever's runs build it from
+        out[f"retriever_{name}"] = retriever_declarations(cfg, name)
+    if cfg["retrievers"]:  # the retrievers report names them
+        out["report"]["retrievers"] = {name: retriever_summary(cfg["retrievers"], name) for name in cfg["retrievers"]}
     declared = {name: TaskDeclaration.of_config(cfg, name) for name in cfg["tasks"] if name not in BUILTIN_TASKS}
     if declared:  # the report names and scores them as the runs did
         out["report"]["declared_tasks"] = declared

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rag.keyspec import (DEFINITIONS, NO_DEFAULT, AnyOf, Bool, Enum, Group, Int, List, Map, Num, Str, define, ref, resolve,
                          target)
-from rag.tasks import GENERATOR_FAMILIES, KINDS, ROLES, SPLITS, TASKS, VARIANTS
+from rag.tasks import GENERATOR_FAMILIES, KINDS, RETRIEVERS, ROLES, SPLITS, TASKS, VARIANTS
 
 # the parameters each index type reads (retriever.index; the index section holds its type's only)
 INDEX_PARAMS = {"flat": (), "hnsw": ("hnsw_m", "hnsw_ef_search"), "ivfpq": ("ivf_lists", "pq_m")}
@@ -151,6 +151,12 @@ CONFIG = Group({
         "tasks": List(ref(TASK_NAME), min_items=1, unique=True, description="the tasks it is fine-tuned on, each of them a task of the config"),
         "variants": List(ref(VARIANT), min_items=1, unique=True, description="its variants on those tasks (default: each task's); one_seed_variants and the tasks' seeds hold as for generator's runs"),
     }, required=("tasks",)), names=ref(NAME), default={}, description="further generators, set beside generator's: each is pretrained as generator is and fine-tuned as <variant>@<name> (results/<name>/runs/<task>/<variant>@<name>/); `snakemake --cores all generators` runs them and writes reports/<name>/generators.html, their tables and claims beside generator's (docs/models.md)"),
+    "retrievers": Map(Group({
+        "family": Str(description="its retriever family: a name of rag/tasks.py RETRIEVERS (" + ", ".join(RETRIEVERS) + "), or \"path/to/file.py:NAME\" / \"module:NAME\", a rag.tasks.RetrieverSpec of your own"),
+        "options": Map(default={}, description="the family's options (rag/tasks.py RETRIEVERS: a hybrid's parts, fusion, rrf_k, weight, depth, score_scale), validated as the family declares them"),
+        "tasks": List(ref(TASK_NAME), min_items=1, unique=True, description="the tasks its runs fine-tune, each of them a task of the config"),
+        "variants": List(ref(VARIANT), min_items=1, unique=True, description="the variants it runs in place of their own retriever (default: those of each task's variants that use the dense retriever and that it can serve: one that fine-tunes the question encoder needs a retriever its gradient reaches)"),
+    }, required=("family", "tasks")), names=ref(NAME), default={}, description="further retrievers, set beside retriever's: each runs its variants as <variant>+<name> (results/<name>/runs/<task>/<variant>+<name>/); `snakemake --cores all retrievers` runs them and writes reports/<name>/retrievers.html, their retrieval and answers beside the variants' own (docs/models.md)"),
     "train": Group({
         "k": Int(minimum=1, maximum=100, default=3),
         "batch_size": Int(minimum=1, default=16),

@@ -92,14 +92,18 @@ def score_predictions(cfg: EvalSection, preds: list[dict], passages) -> tuple[di
     retrieval = {}
     if passages is not None and preds and preds[0]["doc_ids"]:
         k = len(preds[0]["doc_ids"])
-        row_of = passages.index_of()
         if spec.answers_in_passages:
             hits = answer_hits(preds, passages, regex=spec.regex_targets)
             retrieval[f"answer_recall@{k}"] = sum(hits) / len(hits)
-        gold = [x for x in preds if x["gold_docs"]]
-        if gold:
-            # gold_docs name passages (miniworld) or whole articles (an entity id)
-            hits = [any(d in x["gold_docs"] or passages.doc_entity(row_of[d]) in x["gold_docs"] for d in x["doc_ids"])
-                    for x in gold]
-            retrieval[f"passage_recall@{k}"] = 100.0 * sum(hits) / len(hits)
+        hits = passage_hits(preds, passages)
+        if hits:
+            retrieval[f"passage_recall@{k}"] = sum(hits) / len(hits)
     return scores, retrieval
+
+
+def passage_hits(preds: list[dict], passages) -> list[float]:
+    """100 for each prediction with gold passages whose retrieved passages hold one, else 0 (none for one
+    without gold passages): gold_docs name passages (miniworld) or whole articles (an entity id)."""
+    row_of = passages.index_of()
+    return [100.0 * any(d in x["gold_docs"] or passages.doc_entity(row_of[d]) in x["gold_docs"] for d in x["doc_ids"])
+            for x in preds if x["gold_docs"]]

@@ -505,6 +505,8 @@ class TrainSection(TaskSection):
     generator: GeneratorLengths
     retriever: QuestionEncoder
     evaluation: EvalSection | None = field(default=None, metadata=_ATTACHED)
+    # the retriever_<name> section of a run of a further retriever (config key retrievers): name -> {family, options}
+    retrievers: dict | None = field(default=None, metadata=_ATTACHED)
 
     @classmethod
     def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
@@ -555,21 +557,35 @@ def read_section(cls: type[S], paths: str | Path | list) -> S:
 
 def read_task_sections(paths: str | Path | list) -> TrainSection:
     """A task's ``train_<task>`` section, with its ``eval_<task>`` section when one of ``paths``
-    is one (``rag train --config train_nq.json eval_nq.json``)."""
+    is one (``rag train --config train_nq.json eval_nq.json``) and a further retriever's
+    ``retriever_<name>`` section when one is (a run ``<variant>+<name>``)."""
     paths = _paths(paths)
-    train = evaluation = None
+    train = evaluation = retrievers = None
     for path in paths:
         data = _read_object(path)
-        kind = "eval" if "decode" in data else "train"
-        if (train if kind == "train" else evaluation) is not None:
-            raise ConfigError(f"{path}: a second {kind}_<task> section among the --config files")
+        kind = "eval" if "decode" in data else "retriever" if "retrievers" in data else "train"
+        if {"train": train, "eval": evaluation, "retriever": retrievers}[kind] is not None:
+            raise ConfigError(f"{path}: a second {kind}_<{'name' if kind == 'retriever' else 'task'}> section among the --config files")
         if kind == "train":
             train = TrainSection.from_dict(data, path)
-        else:
+        elif kind == "eval":
             evaluation, eval_path = EvalSection.from_dict(data, path), path
+        else:
+            retrievers = _retriever_declarations(data, path)
     if train is None:
         raise ConfigError(f"{' + '.join(paths)}: no train_<task> section among the --config files")
     if evaluation is not None and evaluation.task_name != train.task_name:
         raise ConfigError(f"{eval_path}: task_name {evaluation.task_name!r} differs from the train section's "
                           f"{train.task_name!r}")
-    return replace(train, evaluation=evaluation)
+    return replace(train, evaluation=evaluation, retrievers=retrievers)
+
+
+def _retriever_declarations(data: dict, path) -> dict:
+    """A ``retriever_<name>`` section's declarations (name -> {family, options}), checked for their shape (the
+    config validated their options)."""
+    declared = data["retrievers"]
+    if set(data) != {"retrievers"} or not isinstance(declared, dict) or not declared or not all(
+            isinstance(d, dict) and set(d) == {"family", "options"} and isinstance(d["family"], str)
+            and isinstance(d["options"], dict) for d in declared.values()):
+        raise ConfigError(f"{path}: not a retriever_<name> section (retrievers: name -> family and options)")
+    return declared

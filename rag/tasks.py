@@ -99,12 +99,24 @@ class VariantSpec:
 
 @dataclass(frozen=True)
 class RetrieverSpec:
+    """A retriever family. ``dense`` and ``bm25`` are the variants' own (the ``retriever`` config group);
+    every family may also be declared under config key ``retrievers.<name>`` with its ``options``, and
+    run as ``<variant>+<name>`` (:data:`RETRIEVER_SEP`)."""
+
     name: str
-    # the retrieval files it reads, roles of rag.retrieval.FILE_ROLES (the Snakemake rules pass exactly these)
+    # the retrieval files it reads, roles of rag.retrieval.FILE_ROLES (the Snakemake rules pass exactly these);
+    # a declared retriever also reads those of the retrievers it names (``refs``)
     files: tuple[str, ...]
-    # "module:callable" building it: callable(files: RetrievalFiles, cfg: dict, device: str, question_encoder_dir)
+    # "module:callable" building it: callable(files: RetrievalFiles, options: QuestionEncoder, device: str,
+    # question_encoder_dir); a declared one's also gets declaration= (its options) and build= (name -> Retriever)
     factory: str
     description: str = ""
+    # a declaration's options: key -> JSON Schema (with its default), validated with the config
+    options: dict = field(default_factory=dict)
+    refs: tuple[str, ...] = ()  # the options that name other retrievers (a hybrid's parts)
+    # the options under which the gradient of its scores reaches a question encoder (of a retriever it names,
+    # where it has refs); None: never (a variant that fine-tunes the question encoder cannot run it)
+    grads_when: dict | None = field(default_factory=dict)
 
 
 QA_SEQ = {"method": "thorough", "beams": 4, "max_new_tokens": 16}
@@ -322,12 +334,30 @@ class Roles:
 ROLES = Roles(hotswap="nq", topk="nq", qa="nq", fine_tuning=("nq", "triviaqa"), fine_tuning_strict=("nq",),
               classification=("fever3", "fever2"), diversity="jeopardy")
 
-RETRIEVERS: dict[str, RetrieverSpec] = {
-    "dense": RetrieverSpec("dense", ("passages", "embeddings", "index"), "rag.retrieval.dense:DenseRetriever.from_files",
-                           "question encoder + FAISS index over the passage embeddings (DPR)"),
-    "bm25": RetrieverSpec("bm25", ("passages", "bm25"), "rag.retrieval.bm25:BM25Retriever.from_files",
-                          "BM25 scores as the logits of p(z|x) (Table 6)"),
-}
+RETRIEVERS: dict[str, RetrieverSpec] = {s.name: s for s in (
+    RetrieverSpec("dense", ("passages", "embeddings", "index"), "rag.retrieval.dense:DenseRetriever.from_files",
+                  "question encoder + FAISS index over the passage embeddings (DPR)"),
+    RetrieverSpec("bm25", ("passages", "bm25"), "rag.retrieval.bm25:BM25Retriever.from_files",
+                  "BM25 scores as the logits of p(z|x) (Table 6)", grads_when=None),
+    RetrieverSpec("hybrid", (), "rag.retrieval.hybrid:HybridRetriever.from_declaration",
+                  "two retrievers' lists fused, by reciprocal rank fusion or a weighted sum of normalised scores",
+                  options={"parts": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2,
+                                     "description": "the two retrievers fused (dense, bm25 or a declared one), the first weighted by weight"},
+                           "fusion": {"enum": ["rrf", "weighted"], "default": "rrf"},
+                           "rrf_k": {"type": "number", "minimum": 0, "default": 60},
+                           "weight": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.5},
+                           "depth": {"type": ["integer", "null"], "minimum": 1, "default": None,
+                                     "description": "each part's list length; null: 2K"},
+                           "score_scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0,
+                                           "description": "multiplies the fused scores (the logits of p(z|x))"}},
+                  refs=("parts",), grads_when={"fusion": "weighted"}),
+)}
+
+BUILTIN_RETRIEVERS = frozenset(RETRIEVERS)
+
+# a run of a retriever of config key ``retrievers``: the variant's name, this, the retriever's name
+# (rag_token+hybrid): the variant with that retriever in place of its own
+RETRIEVER_SEP = "+"
 
 # in the report's order
 VARIANTS: dict[str, VariantSpec] = {v.name: v for v in (
@@ -380,23 +410,88 @@ GENERATOR_SEP = "@"
 def split_variant(name: str) -> tuple[str, str | None]:
     """(the registered variant, the name of the config's further generator it runs, or None)."""
     base, sep, generator = name.partition(GENERATOR_SEP)
-    return base, (generator if sep else None)
+    return base.partition(RETRIEVER_SEP)[0], (generator if sep else None)
+
+
+def variant_retriever(name: str) -> str | None:
+    """The name of the config's declared retriever a run ``<variant>+<retriever>`` uses, or None."""
+    _, sep, retriever = name.partition(GENERATOR_SEP)[0].partition(RETRIEVER_SEP)
+    return retriever if sep else None
 
 
 def variant_spec(name: str) -> VariantSpec:
     """The registered variant ``name`` names; for ``<variant>@<generator>`` the variant's spec under that
-    name, with the generator in its display name (a closed book's says what it is, whatever the model)."""
-    base, generator = split_variant(name)
-    spec = _spec(VARIANTS, "variant", base)
-    if generator is None:
-        return spec
-    if not generator:
-        from rag.errors import ConfigError
+    name, with the generator in its display name (a closed book's says what it is, whatever the model);
+    for ``<variant>+<retriever>`` with that retriever (a name of config key retrievers) and its name."""
+    from rag.errors import ConfigError
 
+    base, generator = split_variant(name)
+    retriever = variant_retriever(name)
+    spec = _spec(VARIANTS, "variant", base)
+    if generator is None and retriever is None:
+        return spec
+    if generator == "":
         raise ConfigError(f"variant {name!r}: no generator name after {GENERATOR_SEP!r}")
-    display = spec.display if spec.retriever is not None else "Closed book"
-    return replace(spec, name=name, display=f"{display} ({generator})")
+    if retriever is not None:
+        if not retriever:
+            raise ConfigError(f"variant {name!r}: no retriever name after {RETRIEVER_SEP!r}")
+        if spec.retriever is None:
+            raise ConfigError(f"variant {name!r}: {base} retrieves nothing, so it takes no retriever")
+        spec = replace(spec, retriever=retriever, display=f"{spec.display} ({retriever})")
+    if generator is not None:
+        display = spec.display if spec.retriever is not None else "Closed book"
+        spec = replace(spec, display=f"{display} ({generator})")
+    return replace(spec, name=name)
 
 
 def retriever_spec(name: str) -> RetrieverSpec:
     return _spec(RETRIEVERS, "retriever", name)
+
+
+def retriever_family(ref: str, key: str = "retrievers") -> RetrieverSpec:
+    """The retriever family ``ref`` names: a name of :data:`RETRIEVERS`, or ``"path/to/file.py:attr"`` /
+    ``"module:attr"``, a :class:`RetrieverSpec` of the user's (its factory in that file), registered under its
+    name by this call (config key ``key``)."""
+    from rag.errors import ConfigError
+
+    if ":" not in ref:
+        try:
+            return retriever_spec(ref)
+        except ConfigError as exc:
+            raise ConfigError(f"config key '{key}': {exc} (or \"path/to/file.py:name\", a RetrieverSpec of your own)") from None
+    spec = load_object(ref, key)
+    if not isinstance(spec, RetrieverSpec):
+        raise ConfigError(f"config key '{key}': {ref} is no rag.tasks.RetrieverSpec")
+    known = RETRIEVERS.get(spec.name)
+    if known is not None and known is not spec and spec.name in BUILTIN_RETRIEVERS:
+        raise ConfigError(f"config key '{key}': {ref} is named {spec.name!r}, a family of rag/tasks.py RETRIEVERS; "
+                          "give it a name of its own")
+    RETRIEVERS[spec.name] = spec
+    return spec
+
+
+def declared_spec(name: str, declared: dict) -> tuple[RetrieverSpec, dict | None]:
+    """(the family of retriever ``name``, its declaration's options or None for a registered one)."""
+    if name in declared:
+        return retriever_family(declared[name]["family"], f"retrievers.{name}.family"), declared[name]["options"]
+    return retriever_spec(name), None
+
+
+def retriever_refs(name: str, declared: dict) -> list[str]:
+    """The retrievers retriever ``name`` names (a declared hybrid's parts), in order."""
+    spec, options = declared_spec(name, declared)
+    refs: list[str] = []
+    for key in spec.refs if options is not None else ():
+        value = options[key]
+        refs += value if isinstance(value, list) else [value]
+    return refs
+
+
+def retriever_trains(name: str, declared: dict) -> bool:
+    """Whether the gradient of retriever ``name``'s scores reaches a question encoder (its own, or that of a
+    retriever it names), so a variant that fine-tunes the question encoder can run it."""
+    spec, options = declared_spec(name, declared)
+    if spec.grads_when is None or any((options or {}).get(k) != v for k, v in spec.grads_when.items()):
+        return False
+    refs = retriever_refs(name, declared)
+    return not refs or any(retriever_trains(r, declared) for r in refs)

@@ -62,7 +62,9 @@ def test_variant_entry(name):
 @pytest.mark.parametrize("name", list(RETRIEVERS))
 def test_retriever_entry(name):
     spec = RETRIEVERS[name]
-    assert spec.name == name and "passages" in spec.files and set(spec.files) <= set(FILE_ROLES)
+    assert spec.name == name and set(spec.files) <= set(FILE_ROLES)
+    # a family reads the passages, or names the retrievers that do (a hybrid's parts)
+    assert "passages" in spec.files or (spec.refs and set(spec.refs) <= set(spec.options))
     module, _, attr = spec.factory.partition(":")
     cls_name, _, method = attr.partition(".")
     cls = getattr(importlib.import_module(module), cls_name)
@@ -106,12 +108,14 @@ def test_cli_choices_and_wildcards_come_from_the_registry():
         [variant] = [a for a in sub._actions if a.dest == "variant"]
         for name in VARIANTS:  # each registered variant, and each as a further generator's run
             assert variant.type(name) == name and variant.type(f"{name}@llama") == f"{name}@llama"
-        for bad in ("rag_tokens", "rag_token@", "closed@llama"):
+            if VARIANTS[name].retriever:  # ... and a retrieving one as a further retriever's
+                assert variant.type(f"{name}+hy") == f"{name}+hy"
+        for bad in ("rag_tokens", "rag_token@", "closed@llama", "rag_token+", "bart+hy"):
             with pytest.raises(argparse.ArgumentTypeError, match="variant"):
                 variant.type(bad)
     common = (ROOT / "workflow" / "rules" / "common.smk").read_text()
     assert 'task="|".join(TASKS)' in common
-    assert 'variant=f"(?:{\'|\'.join(VARIANTS)})(?:{GENERATOR_SEP}[a-z0-9_]+)?"' in common
+    assert 'variant=f"(?:{\'|\'.join(VARIANTS)})(?:{re.escape(RETRIEVER_SEP)}[a-z0-9_]+)?(?:{GENERATOR_SEP}[a-z0-9_]+)?"' in common
 
 
 def test_a_further_generators_variant_is_the_registered_one_under_its_name():

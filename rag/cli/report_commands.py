@@ -33,28 +33,28 @@ def _declare_from_folder(root: str | Path) -> None:
         declare_experiment_tasks(section)
 
 
-def load_scale(path: str | None) -> tuple[dict, dict]:
-    """The scale summary of ``--scale-json`` (the file, or its key ``scale``) and the further generators
-    it names (key ``generators``: name -> what it is); {} for none. The tasks the report section
-    declares join the registry (:func:`declare_experiment_tasks`)."""
+def load_scale(path: str | None) -> tuple[dict, dict, dict]:
+    """The scale summary of ``--scale-json`` (the file, or its key ``scale``) and the further generators and
+    retrievers it names (keys ``generators`` and ``retrievers``: name -> what it is); {} for none. The tasks
+    the report section declares join the registry (:func:`declare_experiment_tasks`)."""
     from rag.errors import DataError
 
     if not path:
-        return {}, {}
+        return {}, {}, {}
     data = declare_experiment_tasks(path)
-    generators = data.get("generators") if isinstance(data, dict) else None
+    further = [data.get(key) if isinstance(data, dict) else None for key in ("generators", "retrievers")]
     if isinstance(data, dict) and isinstance(data.get("scale"), dict):
         data = data["scale"]
-    if not isinstance(data, dict) or not isinstance(generators or {}, dict):
+    if not isinstance(data, dict) or not all(isinstance(f or {}, dict) for f in further):
         raise DataError(f"{path}: expected a JSON object (the scale summary, or an object with key 'scale' and "
-                        "optionally 'generators')")
-    return data, generators or {}
+                        "optionally 'generators' and 'retrievers')")
+    return data, further[0] or {}, further[1] or {}
 
 
 def cmd_report(args) -> int:
     from rag.report.build import build_report
 
-    scale, generators = load_scale(args.scale_json)
+    scale, generators, retrievers = load_scale(args.scale_json)
     inputs = ReportInputs.from_files(metrics=args.metrics, predictions=args.predictions, topk=args.topk,
                                      hotswap=args.hotswap, oracle=args.oracle, train_data=args.train_data)
     bands = None
@@ -75,6 +75,7 @@ def cmd_report(args) -> int:
         variants=args.variants,
         generators=generators,
         bands=bands,
+        retrievers=retrievers,
     )
     return 0
 

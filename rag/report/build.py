@@ -16,7 +16,7 @@ from rag.io import atomic_open, read_json, read_jsonl
 from rag.report import TABLE_KEYS
 from rag.report.claims import Evidence, build_claims, cell_interval
 from rag.report.inputs import ReportInputs
-from rag.tasks import TASKS, VARIANTS, paper_column, variant_spec
+from rag.tasks import RETRIEVER_SEP, TASKS, VARIANTS, paper_column, variant_spec
 
 log = logging.getLogger(__name__)
 
@@ -332,6 +332,64 @@ def generators_table(runs: Runs, generators: dict[str, str]) -> Table | None:
     return table
 
 
+RECALL_AT = (1, 5, 20)  # the retrievers table's recall columns
+
+
+def _recall_at(rows: list[dict], j: int, passages, answers: bool, regex: bool = False) -> float | None:
+    """Answer (``answers``) or passage recall at ``j`` of one run's predictions: the share of questions with a
+    hit among the first j retrieved passages (ranked best first); None where the run retrieved fewer than j
+    or the rows say nothing of it (no gold passages, no answers in passages)."""
+    from rag.predictions import answer_hits, passage_hits
+
+    if not rows or any(len(r.get("doc_ids") or ()) < j for r in rows):
+        return None
+    cut = [{**r, "doc_ids": r["doc_ids"][:j]} for r in rows]
+    hits = answer_hits(cut, passages, regex=regex) if answers else passage_hits(cut, passages)
+    return sum(hits) / len(hits) if hits else None
+
+
+def retrievers_table(runs: Runs, retrievers: dict[str, str], passages) -> Table | None:
+    """The retrievers of the experiment side by side (config key retrievers): a row per task, split and
+    variant run with a further retriever (<variant>+<name>), after the same variant with its own retriever;
+    answer and passage recall at 1, 5 and 20 retrieved passages (from the predictions' ranked passages, each
+    seed's, their mean; blank where a run retrieved fewer) and the task's primary metric. None when no further
+    retriever ran or the passages are not at hand."""
+    from rag.metrics import metric_spec
+    from rag.tasks import variant_retriever
+
+    further = [v for v in runs.variants if variant_retriever(v)]
+    if not further or passages is None:
+        return None
+    base = {v: v.partition(RETRIEVER_SEP)[0] for v in further}
+    columns = ([f"answer recall@{j}" for j in RECALL_AT] + [f"passage recall@{j}" for j in RECALL_AT] + ["primary metric"])
+    table = Table("retrievers", "Retrievers side by side", "each variant fine-tuned on the same tasks and seeds with "
+                  "its own retriever and with each further retriever of the experiment", "dev and test", columns)
+    table.notes = [f"{name}: {what}" for name, what in retrievers.items()]
+    for split in ("test", "dev"):
+        for task in runs.tasks:
+            kinds = TASKS[task] if task in TASKS else None
+            answers = kinds is not None and kinds.answers_in_passages
+            for own in _ordered({base[v] for v in further if (task, v, split) in runs.metrics}, VARIANTS):
+                for variant in ([own] * ((task, own, split) in runs.metrics)
+                                + [v for v in further if base[v] == own and (task, v, split) in runs.metrics]):
+                    files = runs.inputs.predictions.get((task, variant, split)) or {}
+                    per_seed = [read_jsonl(path) for _, path in sorted(files.items())]
+                    cells = []
+                    for kind in (True, False):
+                        for j in RECALL_AT:
+                            vals = ([_recall_at(rows, j, passages, kind, answers and kinds.regex_targets) for rows in per_seed]
+                                    if (answers or not kind) else [])
+                            v = None if not vals or None in vals else sum(vals) / len(vals)
+                            cells.append(Cell(_fmt(v), value=v))
+                    primary = TASKS[task].primary if task in TASKS else None
+                    cells.append(runs.cell(task, variant, split, primary, None) if primary else Cell())
+                    label = f"{_task_name(task)} {split}: {_variant_name(variant)}"
+                    if primary:
+                        label += f" ({metric_spec(primary).display})"
+                    table.rows.append((label, cells, "measured-only"))
+    return table
+
+
 def seeds_line(runs: Runs) -> str:
     """One line on how many fine-tune seeds the report's cells have and what the intervals mean."""
     counts: dict[int, set[str]] = {}
@@ -632,6 +690,7 @@ def build_report(
     variants: list[str] | None = None,
     generators: dict[str, str] | None = None,
     bands: dict | None = None,
+    retrievers: dict[str, str] | None = None,
 ) -> None:
     """Write the measured tables (CSV) to ``tables`` (key ``table1`` ... -> file) and the HTML
     report ``out_html``, from exactly the files ``inputs`` names; a measured number links to its MLflow run.
@@ -651,6 +710,8 @@ def build_report(
         texts = dict(zip(read.ids, read.texts))
     elif passages is not None:
         log.warning("passages file %s not found; showing titles only", passages)
+    if retrievers and (table := retrievers_table(runs, retrievers, read)) is not None:
+        built.append(table)
     context = {
         "seeds_line": seeds_line(runs),
         "claims": build_claims(inputs, texts, paper),

@@ -42,17 +42,33 @@ def add_file_args(parser) -> None:
         parser.add_argument(flag, dest=role, nargs="+" if many else None, help=f"retrieval file: {role}")
 
 
+def retriever_files(name: str, declared: dict) -> tuple[str, ...]:
+    """The retrieval file roles retriever ``name`` reads, in FILE_ROLES order: its family's, and those of the
+    retrievers it names (``declared``: config key retrievers, name -> {family, options})."""
+    from rag.tasks import declared_spec, retriever_refs
+
+    roles = set(declared_spec(name, declared)[0].files).union(*(retriever_files(r, declared) for r in retriever_refs(name, declared)))
+    return tuple(role for role in FILE_ROLES if role in roles)
+
+
 def build_retriever(name: str | None, files: RetrievalFiles, options: QuestionEncoder | None, device: str,
-                    question_encoder_dir: str | None = None) -> Retriever | None:
-    """The registered retriever ``name`` (rag/tasks.py RETRIEVERS) over ``files``; None for None.
-    ``options``: the question encoder's (a dense retriever's) configuration."""
+                    question_encoder_dir: str | None = None, declared: dict | None = None) -> Retriever | None:
+    """The retriever ``name`` over ``files``: a registered one (rag/tasks.py RETRIEVERS) or one of
+    ``declared`` (config key retrievers: name -> {family, options}), with the retrievers it names; None for
+    None. ``options``: the question encoder's (a dense retriever's) configuration."""
     from rag.errors import ConfigError
-    from rag.tasks import load_object, retriever_spec
+    from rag.tasks import load_object, retriever_family, retriever_spec
 
     if name is None:
         return None
-    spec = retriever_spec(name)
-    missing = [FILE_ROLES[role][0] for role in spec.files if not getattr(files, role)]
+    declared = declared or {}
+    decl = declared.get(name)
+    spec = retriever_family(decl["family"], f"retrievers.{name}.family") if decl else retriever_spec(name)
+    missing = [FILE_ROLES[role][0] for role in retriever_files(name, declared) if not getattr(files, role)]
     if missing:
         raise ConfigError(f"retriever {name} needs {', '.join(missing)}")
-    return load_object(spec.factory, "retriever")(files, options, device, question_encoder_dir)
+    factory = load_object(spec.factory, "retriever")
+    if decl is None:
+        return factory(files, options, device, question_encoder_dir)
+    return factory(files, options, device, question_encoder_dir, declaration=decl["options"],
+                   build=lambda part: build_retriever(part, files, options, device, question_encoder_dir, declared))

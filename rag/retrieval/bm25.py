@@ -36,7 +36,9 @@ class BM25Retriever(Retriever):
         self.passages = passages
 
     @classmethod
-    def from_files(cls, files: RetrievalFiles, options: QuestionEncoder | None, device: str, question_encoder_dir: str | None = None):
+    def from_files(cls, files: RetrievalFiles, options: QuestionEncoder | None, device: str, question_encoder_dir: str | None = None,
+                   *, declaration: dict | None = None, build=None):
+        """Over ``files.bm25`` (a declared BM25 retriever's options are none: ``declaration`` and ``build`` are unused)."""
         from rag.data.corpus import PassageStore
 
         return cls(files.bm25, PassageStore(files.passages))

@@ -25,7 +25,10 @@ class DenseRetriever(Retriever):
         self.score_scale = score_scale
 
     @classmethod
-    def from_files(cls, files: RetrievalFiles, options: QuestionEncoder, device: str, question_encoder_dir: str | None = None):
+    def from_files(cls, files: RetrievalFiles, options: QuestionEncoder, device: str, question_encoder_dir: str | None = None,
+                   *, declaration: dict | None = None, build=None):
+        """Over ``files``, with the retriever group's question encoder (a declared dense retriever's options are
+        none: ``declaration`` and ``build`` are unused)."""
         from rag.data.corpus import PassageStore
         from rag.errors import DataError
         from rag.retrieval.encoders import Encoder

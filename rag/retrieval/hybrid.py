@@ -65,6 +65,14 @@ class HybridRetriever(Retriever):
         self.score_scale = score_scale
         self.passages = passages if passages is not None else getattr(first, "passages", None)
 
+    @classmethod
+    def from_declaration(cls, files, options, device: str, question_encoder_dir=None, *, declaration: dict, build):
+        """A hybrid declared under config key ``retrievers.<name>`` (rag/tasks.py RETRIEVERS: its options),
+        its parts built by ``build(name)``."""
+        first, second = (build(part) for part in declaration["parts"])
+        return cls(first, second, declaration["fusion"], declaration["rrf_k"], declaration["weight"], declaration["depth"],
+                   score_scale=declaration["score_scale"])
+
     @property
     def question_encoder(self):
         """The trainable question encoder of a part (the first part's where both have one), else None;

@@ -13,7 +13,7 @@ from rag.io import atomic_dir, read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
 from rag.sections import TrainSection
 from rag.stages.model_loading import build_system, check_k_in_passages, trained_question_encoder
-from rag.tasks import TASKS, variant_spec
+from rag.tasks import TASKS, variant_retriever, variant_spec
 
 log = logging.getLogger("rag")
 
@@ -134,8 +134,10 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     splits = {"train": train_data, **({split: io[0] for split, io in eval_io.items()} if eval_io else {})}
     data = data_entries(passages=files.passages if retrieves else None,
                         index=(files.index or files.bm25) if retrieves else None, splits=splits, init=init)
+    # a further retriever's declarations (retriever_<name>) count as the train section does
+    declared = {"retrievers": cfg.retrievers} if cfg.retrievers else {}
     identity = {"config_hash": hash_of({"config": cfg.to_dict(), "variant": variant, "init": str(init),
-                                            "n_train": len(inputs)}),
+                                            "n_train": len(inputs), **declared}),
                 "inputs": canonical_hash({"passages": data["passages"], "index": data["index"], "init": data["init"],
                                           "train": data["splits"]["train"]})[:16]}
     start = time.time()
@@ -174,7 +176,8 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
         write_json(tmp / "manifest.json", build_manifest(
             run={"experiment": cfg.name, "task": name, "variant": variant, "mlflow_run_id": run.run_id,
                  "ddp_processes": world},
-            config={f"train_{name}": cfg.to_dict(), **({f"eval_{name}": cfg.evaluation.to_dict()} if cfg.evaluation else {})},
+            config={f"train_{name}": cfg.to_dict(), **({f"eval_{name}": cfg.evaluation.to_dict()} if cfg.evaluation else {}),
+                    **({f"retriever_{variant_retriever(variant)}": declared} if declared else {})},
             seed=cfg.seed, device=device, threads=torch.get_num_threads(), precision=cfg.precision, data=data))
     run.artifact(Path(out) / "manifest.json")
     log.info("%s/%s: %d steps in %.1fs, final loss %.3f", name, variant, t.steps, seconds, losses[-1] if losses else float("nan"))

@@ -89,7 +89,8 @@ def build_system(cfg: TrainSection, variant: str, model_dir: str, device: str, f
     g = cfg.generator
     generator = load_generator(gen_dir, device, g.max_source_len, g.max_target_len)
     if retriever is None:
-        retriever = build_retriever(spec.retriever, files or RetrievalFiles(), cfg.retriever, device, question_encoder_dir)
+        retriever = build_retriever(spec.retriever, files or RetrievalFiles(), cfg.retriever, device, question_encoder_dir,
+                                    cfg.retrievers)
     return RagSystem(generator, generator.tokenizer, spec.model, retriever, g.max_source_len, g.max_target_len,
                      chunk_overhead=g.chunk_overhead, precision=cfg.precision)
 

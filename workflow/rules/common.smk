@@ -4,6 +4,7 @@
 # `config_section` with the section as a param, so an edit re-runs only the jobs that read it.
 # Every output of an experiment lives under results/<name>/ and reports/<name>/ (<name>: the
 # config's top-level `name`), so two experiments never share or overwrite an output.
+import re
 import sys
 from pathlib import Path
 
@@ -11,13 +12,14 @@ from snakemake.io import IOFile
 from snakemake.utils import update_config
 
 from rag.config import (check_section_files, command_line_values, config_hash, encoder_slug, generator_runs, hotswap_runs,
+                        retriever_runs,
                         input_files, load_config, model_folders, read_config_file, run_seeds, sections, task_variants)
 from rag.errors import ConfigError
 from rag.io import lock_holder
 from rag.manifest import sha256_files, sha256_folder
 from rag.models.sizing import check_lora
-from rag.retrieval import FILE_ROLES
-from rag.tasks import GENERATOR_SEP, RETRIEVERS, TASKS, VARIANTS, split_variant, variant_spec
+from rag.retrieval import FILE_ROLES, retriever_files
+from rag.tasks import GENERATOR_SEP, RETRIEVER_SEP, TASKS, VARIANTS, split_variant, variant_retriever, variant_spec
 
 # load_config validates against workflow/schemas/config.schema.yaml (the same file) and stops
 # with one line naming the key; snakemake.utils.validate would print a whole jsonschema dump.
@@ -61,9 +63,11 @@ TASK_NAMES = sorted(CFG["tasks"])
 TASK_VARIANTS = {task: task_variants(CFG, task) for task in TASK_NAMES}
 # the runs of the further generators (config key generators): (task, <variant>@<generator>), run by target generators
 GENERATOR_RUNS = generator_runs(CFG)
+# the runs of the further retrievers (config key retrievers): (task, <variant>+<retriever>), run by target retrievers
+RETRIEVER_RUNS = retriever_runs(CFG)
 # the fine-tune seeds of each task x variant (seeds, one_seed_variants, tasks.<task>.seeds): wildcard {seed}
 SEEDS = {(task, v): run_seeds(CFG, task, v)
-         for task, v in [(t, v) for t in TASK_NAMES for v in TASK_VARIANTS[t]] + GENERATOR_RUNS}
+         for task, v in [(t, v) for t in TASK_NAMES for v in TASK_VARIANTS[t]] + GENERATOR_RUNS + RETRIEVER_RUNS}
 # one fine-tune's folder: its model, checkpoint and dev/test outputs
 RUN = f"{R}/runs/{{task}}/{{variant}}/seed{{seed}}"
 ENCODER = encoder_slug(CFG["retriever"]["context_encoder"])
@@ -133,7 +137,7 @@ EVAL_OUTPUTS = {
 
 wildcard_constraints:
     task="|".join(TASKS),
-    variant=f"(?:{'|'.join(VARIANTS)})(?:{GENERATOR_SEP}[a-z0-9_]+)?",
+    variant=f"(?:{'|'.join(VARIANTS)})(?:{re.escape(RETRIEVER_SEP)}[a-z0-9_]+)?(?:{GENERATOR_SEP}[a-z0-9_]+)?",
     generator="[a-z0-9_]+",
     section="[a-z0-9_]+",
     corpus="[a-z0-9_]+",
@@ -194,9 +198,12 @@ def train_config_hash(wildcards):
     return config_hash(SECTIONS[f"train_{wildcards.task}"])
 
 
-def task_sections(wildcards):
-    """The sections a job that loads a task's model reads: train_<task> and eval_<task>."""
-    return [section(f"train_{wildcards.task}"), section(f"eval_{wildcards.task}")]
+def task_sections(wildcards, evaluation=True):
+    """The sections a job that loads a task's model reads: train_<task> and (``evaluation``) eval_<task>, and
+    for a run of a further retriever (<variant>+<name>) its retriever_<name>."""
+    retriever = variant_retriever(wildcards.variant)
+    return ([section(f"train_{wildcards.task}")] + ([section(f"eval_{wildcards.task}")] if evaluation else [])
+            + ([section(f"retriever_{retriever}")] if retriever else []))
 
 
 def corpus_passages(corpus):
@@ -234,11 +241,12 @@ def retrieval_file(role, corpus):
 
 
 def retrieval_inputs(wildcards):
-    """The retrieval files the variant's retriever reads (rag/tasks.py RETRIEVERS; none for bart)."""
+    """The retrieval files the variant's retriever reads (rag/tasks.py RETRIEVERS, with those of the retrievers a
+    declared one names: rag.retrieval.retriever_files; none for bart)."""
     name = variant_spec(wildcards.variant).retriever
     if name is None:
         return {}
-    files = {role: retrieval_file(role, NAME) for role in RETRIEVERS[name].files}
+    files = {role: retrieval_file(role, NAME) for role in retriever_files(name, CFG["retrievers"])}
     return (files | ({"passage_rows": passage_rows(NAME)} if "passages" in files else {})
             | ({"index_shards": index_shard_record(NAME)} if "index" in files else {}))
 
@@ -276,12 +284,14 @@ def generator_model(wildcards):
     return f"{R}/generator/model" if name is None else f"{R}/generators/{name}/model"
 
 
-def run_files(kind, generators=False):
+def run_files(kind, generators=False, retrievers=False):
     """Every run's dev and test <kind> file (metrics.json | predictions.jsonl), task by task, seed by
-    seed; with ``generators``, the further generators' runs after them."""
+    seed; with ``generators``, the further generators' runs after them, with ``retrievers`` the further
+    retrievers'."""
     runs = [(run["task"], run["variant"]) for run in SECTIONS["report"]["runs"]]  # as rag check --experiment reads them
+    further = (GENERATOR_RUNS if generators else []) + (RETRIEVER_RUNS if retrievers else [])
     return [f"{R}/runs/{task}/{variant}/seed{seed}/{split}/{kind}"
-            for task, variant in runs + (GENERATOR_RUNS if generators else []) for seed in SEEDS[(task, variant)]
+            for task, variant in runs + further for seed in SEEDS[(task, variant)]
             for split in ("dev", "test")]
 
 
@@ -321,13 +331,13 @@ def all_targets():
     return [f"reports/{EXP}/report.html"] + run_files("metrics.json")
 
 
-def report_inputs(wildcards, generators=False):
+def report_inputs(wildcards, generators=False, retrievers=False):
     """Exactly the files the report reads: every run's metrics and predictions (in the same order;
-    with ``generators``, the further generators' runs too), the Figure 3, hot-swap and oracle
-    results where configured, and the band file (config key bands) where one is named."""
+    with ``generators``, the further generators' runs too, with ``retrievers`` the further retrievers'), the
+    Figure 3, hot-swap and oracle results where configured, and the band file (config key bands) where one is named."""
     return {
-        "metrics": run_files("metrics.json", generators),
-        "predictions": run_files("predictions.jsonl", generators),
+        "metrics": run_files("metrics.json", generators, retrievers),
+        "predictions": run_files("predictions.jsonl", generators, retrievers),
         "topk": experiment_files("topk"),
         "hotswap": experiment_files("hotswap"),
         "oracle": experiment_files("oracle"),

@@ -56,6 +56,31 @@ if CFG["generators"]:  # config key generators: {} leaves the experiment without
             f"reports/{EXP}/generators.html",
 
 
+
+if CFG["retrievers"]:  # config key retrievers: {} leaves the experiment without a retrievers target
+
+    use rule report as report_retrievers with:
+        input:
+            unpack(lambda w: report_inputs(w, retrievers=True)),
+            cfg=section("report"),
+            passages=corpus_passages(NAME),
+        output:
+            html=f"reports/{EXP}/retrievers.html",
+            table1=f"{R}/tables/retrievers/table1.csv",
+            table2=f"{R}/tables/retrievers/table2.csv",
+            table5=f"{R}/tables/retrievers/table5.csv",
+            table6=f"{R}/tables/retrievers/table6.csv",
+        params:
+            record=record_file("report_retrievers"),
+        log:
+            f"{R}/logs/report_retrievers.log",
+
+    rule retrievers:
+        """`snakemake --cores all retrievers`: the further retrievers of config key retrievers, each run with
+        its variants beside their own retriever's runs, and the report that sets them side by side."""
+        input:
+            f"reports/{EXP}/retrievers.html",
+
 if BANDS:  # config key bands: null leaves the experiment without a check target
 
     rule check:

@@ -51,7 +51,7 @@ rule train:
         unpack(retrieval_inputs),
         unpack(init_from),
         # evaluate_in_train_job: the job also decodes dev/test, so it reads the eval_<task> section too
-        cfg=task_sections if FUSED_EVAL else lambda w: section(f"train_{w.task}"),
+        cfg=lambda w: task_sections(w, evaluation=FUSED_EVAL),
         data=f"{R}/data/{{task}}/train.jsonl",
         generator=generator_model,
         store=f"{R}/mlflow.ready",

@@ -1,0 +1,135 @@
+"""Further retrievers declared in config (config key retrievers): their options validated as their family declares
+them, the retrievers they name checked, their runs and sections, and the retriever their jobs build."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from rag.config import load_config, retriever_runs, sections
+from rag.errors import ConfigError
+from rag.retrieval import retriever_files
+from rag.tasks import RETRIEVERS, retriever_trains, variant_spec
+
+BASE = {"name": "t", "variants": ["rag_token", "rag_token_frozen", "rag_sequence_frozen", "rag_token_bm25", "bart"],
+        "tasks": {"nq": {"train": 12, "dev": 4, "test": 4}, "triviaqa": {"train": 12, "dev": 4, "test": 4}}}
+
+
+def config(**retrievers) -> dict:
+    return load_config({**copy.deepcopy(BASE), "retrievers": retrievers}, check_files=False)
+
+
+HY = {"family": "hybrid", "options": {"parts": ["dense", "bm25"]}, "tasks": ["nq"]}
+
+
+def test_a_hybrid_gets_its_family_defaults_and_runs_the_variants_it_can_serve():
+    cfg = config(hy=HY, hw={**HY, "options": {"parts": ["dense", "bm25"], "fusion": "weighted"}})
+    assert cfg["retrievers"]["hy"]["options"] == {"parts": ["dense", "bm25"], "fusion": "rrf", "rrf_k": 60, "weight": 0.5,
+                                                  "depth": None, "score_scale": 1.0}
+    # RRF passes no gradient: the frozen variants only; weighted fusion: the trained one too
+    assert retriever_runs(cfg) == [("nq", "rag_token_frozen+hy"), ("nq", "rag_sequence_frozen+hy"),
+                                   ("nq", "rag_token+hw"), ("nq", "rag_token_frozen+hw"), ("nq", "rag_sequence_frozen+hw")]
+    assert not retriever_trains("hy", cfg["retrievers"]) and retriever_trains("hw", cfg["retrievers"])
+    assert retriever_files("hy", cfg["retrievers"]) == ("passages", "embeddings", "index", "bm25")
+    out = sections(cfg)
+    assert out["retriever_hy"] == {"retrievers": {"hy": {"family": "hybrid", "options": cfg["retrievers"]["hy"]["options"]}}}
+    assert out["report"]["retrievers"]["hy"].startswith("hybrid (depth None, fusion rrf, parts dense+bm25")
+    assert "retrievers" not in sections(config())["report"]  # none declared: the report section as it was
+
+
+def test_a_declared_retriever_may_name_another_and_its_section_holds_both():
+    cfg = config(hw={**HY, "options": {"parts": ["dense", "bm25"], "fusion": "weighted"}},
+                 top={**HY, "options": {"parts": ["hw", "bm25"], "fusion": "weighted"}, "tasks": ["triviaqa"]})
+    assert sorted(sections(cfg)["retriever_top"]["retrievers"]) == ["hw", "top"]
+    assert retriever_trains("top", cfg["retrievers"])
+    assert ("triviaqa", "rag_token+top") in retriever_runs(cfg)
+
+
+def test_a_run_of_a_further_retriever_is_its_variant_with_that_retriever():
+    spec = variant_spec("rag_token_frozen+hy")
+    assert (spec.name, spec.model, spec.retriever, spec.train_question_encoder) == ("rag_token_frozen+hy", "token", "hy", False)
+    assert spec.display == "RAG-Token-Frozen (hy)"
+    with pytest.raises(ConfigError, match="bart retrieves nothing"):
+        variant_spec("bart+hy")
+
+
+@pytest.mark.parametrize(("declared", "match"), [
+    ({"hy": {**HY, "options": {"parts": ["dense", "nope"]}}},
+     r"config key 'retrievers.hy.options': retriever 'nope' is neither registered"),
+    ({"a": {**HY, "options": {"parts": ["b", "bm25"]}}, "b": {**HY, "options": {"parts": ["a", "dense"]}}},
+     r"config key 'retrievers.a.options': a -> b -> a: a retriever cannot be a part of itself"),
+    ({"hy": {**HY, "options": {"parts": ["dense"]}}}, r"config key 'retrievers.hy.options.parts'"),
+    ({"hy": {**HY, "options": {"parts": ["dense", "bm25"], "fusoin": "rrf"}}}, r"unknown config key 'retrievers.hy.options.fusoin'"),
+    ({"hy": {**HY, "options": {"parts": ["dense", "bm25"], "weight": 2}}}, r"config key 'retrievers.hy.options.weight'"),
+    ({"hy": {**HY, "options": {}}}, r"config key 'retrievers.hy.options.parts' is missing"),
+    ({"hy": {**HY, "family": "hybird"}}, r"config key 'retrievers.hy.family': unknown retriever 'hybird'"),
+    ({"hy": {**HY, "family": "no_such_file.py:FAMILY"}}, r"config key 'retrievers.hy.family': no_such_file.py not found"),
+    ({"dense": HY}, r"config key 'retrievers.dense': 'dense' is a registered retriever's name"),
+    ({"hy": {**HY, "tasks": ["fever3"]}}, r"config key 'retrievers.hy.tasks\[0\]': task 'fever3' is not configured"),
+    ({"hy": {**HY, "variants": ["rag_token"]}},
+     r"config key 'retrievers.hy.variants\[0\]': rag_token fine-tunes the question encoder, and no gradient reaches one "
+     r"through retriever hy"),
+    ({"hy": {**HY, "variants": ["bart"]}}, r"config key 'retrievers.hy.variants\[0\]': bart retrieves nothing"),
+])
+def test_a_hostile_declaration_is_one_line_naming_its_key(declared, match):
+    with pytest.raises(ConfigError, match=match):
+        config(**declared)
+
+
+def test_a_family_of_the_users_is_one_file_registered_by_the_config(tmp_path, monkeypatch):
+    """A RetrieverSpec in a file of the user's, named by retrievers.<name>.family: registered under its name,
+    its files and gradient read from it; a file naming something else is refused in one line."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fam.py").write_text("from rag.tasks import RetrieverSpec\n"
+                                     "FAMILY = RetrieverSpec('firstk', ('passages',), 'fam.py:nothing', grads_when=None)\n"
+                                     "OTHER = 3\n")
+    monkeypatch.delitem(RETRIEVERS, "firstk", raising=False)
+    cfg = config(toy={"family": "fam.py:FAMILY", "tasks": ["nq"]})
+    assert "firstk" in RETRIEVERS and retriever_files("toy", cfg["retrievers"]) == ("passages",)
+    assert retriever_runs(cfg) == [("nq", "rag_token_frozen+toy"), ("nq", "rag_sequence_frozen+toy")]
+    monkeypatch.delitem(RETRIEVERS, "firstk")
+    with pytest.raises(ConfigError, match=r"config key 'retrievers.toy.family': fam.py:OTHER is no rag.tasks.RetrieverSpec"):
+        config(toy={"family": "fam.py:OTHER", "tasks": ["nq"]})
+
+
+def test_a_hybrid_is_built_from_its_declaration_with_its_parts(monkeypatch):
+    """build_retriever of a declared hybrid: its two parts built by name (registered ones through their
+    factories), fused as its options say; a missing file of a part is named."""
+    import numpy as np
+    import torch
+
+    from rag.retrieval import RetrievalFiles, build_retriever
+    from rag.retrieval.base import Retrieved, Retriever
+    from rag.retrieval.hybrid import HybridRetriever
+
+    built = []
+
+    class Fixed(Retriever):
+        def __init__(self, rows):
+            super().__init__()
+            self.rows = rows
+
+        def retrieve(self, questions, k):
+            return Retrieved(np.array([self.rows[:k]] * len(questions)), torch.arange(k, 0, -1, dtype=torch.float32).repeat(len(questions), 1))
+
+    def factory(rows):
+        def make(files, options, device, question_encoder_dir=None, **_):
+            built.append(rows)
+            return Fixed(rows)
+        return make
+
+    import rag.tasks as T
+
+    monkeypatch.setattr(T, "load_object", lambda ref, key: {"rag.retrieval.dense:DenseRetriever.from_files": factory([0, 1, 2, 3]),
+                                                         "rag.retrieval.bm25:BM25Retriever.from_files": factory([3, 2, 1, 0]),
+                                                         }.get(ref) or HybridRetriever.from_declaration)
+    cfg = config(hy={**HY, "options": {"parts": ["dense", "bm25"], "depth": 4}})
+    files = RetrievalFiles(passages="p.tsv", embeddings=["e.npy"], index="i.faiss", bm25="bm25")
+    r = build_retriever("hy", files, None, "cpu", None, sections(cfg)["retriever_hy"]["retrievers"])
+    assert isinstance(r, HybridRetriever) and built == [[0, 1, 2, 3], [3, 2, 1, 0]] and r.fusion == "rrf" and r.depth == 4
+    got = r.retrieve(["q"], 2)  # RRF of two reversed lists: rows 0 and 3 at 1/61 + 1/64, above 1/62 + 1/63 (rows 1, 2)
+    assert got.ids[0].tolist() == [0, 3] and torch.allclose(got.scores[0], torch.tensor([1 / 61 + 1 / 64] * 2))
+    with pytest.raises(ConfigError, match="retriever hy needs --bm25"):
+        build_retriever("hy", RetrievalFiles(passages="p.tsv", embeddings=["e.npy"], index="i.faiss"), None, "cpu", None,
+                        sections(cfg)["retriever_hy"]["retrievers"])
