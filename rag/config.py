@@ -384,6 +384,13 @@ def _resolve_retrievers(cfg: dict) -> None:
 
     for name in declared:
         walk(name, (name,))
+    from rag.retrieval import retrievers_reading
+
+    for name in declared:
+        rerankers = retrievers_reading("reranker", name, declared)
+        if len(rerankers) > 1:
+            raise ConfigError(f"config key 'retrievers.{name}.options': built from {len(rerankers)} rerank retrievers "
+                              f"({', '.join(rerankers)}); one reranker a retriever")
     for name, spec in declared.items():
         where = f"retrievers.{name}"
         for i, task in enumerate(spec["tasks"]):

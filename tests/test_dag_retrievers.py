@@ -1,6 +1,6 @@
-"""Further retrievers through the DAG (config key retrievers): a hybrid of the dense and BM25 retrievers and a
-toy family of the user's (one file: its retriever and its registry entry, no file of the package edited), run
-beside a finished e2e experiment by `snakemake retrievers`."""
+"""Further retrievers through the DAG (config key retrievers): a hybrid of the dense and BM25 retrievers, a reranker
+over it (its cross-encoder trained by the DAG) and a toy family of the user's (one file: its retriever and its
+registry entry, no file of the package edited), run beside a finished e2e experiment by `snakemake retrievers`."""
 
 from __future__ import annotations
 
@@ -43,6 +43,9 @@ RETRIEVERS = {
     "hy": {"family": "hybrid", "options": {"parts": ["dense", "bm25"], "fusion": "weighted", "score_scale": 5.0},
            "tasks": ["nq"], "variants": ["rag_token"]},
     "toy": {"family": "toy_retriever.py:FAMILY", "tasks": ["nq"], "variants": ["rag_sequence_frozen"]},
+    # the default's MiniLM trained into a cross-encoder on NQ's 12 questions, four steps
+    "rr": {"family": "rerank", "options": {"first_stage": "hy", "depth": 6, "train_steps": 4, "train_batch_questions": 2,
+                                           "negatives": 3, "max_length": 64}, "tasks": ["nq"], "variants": ["rag_token_frozen"]},
 }
 
 
@@ -70,10 +73,18 @@ def test_further_retrievers_run_beside_the_experiment(retrievers_run):
     work, run, mtimes = retrievers_run
     assert run.returncode == 0, run.stderr[-4000:]
     counts = job_counts(run.stdout + run.stderr)
-    assert counts["train"] == 4 and counts["report_retrievers"] == 1, counts
+    assert counts["train"] == 6 and counts["train_reranker"] == 1 and counts["report_retrievers"] == 1, counts
     assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())  # nothing of e2e's runs written again
     runs = work / "results/e2e/runs/nq"
-    assert sorted(p.name for p in runs.iterdir() if "+" in p.name) == ["rag_sequence_frozen+toy", "rag_token+hy"]
+    assert sorted(p.name for p in runs.iterdir() if "+" in p.name) == ["rag_sequence_frozen+toy", "rag_token+hy",
+                                                                        "rag_token_frozen+rr"]
+    reranker = work / "results/e2e/rerankers/rr/nq/model"
+    record = json.loads((reranker / "reranker.json").read_text())
+    assert len(record["losses"]) == 4 and record["examples"] > 0 and (reranker / "model.safetensors").is_file()
+    from rag.retrieval.rerank import check_cross_encoder_config
+    from transformers import AutoConfig
+
+    assert check_cross_encoder_config(AutoConfig.from_pretrained(reranker), "it") is None  # one label a pair
     section = json.loads((work / "results/e2e/config/retriever_hy.json").read_text())
     assert section == {"retrievers": {"hy": {"family": "hybrid", "options": {
         "depth": None, "fusion": "weighted", "parts": ["dense", "bm25"], "rrf_k": 60, "score_scale": 5.0, "weight": 0.5}}}}
@@ -87,7 +98,7 @@ def test_further_retrievers_run_beside_the_experiment(retrievers_run):
         assert manifest["config"]["section"]["retriever_hy"] == section
         assert (runs / f"rag_token+hy/seed{seed}/model/question_encoder").is_dir()  # trained through the fusion
         hy = json.loads((runs / f"rag_token+hy/seed{seed}/test/metrics.json").read_text())
-        assert hy["variant"] == "rag_token+hy" and set(hy["retrieval"]) >= {"answer_recall@3", "passage_recall@3"}
+        assert hy["variant"] == "rag_token+hy" and set(hy["retrieval"]) >= {"answer_recall@5", "passage_recall@5"}  # the test-time K
 
 
 @pytest.mark.slow
@@ -97,6 +108,6 @@ def test_the_retrievers_report_sets_them_side_by_side(retrievers_run):
     html = (work / "reports/e2e/retrievers.html").read_text()
     assert "Retrievers side by side" in html
     for row in ("Natural Questions test: RAG-Token (hy)", "Natural Questions test: RAG-Token ",
-                "Natural Questions test: RAG-Sequence-Frozen (toy)"):
+                "Natural Questions test: RAG-Sequence-Frozen (toy)", "Natural Questions test: RAG-Token-Frozen (rr)"):
         assert row in html, row
     assert "hy: hybrid (depth None, fusion weighted, parts dense+bm25" in html and "toy: toy_retriever.py:FAMILY" in html

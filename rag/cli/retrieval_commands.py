@@ -1,10 +1,12 @@
 """Retrieval commands: ``encode``, ``index``, ``bm25`` (rules ``encode_shard``, ``build_index``,
-``build_bm25``; the work is :mod:`rag.stages.indexing`')."""
+``build_bm25``; the work is :mod:`rag.stages.indexing`') and ``train-reranker`` (rule ``train_reranker``:
+:mod:`rag.stages.reranking`)."""
 
 from __future__ import annotations
 
 from rag import runtime
 from rag.cli import add_command
+from rag.retrieval import RetrievalFiles, add_file_args
 from rag.sections import EncodeSection, IndexSection, read_section
 
 
@@ -30,6 +32,22 @@ def cmd_bm25(args) -> None:
     build_bm25_index(args.passages, args.out)
 
 
+def cmd_train_reranker(args) -> None:
+    from dataclasses import replace
+
+    from rag.errors import ConfigError
+    from rag.sections import read_task_sections
+    from rag.stages.reranking import train_reranker
+
+    cfg = read_task_sections(args.config)
+    if args.seed is not None:
+        cfg = replace(cfg, seed=args.seed)
+    if not cfg.retrievers or args.retriever not in cfg.retrievers:
+        raise ConfigError(f"{' + '.join(args.config)}: no retriever_<name> section declaring {args.retriever!r} among the --config files")
+    device = runtime.setup(cfg.device, seed=cfg.seed)
+    train_reranker(cfg, args.retriever, args.train_data, RetrievalFiles.from_args(args), args.out, device)
+
+
 def register(sub) -> None:
     p = add_command(sub, "encode", cmd_encode, "encode one shard of the passages with the context encoder")
     p.add_argument("--config", required=True, nargs="+")
@@ -47,3 +65,12 @@ def register(sub) -> None:
     p = add_command(sub, "bm25", cmd_bm25, "build the BM25 index (Table 6 ablation)")
     p.add_argument("--passages", required=True)
     p.add_argument("--out", required=True)
+
+    p = add_command(sub, "train-reranker", cmd_train_reranker, "the cross-encoder of a declared rerank retriever for one task "
+                    "(config key retrievers): trained on the task's questions, or its model as it is")
+    p.add_argument("--config", required=True, nargs="+", help="the task's train_<task> section and the retriever_<name> section")
+    p.add_argument("--retriever", required=True, help="the rerank retriever's name (config key retrievers)")
+    p.add_argument("--seed", type=int, help="the training seed (default: the section's seed)")
+    p.add_argument("--train-data", required=True, help="the task's train jsonl")
+    add_file_args(p)
+    p.add_argument("--out", required=True, help="the cross-encoder's model folder")

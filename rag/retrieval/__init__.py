@@ -18,6 +18,7 @@ FILE_ROLES: dict[str, tuple[str, bool]] = {
     "embeddings": ("--embeddings", True),  # the passage embedding shards, in order
     "index": ("--index", False),  # the FAISS index over them
     "bm25": ("--bm25", False),  # the BM25 index folder
+    "reranker": ("--reranker", False),  # a rerank retriever's cross-encoder for the task (rule train_reranker)
 }
 
 
@@ -29,6 +30,7 @@ class RetrievalFiles:
     embeddings: list[str] = field(default_factory=list)
     index: str | None = None
     bm25: str | None = None
+    reranker: str | None = None
 
     @classmethod
     def from_args(cls, args) -> "RetrievalFiles":
@@ -49,6 +51,15 @@ def retriever_files(name: str, declared: dict) -> tuple[str, ...]:
 
     roles = set(declared_spec(name, declared)[0].files).union(*(retriever_files(r, declared) for r in retriever_refs(name, declared)))
     return tuple(role for role in FILE_ROLES if role in roles)
+
+
+def retrievers_reading(role: str, name: str, declared: dict) -> list[str]:
+    """The declared retrievers retriever ``name`` is built from (itself included) whose family reads file role
+    ``role`` itself (a rerank retriever's ``reranker``), in the order of the parts."""
+    from rag.tasks import declared_spec, retriever_refs
+
+    own = [name] if name in declared and role in declared_spec(name, declared)[0].files else []
+    return own + [r for ref in retriever_refs(name, declared) for r in retrievers_reading(role, ref, declared)]
 
 
 def build_retriever(name: str | None, files: RetrievalFiles, options: QuestionEncoder | None, device: str,

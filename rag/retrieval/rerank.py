@@ -94,6 +94,16 @@ class RerankRetriever(Retriever):
         model.eval().requires_grad_(False)
         return cls(first, model, tokenizer, passages, depth_l, **options)
 
+    @classmethod
+    def from_declaration(cls, files, options, device: str, question_encoder_dir=None, *, declaration: dict, build):
+        """A rerank retriever declared under config key ``retrievers.<name>`` (rag/tasks.py RETRIEVERS: its
+        options): its first stage built by ``build(name)``, its cross-encoder the task's (``files.reranker``)."""
+        first = build(declaration["first_stage"])
+        options = {k: declaration[k] for k in ("max_length", "batch_size", "score_scale", "add_first_stage")}
+        reranker = cls.load(files.reranker, first, first.passages, declaration["depth"], **options)
+        reranker.cross_encoder.to(device)
+        return reranker
+
     @property
     def question_encoder(self):
         """The first stage's trainable question encoder, else None; it gets gradient from the reranked

@@ -18,7 +18,7 @@ from rag.errors import ConfigError
 from rag.io import lock_holder
 from rag.manifest import sha256_files, sha256_folder
 from rag.models.sizing import check_lora
-from rag.retrieval import FILE_ROLES, retriever_files
+from rag.retrieval import FILE_ROLES, retriever_files, retrievers_reading
 from rag.tasks import GENERATOR_SEP, RETRIEVER_SEP, TASKS, VARIANTS, split_variant, variant_retriever, variant_spec
 
 # load_config validates against workflow/schemas/config.schema.yaml (the same file) and stops
@@ -139,6 +139,7 @@ wildcard_constraints:
     task="|".join(TASKS),
     variant=f"(?:{'|'.join(VARIANTS)})(?:{re.escape(RETRIEVER_SEP)}[a-z0-9_]+)?(?:{GENERATOR_SEP}[a-z0-9_]+)?",
     generator="[a-z0-9_]+",
+    retriever="[a-z0-9_]+",
     section="[a-z0-9_]+",
     corpus="[a-z0-9_]+",
     shard="[0-9]+",
@@ -230,8 +231,12 @@ def index_shard_record(corpus):
     return f"{index_file(corpus)}.shards.json"
 
 
-def retrieval_file(role, corpus):
-    """The file (or files) of a retrieval file role (rag.retrieval.FILE_ROLES) for ``corpus``."""
+def retrieval_file(role, corpus, retriever=None, task=None):
+    """The file (or files) of a retrieval file role (rag.retrieval.FILE_ROLES) for ``corpus``; a reranker's, that of
+    the rerank retriever ``retriever`` is built from, for ``task`` (rule train_reranker)."""
+    if role == "reranker":
+        (rerank,) = retrievers_reading("reranker", retriever, CFG["retrievers"])
+        return reranker_model(rerank, task)
     return {
         "passages": corpus_passages(corpus),
         "embeddings": shard_files(corpus),
@@ -240,15 +245,24 @@ def retrieval_file(role, corpus):
     }[role]
 
 
-def retrieval_inputs(wildcards):
-    """The retrieval files the variant's retriever reads (rag/tasks.py RETRIEVERS, with those of the retrievers a
-    declared one names: rag.retrieval.retriever_files; none for bart)."""
-    name = variant_spec(wildcards.variant).retriever
+def reranker_model(retriever, task):
+    """The cross-encoder of rerank retriever ``retriever`` for ``task`` (rule train_reranker)."""
+    return f"{R}/rerankers/{retriever}/{task}/model"
+
+
+def retriever_inputs(name, task):
+    """The retrieval files retriever ``name`` reads for ``task``'s runs (rag.retrieval.retriever_files: with those
+    of the retrievers a declared one names; none for None)."""
     if name is None:
         return {}
-    files = {role: retrieval_file(role, NAME) for role in retriever_files(name, CFG["retrievers"])}
+    files = {role: retrieval_file(role, NAME, name, task) for role in retriever_files(name, CFG["retrievers"])}
     return (files | ({"passage_rows": passage_rows(NAME)} if "passages" in files else {})
             | ({"index_shards": index_shard_record(NAME)} if "index" in files else {}))
+
+
+def retrieval_inputs(wildcards):
+    """The retrieval files the variant's retriever reads (none for bart)."""
+    return retriever_inputs(variant_spec(wildcards.variant).retriever, wildcards.task)
 
 
 def retrieval_args(wildcards, input):

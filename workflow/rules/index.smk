@@ -1,4 +1,4 @@
-# Passage encoding (scatter: one job per shard), FAISS index (gather), BM25.
+# Passage encoding (scatter: one job per shard), FAISS index (gather), BM25; a rerank retriever's cross-encoder.
 
 
 rule encode_shard:
@@ -60,3 +60,29 @@ rule build_bm25:
         CONDA
     shell:
         "rag-record --out {params.record:q} -- rag bm25 --passages {input.passages:q} --out {output:q} 2> {log:q}"
+
+
+rule train_reranker:
+    # a declared rerank retriever's cross-encoder for one task (config key retrievers): trained on the task's
+    # questions against its first stage's passages, or its model as it is (train_steps 0)
+    input:
+        unpack(lambda w: retriever_inputs(CFG["retrievers"][w.retriever]["options"]["first_stage"], w.task)),
+        cfg=lambda w: [section(f"train_{w.task}"), section(f"retriever_{w.retriever}")],
+        data=f"{R}/data/{{task}}/train.jsonl",
+    output:
+        directory(reranker_model("{retriever}", "{task}")),
+    params:
+        retrieval=lambda w, input: retrieval_args(w, input),
+        record=record_file("train_reranker", "retriever", "task"),
+    threads: CFG["threads"]
+    resources:
+        runtime=res("train_reranker", "runtime", 60),
+        mem_mb=res("train_reranker", "mem_mb", 4000),
+        gpu=res("train_reranker", "gpu", 0),
+    log:
+        f"{R}/logs/train_reranker/{{retriever}}-{{task}}.log",
+    conda:
+        CONDA
+    shell:
+        "RAG_THREADS={threads:q} rag-record --out {params.record:q} -- rag train-reranker --config {input.cfg:q} "
+        "--retriever {wildcards.retriever:q} --train-data {input.data:q} {params.retrieval:q} --out {output:q} 2> {log:q}"
