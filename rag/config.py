@@ -424,13 +424,6 @@ def retriever_runs(cfg: dict) -> list[tuple[str, str]]:
     return out
 
 
-def retriever_summary(declared: dict, name: str) -> str:
-    """A declared retriever in a few words (the retrievers report names it): its family and options."""
-    spec = declared[name]
-    options = ", ".join(f"{k} {'+'.join(v) if isinstance(v, list) else v}" for k, v in sorted(spec["options"].items()))
-    return f"{spec['family']}" + (f" ({options})" if options else "")
-
-
 def retriever_declarations(cfg: dict, name: str) -> dict:
     """The ``retriever_<name>`` section: the declarations (family, options) of declared retriever ``name``
     and of every declared one it names, which its runs' jobs build it from."""
@@ -605,8 +598,9 @@ def sections(cfg: dict) -> dict[str, dict]:
         out["report"]["generators"] = {name: generator_summary(spec["generator"]) for name, spec in cfg["generators"].items()}
     for name in cfg["retrievers"]:  # what each further retriever's runs build it from
         out[f"retriever_{name}"] = retriever_declarations(cfg, name)
-    if cfg["retrievers"]:  # the retrievers report names them
-        out["report"]["retrievers"] = {name: retriever_summary(cfg["retrievers"], name) for name in cfg["retrievers"]}
+    if cfg["retrievers"]:  # the retrievers report names them and holds their claims
+        out["report"]["retrievers"] = {name: {"family": spec["family"], "options": spec["options"]}
+                                       for name, spec in cfg["retrievers"].items()}
     declared = {name: TaskDeclaration.of_config(cfg, name) for name in cfg["tasks"] if name not in BUILTIN_TASKS}
     if declared:  # the report names and scores them as the runs did
         out["report"]["declared_tasks"] = declared

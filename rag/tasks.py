@@ -98,6 +98,18 @@ class VariantSpec:
 
 
 @dataclass(frozen=True)
+class RetrieverClaim:
+    """A retriever family's row of the claims checklist (the retrievers report): a declared retriever's answer
+    recall at ``k`` on the QA task (ROLES.qa) against the best of the retrievers it names, held to ``bar``."""
+
+    text: str  # what it claims, after the retriever's name
+    paper: str  # the published evidence it repeats
+    k: int
+    bar: float  # the least mean difference, in points
+    ci_above_zero: bool = False  # the interval must also lie above 0
+
+
+@dataclass(frozen=True)
 class RetrieverSpec:
     """A retriever family. ``dense`` and ``bm25`` are the variants' own (the ``retriever`` config group);
     every family may also be declared under config key ``retrievers.<name>`` with its ``options``, and
@@ -117,6 +129,7 @@ class RetrieverSpec:
     # the options under which the gradient of its scores reaches a question encoder (of a retriever it names,
     # where it has refs); None: never (a variant that fine-tunes the question encoder cannot run it)
     grads_when: dict | None = field(default_factory=dict)
+    claim: RetrieverClaim | None = None  # its row of the claims checklist, where it has one
 
 
 QA_SEQ = {"method": "thorough", "beams": 4, "max_new_tokens": 16}
@@ -350,7 +363,9 @@ RETRIEVERS: dict[str, RetrieverSpec] = {s.name: s for s in (
                                      "description": "each part's list length; null: 2K"},
                            "score_scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0,
                                            "description": "multiplies the fused scores (the logits of p(z|x))"}},
-                  refs=("parts",), grads_when={"fusion": "weighted"}),
+                  refs=("parts",), grads_when={"fusion": "weighted"},
+                  claim=RetrieverClaim("is at least as good as the better of its parts",
+                                       "Pyserini 2CR (NQ test, top 20): DPR + BM25 fused above DPR and BM25 alone", 5, 0.0)),
     RetrieverSpec("rerank", ("reranker",), "rag.retrieval.rerank:RerankRetriever.from_declaration",
                   "a cross-encoder rescoring a first stage's top depth passages (rule train_reranker makes it for each task)",
                   options={"first_stage": {"type": "string", "description": "the retriever whose top depth passages it reranks"},
@@ -368,7 +383,10 @@ RETRIEVERS: dict[str, RetrieverSpec] = {s.name: s for s in (
                            "score_scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0},
                            "add_first_stage": {"type": "boolean", "default": False,
                                                "description": "add the first stage's scores to the cross-encoder's (and its gradient)"}},
-                  refs=("first_stage",), grads_when={"add_first_stage": True}),
+                  refs=("first_stage",), grads_when={"add_first_stage": True},
+                  claim=RetrieverClaim("ranks better than its first stage",
+                                       "FlashRAG, BERGEN: a cross-encoder over the retriever's list lifts its top passages", 1, 3.0,
+                                       ci_above_zero=True)),
 )}
 
 BUILTIN_RETRIEVERS = frozenset(RETRIEVERS)

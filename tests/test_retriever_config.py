@@ -34,7 +34,10 @@ def test_a_hybrid_gets_its_family_defaults_and_runs_the_variants_it_can_serve():
     assert retriever_files("hy", cfg["retrievers"]) == ("passages", "embeddings", "index", "bm25")
     out = sections(cfg)
     assert out["retriever_hy"] == {"retrievers": {"hy": {"family": "hybrid", "options": cfg["retrievers"]["hy"]["options"]}}}
-    assert out["report"]["retrievers"]["hy"].startswith("hybrid (depth None, fusion rrf, parts dense+bm25")
+    assert out["report"]["retrievers"]["hy"] == out["retriever_hy"]["retrievers"]["hy"]  # the report's rows and claims
+    from rag.report.build import retriever_summary
+
+    assert retriever_summary(out["report"]["retrievers"]["hy"]).startswith("hybrid (depth None, fusion rrf, parts dense+bm25")
     assert "retrievers" not in sections(config())["report"]  # none declared: the report section as it was
 
 
@@ -133,3 +136,49 @@ def test_a_hybrid_is_built_from_its_declaration_with_its_parts(monkeypatch):
     with pytest.raises(ConfigError, match="retriever hy needs --bm25"):
         build_retriever("hy", RetrievalFiles(passages="p.tsv", embeddings=["e.npy"], index="i.faiss"), None, "cpu", None,
                         sections(cfg)["retriever_hy"]["retrievers"])
+
+
+def _run(tmp_path, variant: str, hits_at: list[int]) -> tuple:
+    """A run's test metrics and predictions: question i's answer "a<i>" sits at rank hits_at[i] of its five
+    passages (0: not retrieved)."""
+    import json
+
+    folder = tmp_path / "runs/nq" / variant / "seed1/test"
+    folder.mkdir(parents=True)
+    rows = [{"id": f"q{i:02d}", "prediction": "x", "targets": [f"a{i}"], "gold_docs": [],
+             "doc_ids": [f"p{i}_{r}" if r != rank else f"g{i}" for r in range(1, 6)]} for i, rank in enumerate(hits_at)]
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "metrics.json").write_text(json.dumps({"task": "nq", "variant": variant, "split": "test", "seed": 1,
+                                                     "metrics": {"em": 0.0}}))
+    return folder / "metrics.json", folder / "predictions.jsonl"
+
+
+def test_the_retrievers_claims_hold_each_to_the_best_of_what_it_is_built_from(tmp_path):
+    """The hybrid's row: its answer recall@5 against the better of dense and BM25; the reranker's: its recall@1
+    against its first stage's, which must beat it by 3 points with the interval above 0."""
+    from rag.report.claims import build_claims
+    from rag.report.inputs import ReportInputs
+
+    n = 40
+    ranks = {"rag_token_frozen": [1] * 12 + [3] * 12 + [0] * 16,  # dense: @1 30 %, @5 60 %
+             "rag_token_bm25": [2] * 16 + [0] * 24,  # BM25: @5 40 %
+             "rag_token_frozen+hy": [1] * 12 + [4] * 14 + [0] * 14,  # hybrid: @5 65 %
+             "rag_token_frozen+rr": [1] * 24 + [2] * 4 + [0] * 12}  # reranker over dense: @1 60 %
+    files = [_run(tmp_path, v, r) for v, r in ranks.items()]
+    inputs = ReportInputs.from_files(metrics=[m for m, _ in files], predictions=[p for _, p in files])
+    texts = {f"g{i}": f"the answer is a{i}" for i in range(n)} | {f"p{i}_{r}": "nothing" for i in range(n) for r in range(1, 6)}
+    declared = {"hy": {"family": "hybrid", "options": {"parts": ["dense", "bm25"]}},
+                "rr": {"family": "rerank", "options": {"first_stage": "dense"}}}
+    claims = {c.claim: c for c in build_claims(inputs, texts, retrievers=declared)}
+    hy, rr = claims["hy is at least as good as the better of its parts (NQ)"], claims["rr ranks better than its first stage (NQ)"]
+    assert hy.diff == pytest.approx(5.0) and hy.bar_met and "answer recall@5, hy vs dense" in hy.measured
+    assert rr.diff == pytest.approx(30.0) and rr.lo > 0 and rr.bar_met and rr.bar == "≥ +3 points, CI above 0"
+    # the hybrid below its better part: the bar is missed
+    worse = dict(declared, hy={"family": "hybrid", "options": {"parts": ["bm25", "dense"]}})
+    files = [_run(tmp_path / "b", v, r) for v, r in {**ranks, "rag_token_frozen+hy": [2] * 20 + [0] * 20}.items()]
+    inputs = ReportInputs.from_files(metrics=[m for m, _ in files], predictions=[p for _, p in files])
+    hy = {c.claim: c for c in build_claims(inputs, texts, retrievers=worse)}["hy is at least as good as the better of its parts (NQ)"]
+    assert hy.diff == pytest.approx(-10.0) and hy.bar_met is False
+    # a retriever declared but not run: its row says so
+    gone = {c.claim: c for c in build_claims(ReportInputs.from_files(), texts, retrievers=declared)}
+    assert gone["rr ranks better than its first stage (NQ)"].verdict == "missing"

@@ -348,7 +348,13 @@ def _recall_at(rows: list[dict], j: int, passages, answers: bool, regex: bool = 
     return sum(hits) / len(hits) if hits else None
 
 
-def retrievers_table(runs: Runs, retrievers: dict[str, str], passages) -> Table | None:
+def retriever_summary(decl: dict) -> str:
+    """A declared retriever (family and options) in a few words: the retrievers table's note."""
+    options = ", ".join(f"{k} {'+'.join(v) if isinstance(v, list) else v}" for k, v in sorted(decl["options"].items()))
+    return decl["family"] + (f" ({options})" if options else "")
+
+
+def retrievers_table(runs: Runs, retrievers: dict[str, dict], passages) -> Table | None:
     """The retrievers of the experiment side by side (config key retrievers): a row per task, split and
     variant run with a further retriever (<variant>+<name>), after the same variant with its own retriever;
     answer and passage recall at 1, 5 and 20 retrieved passages (from the predictions' ranked passages, each
@@ -364,7 +370,7 @@ def retrievers_table(runs: Runs, retrievers: dict[str, str], passages) -> Table 
     columns = ([f"answer recall@{j}" for j in RECALL_AT] + [f"passage recall@{j}" for j in RECALL_AT] + ["primary metric"])
     table = Table("retrievers", "Retrievers side by side", "each variant fine-tuned on the same tasks and seeds with "
                   "its own retriever and with each further retriever of the experiment", "dev and test", columns)
-    table.notes = [f"{name}: {what}" for name, what in retrievers.items()]
+    table.notes = [f"{name}: {retriever_summary(decl)}" for name, decl in retrievers.items()]
     for split in ("test", "dev"):
         for task in runs.tasks:
             kinds = TASKS[task] if task in TASKS else None
@@ -714,7 +720,7 @@ def build_report(
         built.append(table)
     context = {
         "seeds_line": seeds_line(runs),
-        "claims": build_claims(inputs, texts, paper),
+        "claims": build_claims(inputs, texts, paper, retrievers),
         "bands": bands,
         "oracle": oracle_tables(inputs),
         "scale": scale,

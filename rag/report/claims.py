@@ -15,7 +15,7 @@ import numpy as np
 from rag.io import read_json, read_jsonl
 from rag.report.inputs import ReportInputs
 from rag.report.stats import Interval, mean_interval, statistic_interval
-from rag.tasks import GENERATOR_SEP, ROLES, TASKS, VARIANTS, split_variant, variant_spec
+from rag.tasks import GENERATOR_SEP, RETRIEVER_SEP, ROLES, TASKS, VARIANTS, split_variant, variant_spec
 
 
 def verdict(lo: float, hi: float, direction: int = 1) -> str:
@@ -266,8 +266,48 @@ def generator_claims(ev: Evidence, pv: Callable) -> list[Claim]:
         *([_closed_book_claim(ev, pv, g)] if ROLES.qa in tasks else []))]
 
 
-def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: dict | None = None) -> list[Claim]:
-    """The claims checklist; which task each claim reads is the registry's (``rag.tasks.ROLES``)."""
+def frozen_run(ev: Evidence, task: str, name: str) -> str | None:
+    """A run of ``task`` that retrieves with retriever ``name`` and a question encoder as configured (not
+    fine-tuned), RAG-Token's first: a registered variant of that retriever, or ``<variant>+<name>`` for a
+    declared one; None where none ran."""
+    frozen = [v for model in ("token", "sequence") for v, spec in VARIANTS.items()
+              if spec.model == model and spec.retriever is not None and not spec.train_question_encoder]
+    runs = [v for v in frozen if VARIANTS[v].retriever == name] + [f"{v}{RETRIEVER_SEP}{name}" for v in frozen]
+    return next((v for v in runs if ev.predictions(task, v) is not None), None)
+
+
+def retriever_claims(ev: Evidence, declared: dict) -> list[Claim]:
+    """The claims on the further retrievers' runs (config key retrievers: name -> family and options), the rows
+    their families declare (rag/tasks.py RetrieverClaim): answer recall at K on the QA task of a declared
+    retriever against the best of the retrievers it names, each with the question encoder as configured."""
+    from rag.tasks import retriever_family, retriever_refs
+
+    qa = ROLES.qa
+    out = []
+    for name, decl in sorted(declared.items()):
+        claim = retriever_family(decl["family"], f"retrievers.{name}.family").claim
+        if claim is None:
+            continue
+        run, bar = frozen_run(ev, qa, name), claim.bar
+        title = f"{name} {claim.text} ({TASKS[qa].short})"
+        bar_text = f"≥ {bar:+g} points"
+        if run is None:
+            out.append(_diff_claim(title, claim.paper, f"{name}: not run", None, None, bar_text, lambda d: True, claim.ci_above_zero))
+            continue
+        parts = [(r, frozen_run(ev, qa, r)) for r in retriever_refs(name, declared)]
+        hits = {r: ev.hits(qa, v, claim.k, TASKS[qa].regex_targets) if v else None for r, v in parts}
+        known = {r: h for r, h in hits.items() if h is not None}
+        best = max(known, key=lambda r: float(np.mean(known[r]))) if len(known) == len(hits) and known else None
+        what = f"{TASKS[qa].short} answer recall@{claim.k}, {name} vs {best or ' / '.join(hits)}"
+        out.append(_diff_claim(title, claim.paper, what, ev.hits(qa, run, claim.k, TASKS[qa].regex_targets),
+                               known.get(best) if best else None, bar_text, lambda d, b=bar: d >= b, claim.ci_above_zero))
+    return out
+
+
+def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: dict | None = None,
+                 retrievers: dict | None = None) -> list[Claim]:
+    """The claims checklist; which task each claim reads is the registry's (``rag.tasks.ROLES``); with
+    ``retrievers`` (the further retrievers' declarations) their rows after the others."""
     if paper is None:
         from rag.data import paper_results
 
@@ -359,7 +399,7 @@ def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: d
     div = TASKS[ROLES.diversity].column("table5").label
     out.append(_diversity_claim(ev, f"Table 5: {TASKS[ROLES.diversity].short} distinct tri-grams, RAG-Token "
                                     f"{pv('table5', 'RAG-Token', div)} % vs BART {pv('table5', 'BART', div)} %"))
-    return out + generator_claims(ev, pv)
+    return out + generator_claims(ev, pv) + (retriever_claims(ev, retrievers) if retrievers else [])
 
 
 def _diversity_claim(ev: Evidence, paper: str) -> Claim:
