@@ -359,23 +359,24 @@ def _resolve_retrievers(cfg: dict) -> None:
     them (rag/tasks.py RETRIEVERS), their defaults filled in; the retrievers it names known and no cycle; its
     tasks among the config's; its variants retrieving ones, and a variant that fine-tunes the question encoder
     only where the retriever's gradient reaches one."""
-    from rag.tasks import RETRIEVERS, VARIANTS, retriever_family, retriever_refs, retriever_trains
+    from rag.tasks import VARIANTS, retriever_family, retriever_refs, retriever_trains
 
     declared = cfg["retrievers"]
+    own = {v.retriever for v in VARIANTS.values() if v.retriever}  # dense, bm25: named without a declaration
     for name, spec in declared.items():
         where = f"retrievers.{name}"
         family = retriever_family(spec["family"], f"{where}.family")
-        if name in RETRIEVERS:
-            raise ConfigError(f"config key '{where}': {name!r} is a registered retriever's name (rag/tasks.py RETRIEVERS); "
-                              "give yours another")
+        if name in own:
+            raise ConfigError(f"config key '{where}': {name!r} is the name of the variants' own retriever {name} "
+                              "(rag/tasks.py VARIANTS); give yours another")
         options = {"type": "object", "properties": family.options, "additionalProperties": False,
                    "required": list(family.refs)}
         keyspec.validate(keyspec.validator_class(fill_defaults=True)(options), spec["options"], f"{where}.options")
     def walk(name: str, path: tuple[str, ...]) -> None:  # the retrievers a declared one names, down to registered ones
         for ref in retriever_refs(name, declared):
-            if ref not in RETRIEVERS and ref not in declared:
-                raise ConfigError(f"config key 'retrievers.{path[0]}.options': retriever {ref!r} is neither registered "
-                                  f"({', '.join(RETRIEVERS)}) nor declared under retrievers")
+            if ref not in own and ref not in declared:
+                raise ConfigError(f"config key 'retrievers.{path[0]}.options': retriever {ref!r} is neither the variants' "
+                                  f"own ({', '.join(sorted(own))}) nor declared under retrievers")
             if ref in path:
                 raise ConfigError(f"config key 'retrievers.{path[0]}.options': {' -> '.join(path + (ref,))}: a retriever "
                                   "cannot be a part of itself")

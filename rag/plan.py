@@ -309,6 +309,7 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
             if kind == "ivfpq" and pq is None:
                 continue
             indexes[kind] = {**index_bytes(kind, n, d, **kw), "label": label, "configured": kind == r["index"]}
+    sizes["retrievers"] = retriever_sizes(cfg, indexes.get(r["index"]))
     from rag.models.sizing import fine_tune_memory
     from rag.tasks import split_variant
 
@@ -347,6 +348,35 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
             "threads": cfg["threads"], "profile": str(profile_path) if profile_path else None, "sizes": sizes,
             "inputs_not_here": missing, "indexes": indexes, "throughputs": list(THROUGHPUTS),
             "records": str(results / "resources") if records else None, "rules": plans, "compute": compute(plans, device, cores, schedule, records)}
+
+
+def retriever_sizes(cfg: dict, index: dict | None) -> dict[str, dict]:
+    """Per further retriever (config key retrievers): its family, the retrieval files it reads (the dense index's
+    memory where it reads one), its runs, and a reranker's cross-encoder passes: (question, passage) pairs a
+    training step (train.batch_size x depth), a test question (depth), its own training (train_steps x
+    train_batch_questions x (1 + negatives)) and all its runs' fine-tunes and decoding."""
+    from rag.config import retriever_runs, run_seeds
+    from rag.retrieval import retriever_files, retrievers_reading
+
+    declared, out = cfg["retrievers"], {}
+    runs = retriever_runs(cfg)
+    for name, spec in declared.items():
+        mine = [(task, v) for task, v in runs if v.endswith(f"+{name}")]
+        files = retriever_files(name, declared)
+        entry = {"family": spec["family"], "files": list(files), "runs": sum(len(run_seeds(cfg, t, v)) for t, v in mine),
+                 "index_memory": index["memory"] if index and "index" in files else None}
+        rerank = retrievers_reading("reranker", name, declared)
+        if rerank:
+            o = declared[rerank[0]]["options"]
+            steps = {t: (cfg["tasks"][t].get("steps") or cfg["train"]["steps"]) for t, _ in mine}
+            questions = {t: sum(cfg["tasks"][t].get(split) or 0 for split in ("dev", "test")) for t, _ in mine}
+            entry["reranker"] = {
+                "pairs_per_train_step": cfg["train"]["batch_size"] * o["depth"], "pairs_per_question": o["depth"],
+                "pairs_training_it": o["train_steps"] * o["train_batch_questions"] * (1 + o["negatives"]) * len(spec["tasks"]),
+                "pairs_runs": sum(len(run_seeds(cfg, t, v)) * o["depth"] * (steps[t] * cfg["train"]["batch_size"] + questions[t])
+                                  for t, v in mine)}
+        out[name] = entry
+    return out
 
 
 def retrieval_memory(rule: str, cfg: dict, sizes: dict, index: dict) -> tuple[float, str]:
@@ -556,6 +586,17 @@ def render(plan: dict) -> str:
             parts = ", ".join(f"{k} {_gb(v)}" for k, v in ix["parts"].items())
             mark = "  <- configured" if ix["configured"] else ""
             out.append(f"  {ix['label']:<32} memory {_gb(ix['memory']):>9}   disk {_gb(ix['disk']):>9}   ({parts}){mark}")
+    if s.get("retrievers"):
+        out += ["", "Further retrievers (config key retrievers)"]
+        for name, e in s["retrievers"].items():
+            index = f"; the dense index {_gb(e['index_memory'])} in memory" if e["index_memory"] else ""
+            out.append(f"  {name:<12} {e['family']}: {e['runs']} fine-tune(s), reads {', '.join(e['files'])}{index}")
+            if "reranker" in e:
+                rr = e["reranker"]
+                out.append(f"  {'':<12} cross-encoder passes: {rr['pairs_per_train_step']:,} pairs a training step, "
+                           f"{rr['pairs_per_question']:,} a test question; {rr['pairs_training_it']:,} training it, "
+                           f"{rr['pairs_runs']:,} in its runs (time: not measured on this device; see rule train_reranker's and "
+                           "train's records)")
     out += ["", "Throughputs (measured; the device they were measured on)"]
     for t in plan["throughputs"]:
         what = t.get("encoder") or t.get("index") or (f"generator d_model {t['generator']['d_model']}" if "generator" in t else "")

@@ -359,3 +359,26 @@ def test_the_wall_time_of_a_dag_scheduled_on_its_cores():
     assert makespan(jobs, [4.0, 6.0, 1.0], 2) == 7.0
     assert makespan(jobs, [4.0, 6.0, 1.0], 1) == 11.0
     assert makespan([], [], 2) == 0.0
+
+
+def test_each_further_retriever_is_sized(tmp_path):
+    """rag plan of a config with a hybrid and a reranker (config key retrievers): their runs and files, the
+    dense index they hold, and the reranker's cross-encoder passes, counted from the config."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "tests/data/e2e.yaml").read_text())
+    cfg["retrievers"] = {
+        "hy": {"family": "hybrid", "options": {"parts": ["dense", "bm25"]}, "tasks": ["nq"], "variants": ["rag_token_frozen"]},
+        "rr": {"family": "rerank", "options": {"first_stage": "hy", "depth": 6, "train_steps": 10, "negatives": 3},
+               "tasks": ["nq"], "variants": ["rag_token_frozen"]}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    res = _plan("--configfile", str(tmp_path / "c.yaml"), "--no-profile", "--json", "--target", "retrievers", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    hy, rr = plan["sizes"]["retrievers"]["hy"], plan["sizes"]["retrievers"]["rr"]
+    assert hy["files"] == ["passages", "embeddings", "index", "bm25"] and hy["runs"] == 2 and hy["index_memory"] > 0
+    assert "reranker" not in hy and rr["files"] == ["passages", "embeddings", "index", "bm25", "reranker"]
+    # e2e: train.batch_size 4, 3 steps; NQ 4 dev + 4 test questions, seeds 1 and 2
+    assert rr["reranker"] == {"pairs_per_train_step": 4 * 6, "pairs_per_question": 6, "pairs_training_it": 10 * 8 * 4,
+                              "pairs_runs": 2 * 6 * (3 * 4 + 8)}
+    assert {r["rule"]: r["jobs"] for r in plan["rules"]}["train_reranker"] == 1  # NQ's cross-encoder
