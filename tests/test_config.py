@@ -216,11 +216,11 @@ def _leaves(node, path=()):
 
 def test_schema_defaults_are_what_config_yaml_says(base):
     """One source of defaults: for every key config.yaml sets (but the task list and the further
-    generators, the experiment's own, with no default), a config that omits it resolves to the same
+    generators and retrievers, the experiment's own, with no default), a config that omits it resolves to the same
     value, so a --configfile that replaces config.yaml gets the embedded default's values for what it
     leaves out."""
     full = load_config(base)
-    keys = [p for p in _leaves(base) if p[0] not in ("tasks", "generators")]
+    keys = [p for p in _leaves(base) if p[0] not in ("tasks", "generators", "retrievers")]
     assert len(keys) > 40
     for path in keys:
         cfg = copy.deepcopy(base)
@@ -230,7 +230,7 @@ def test_schema_defaults_are_what_config_yaml_says(base):
         del node[path[-1]]
         assert load_config(cfg) == full, f"config.yaml sets {'.'.join(path)} to a value the schema's default differs from"
     # whole sections too
-    for key in [k for k in base if k not in ("tasks", "generators")]:
+    for key in [k for k in base if k not in ("tasks", "generators", "retrievers")]:
         cfg = copy.deepcopy(base)
         del cfg[key]
         assert load_config(cfg) == full, key
