@@ -28,6 +28,28 @@ def test_paper_config_is_valid():
         assert cfg["resources"][rule]["gpu"] == 1
 
 
+def test_paper_scale_docs_e5_and_reranker_config_is_valid():
+    """docs/paper_scale.md's e5 retriever and reranker over config/paper.yaml: a valid config whose reranker runs the
+    frozen variants on NQ as <variant>+rerank, reading the dense retriever's files and its cross-encoder."""
+    import re
+
+    import yaml
+
+    from rag.config import load_config, retriever_runs
+    from rag.retrieval import retriever_files
+
+    text = (ROOT / "docs" / "paper_scale.md").read_text()
+    block = re.search(r"## Another retriever on the paper's corpus.*?```yaml\n(.*?)```", text, re.S).group(1)
+    extra = yaml.safe_load(block)
+    base = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    cfg = load_config({**base, "retriever": {**base["retriever"], **extra["retriever"]}, "retrievers": extra["retrievers"]},
+                      check_files=False)
+    assert cfg["retriever"]["query_prefix"] == "query: " and cfg["retrievers"]["rerank"]["options"]["train_steps"] == 0
+    runs = retriever_runs(cfg)
+    assert runs and all(task == "nq" and v.endswith("_frozen+rerank") for task, v in runs)
+    assert retriever_files("rerank", cfg["retrievers"]) == ("passages", "embeddings", "index", "reranker")
+
+
 def test_paper_config_formats_are_known_parsers():
     from rag.config import load_config
     from rag.data.formats import PARSERS
