@@ -15,7 +15,7 @@ Elapsed time: 0:20:00.5
 
 
 def _record(folder, rule, job, wall, cpu):
-    bench(folder / rule / f"{job}.tsv", (str(wall), "100.0", str(cpu)))
+    bench(folder / rule / f"{job}.json", wall, cpu)
 
 
 def _run(tmp_path, monkeypatch, log: str | None):
