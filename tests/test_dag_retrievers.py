@@ -8,61 +8,22 @@ import json
 import shutil
 
 import pytest
-import yaml
 
 from tests.conftest import ROOT, job_counts, smk
-
-TOY = '''"""A toy retriever family: the first K passages of the corpus, equal scores."""
-import numpy as np
-import torch
-
-from rag.retrieval.base import Retrieved, Retriever
-from rag.tasks import RetrieverSpec
-
-
-class FirstK(Retriever):
-    def __init__(self, passages):
-        super().__init__()
-        self.passages = passages
-
-    @classmethod
-    def from_files(cls, files, options, device, question_encoder_dir=None, *, declaration, build):
-        from rag.data.corpus import PassageStore
-
-        return cls(PassageStore(files.passages))
-
-    def retrieve(self, questions, k):
-        return Retrieved(np.tile(np.arange(k), (len(questions), 1)), torch.zeros(len(questions), k))
-
-
-FAMILY = RetrieverSpec("firstk", ("passages",), "toy_retriever.py:FirstK.from_files", "the first K passages",
-                       grads_when=None)
-'''
-
-RETRIEVERS = {
-    "hy": {"family": "hybrid", "options": {"parts": ["dense", "bm25"], "fusion": "weighted", "score_scale": 5.0},
-           "tasks": ["nq"], "variants": ["rag_token"]},
-    "toy": {"family": "toy_retriever.py:FAMILY", "tasks": ["nq"], "variants": ["rag_sequence_frozen"]},
-    # the default's MiniLM trained into a cross-encoder on NQ's 12 questions, four steps
-    "rr": {"family": "rerank", "options": {"first_stage": "hy", "depth": 6, "train_steps": 4, "train_batch_questions": 2,
-                                           "negatives": 3, "max_length": 64}, "tasks": ["nq"], "variants": ["rag_token_frozen"]},
-}
 
 
 @pytest.fixture(scope="module")
 def retrievers_run(e2e, tmp_path_factory):
-    """A copy of the finished e2e folder, its config with two further retrievers, `snakemake retrievers` run
-    in it: (the folder, the run, results/e2e's file times before it)."""
+    """A copy of the finished e2e folder, tests/data/e2e_retrievers.yaml over its config and the toy family's file
+    beside it, `snakemake retrievers` run in it: (the folder, the run, results/e2e's file times before it)."""
     work = tmp_path_factory.mktemp("retrievers") / "work"
     shutil.copytree(e2e[0], work, symlinks=True)
-    cfg = yaml.safe_load((ROOT / "tests/data/e2e.yaml").read_text())
-    cfg["retrievers"] = RETRIEVERS
-    (work / "config.yaml").write_text(yaml.safe_dump(cfg))
-    (work / "toy_retriever.py").write_text(TOY)
+    shutil.copy(ROOT / "tests/data/toy_retriever.py", work)
     mtimes = {p: p.stat().st_mtime_ns for p in (work / "results/e2e/runs").rglob("*") if p.is_file()}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", str(ROOT))
-        run = smk(work, "retrievers", configfile=work / "config.yaml")
+        # both files after --configfile (the last option: it takes every following word)
+        run = smk(work, "retrievers", "--configfile", str(ROOT / "tests/data/e2e.yaml"), str(ROOT / "tests/data/e2e_retrievers.yaml"))
     return work, run, mtimes
 
 

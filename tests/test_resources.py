@@ -79,8 +79,11 @@ def test_rag_record_holds_the_whole_process_tree_and_its_exit_code(tmp_path):
 def test_the_tree_memory_is_the_sum_of_processes_alive_together(tmp_path):
     """A child holding 200 MB while its own child holds another 200 MB: the record's tree peak holds both
     (about 400 MB), its largest process one; read back, the peak is the tree's."""
-    hold = "import time; b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096]); time.sleep(3)"
-    tree = f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {hold!r}]); exec({hold!r}); p.wait()"
+    # each holds its 200 MB for 3 s once both hold theirs (the child says so on a pipe), whatever the load
+    fill = "b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096])"
+    child = f"import sys, time; {fill}; print('ready', flush=True); time.sleep(3)"
+    tree = (f"import subprocess, sys, time; {fill}; p = subprocess.Popen([sys.executable, '-c', {child!r}], "
+            "stdout=subprocess.PIPE); p.stdout.readline(); time.sleep(3); p.wait()")
     out = tmp_path / "j" / "a.json"
     proc = subprocess.run(["rag-record", "--out", str(out), "--", sys.executable, "-c", tree], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
