@@ -321,6 +321,17 @@ def _check_generator(g: dict, where: str) -> None:
                                   f"encoder and decoder); with {where}.family causal_lm set {where}.{key}: {off}")
 
 
+def _check_further_tasks(cfg: dict, tasks: list[str], where: str, what: str) -> None:
+    """A further generator's or retriever's (``what``) tasks (config key ``<where>.tasks``): each configured,
+    none starting from another task's model (it trains none)."""
+    for i, task in enumerate(tasks):
+        if task not in cfg["tasks"]:
+            raise ConfigError(f"config key '{where}.tasks[{i}]': task {task!r} is not configured under 'tasks'")
+        if cfg["tasks"][task].get("init_from"):
+            raise ConfigError(f"config key '{where}.tasks[{i}]': {task!r} starts from another task's model "
+                              f"(tasks.<task>.init_from), which a further {what} does not train")
+
+
 def _resolve_generators(cfg: dict) -> None:
     """Each further generator of config key ``generators``, in place: its ``generator`` keys over the
     ``generator`` group's, validated as that group; its tasks among the config's."""
@@ -337,12 +348,7 @@ def _resolve_generators(cfg: dict) -> None:
                               f"(generator.family); set its own name_or_path, or init: scratch")
         _check_generator(merged, f"{where}.generator")
         spec["generator"] = merged
-        for i, task in enumerate(spec["tasks"]):
-            if task not in cfg["tasks"]:
-                raise ConfigError(f"config key '{where}.tasks[{i}]': task {task!r} is not configured under 'tasks'")
-            if cfg["tasks"][task].get("init_from"):
-                raise ConfigError(f"config key '{where}.tasks[{i}]': {task!r} starts from another task's model "
-                                  "(tasks.<task>.init_from), which a further generator does not train")
+        _check_further_tasks(cfg, spec["tasks"], where, "generator")
 
 
 def generator_runs(cfg: dict) -> list[tuple[str, str]]:
@@ -394,12 +400,7 @@ def _resolve_retrievers(cfg: dict) -> None:
                               f"({', '.join(rerankers)}); one reranker a retriever")
     for name, spec in declared.items():
         where = f"retrievers.{name}"
-        for i, task in enumerate(spec["tasks"]):
-            if task not in cfg["tasks"]:
-                raise ConfigError(f"config key '{where}.tasks[{i}]': task {task!r} is not configured under 'tasks'")
-            if cfg["tasks"][task].get("init_from"):
-                raise ConfigError(f"config key '{where}.tasks[{i}]': {task!r} starts from another task's model "
-                                  "(tasks.<task>.init_from), which a further retriever does not train")
+        _check_further_tasks(cfg, spec["tasks"], where, "retriever")
         trains = retriever_trains(name, declared)
         for i, variant in enumerate(spec.get("variants") or ()):
             if VARIANTS[variant].retriever is None:
