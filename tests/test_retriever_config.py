@@ -182,3 +182,12 @@ def test_the_retrievers_claims_hold_each_to_the_best_of_what_it_is_built_from(tm
     assert hy.diff == pytest.approx(-10.0) and hy.bar_met is False
     # declared but not run (the default target's report): no rows
     assert build_claims(ReportInputs.from_files(), texts, retrievers=declared) == build_claims(ReportInputs.from_files(), texts)
+
+
+def test_a_further_retriever_does_not_train_a_task_that_starts_from_another():
+    data = copy.deepcopy(BASE)
+    data["tasks"]["webquestions"] = {"train": 8, "dev": 4, "test": 4, "init_from": "nq"}
+    data["retrievers"] = {"hy": {**HY, "tasks": ["nq", "webquestions"]}}
+    with pytest.raises(ConfigError, match=r"config key 'retrievers.hy.tasks\[1\]': 'webquestions' starts from another "
+                                          r"task's model .*which a further retriever does not train"):
+        load_config(data, check_files=False)
