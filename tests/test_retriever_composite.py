@@ -246,6 +246,31 @@ def test_rerank_top_k_is_the_first_stage_s_top_l_sorted_by_the_cross_encoder(cro
     assert rr.nested_top_k(L) and not rr.nested_top_k(L + 1)
 
 
+def test_a_frozen_cross_encoder_scores_each_pair_once(cross_encoder):
+    """A frozen cross-encoder's pairs met again (a question of a later training step, another K) come from its
+    cache: no second forward, the same top K and scores as a reranker that never saw them."""
+    model, tok = cross_encoder
+    model.requires_grad_(False)
+    dense = TinyDense(RQ, n_passages=len(PASSAGES))
+    rr = RerankRetriever(dense, model, tok, PASSAGES, depth_l=7, max_length=64, batch_size=3)
+    pairs = []
+    forward = rr.pair_logits
+    rr.pair_logits = lambda qs, ps: pairs.append(len(qs)) or forward(qs, ps)
+    first = rr.retrieve(RQ, 4)
+    again = rr.retrieve(RQ[::-1] + RQ[:1], 3)  # the same questions, another order and K, one twice
+    assert pairs == [len(RQ) * 7]  # the second search: no forward
+    fresh = RerankRetriever(dense, model, tok, PASSAGES, depth_l=7, max_length=64, batch_size=3).retrieve(RQ[::-1] + RQ[:1], 3)
+    assert np.array_equal(again.ids, fresh.ids) and np.array_equal(again.ids[:3][::-1], first.ids[:, :3])
+    torch.testing.assert_close(again.scores, fresh.scores, rtol=1e-5, atol=1e-5)
+    # a cross-encoder that trains scores every pair each time
+    model.requires_grad_(True)
+    try:
+        rr.retrieve(RQ, 4)
+        assert pairs == [len(RQ) * 7, len(RQ) * 7]
+    finally:
+        model.requires_grad_(False)
+
+
 def test_reranked_scores_carry_the_first_stage_s_gradient_only_when_added(cross_encoder):
     model, tok = cross_encoder
     model.requires_grad_(False)

@@ -69,6 +69,7 @@ class RerankRetriever(Retriever):
         self.batch_size = batch_size
         self.score_scale = score_scale
         self.add_first_stage = add_first_stage
+        self._pair_cache: dict[tuple[str, int], float] = {}  # (question, passage row) -> logit, a frozen cross-encoder's
 
     @classmethod
     def load(cls, path_or_name: str, first: Retriever, passages, depth_l: int, **options) -> "RerankRetriever":
@@ -136,6 +137,21 @@ class RerankRetriever(Retriever):
                 out.append(logits[:, 0].float())
         return torch.cat(out) if out else torch.zeros(0, device=device)
 
+    def _logits(self, questions: list[str], ids: np.ndarray) -> torch.Tensor:
+        """The cross-encoder's logit of each question with each of its rows ``ids`` [B, L], flat [B * L]. A frozen
+        cross-encoder (no parameter requires grad) scores each (question, passage row) pair once: a pair met
+        again (a training question in a later step, the same question at another K) is read from its cache."""
+        p = self.passages
+        keys = [(q, j) for q, row in zip(questions, ids.tolist()) for j in row]
+        if any(param.requires_grad for param in self.cross_encoder.parameters()):
+            return self.pair_logits([q for q, _ in keys], [passage_text(p.titles[j], p.texts[j]) for _, j in keys])
+        todo = list(dict.fromkeys(key for key in keys if key not in self._pair_cache))
+        if todo:
+            got = self.pair_logits([q for q, _ in todo], [passage_text(p.titles[j], p.texts[j]) for _, j in todo])
+            self._pair_cache.update(zip(todo, got.detach().cpu().tolist()))
+        device = next(self.cross_encoder.parameters()).device
+        return torch.tensor([self._pair_cache[key] for key in keys], dtype=torch.float32, device=device)
+
     def retrieve(self, questions: list[str], k: int) -> Retrieved:
         """The top ``k`` [B, k] of the first stage's top L by the cross-encoder, and their scores [B, k]."""
         if k > self.depth_l:
@@ -148,10 +164,7 @@ class RerankRetriever(Retriever):
         if (ids < 0).any():
             raise RuntimeError(f"the first stage returned fewer than depth={self.depth_l} passages; lower the depth or "
                                f"enlarge the corpus")
-        p = self.passages
-        texts = [passage_text(p.titles[j], p.texts[j]) for j in ids.ravel().tolist()]
-        logits = self.pair_logits([q for q in questions for _ in range(self.depth_l)], texts)
-        logits = logits.view(len(questions), self.depth_l) * self.score_scale
+        logits = self._logits(questions, ids).view(len(questions), self.depth_l) * self.score_scale
         if self.add_first_stage:
             logits = logits + got.scores.to(logits.device, torch.float32)
         order = np.argsort(-logits.detach().cpu().numpy(), axis=1, kind="stable")[:, :k]  # ties: first-stage order
