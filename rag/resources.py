@@ -4,7 +4,7 @@ Every rule's command runs as the child of ``rag-record --out FILE -- COMMAND ...
 which writes the job's record, ``results/<name>/resources/<rule>/<job>.json`` (``<job>``: its wildcard values
 joined by ``-``, ``<rule>`` for a rule without wildcards): its exact wall time, its exact CPU time (user +
 system of the whole process tree, from ``wait4``'s rusage at its exit, and the recorder's own), the peak
-resident memory of its largest process (the same rusage) and the peak of the sum over its tree (sampled
+resident memory of its largest process (the same rusage: the tree's, not the recorder's) and the peak of the sum over its tree (sampled
 every second from ``/proc``: several ranks of one job). A record's ``peak_rss_mb`` is the larger of the two.
 """
 
@@ -75,7 +75,9 @@ def run_recorded(out: str | os.PathLike, command: list[str]) -> int:
         own = resource.getrusage(resource.RUSAGE_SELF)
         record = {"wall_s": round(wall, 3), "cpu_s": round(usage.ru_utime + usage.ru_stime + own.ru_utime + own.ru_stime, 3),
                   "user_s": round(usage.ru_utime + own.ru_utime, 3), "system_s": round(usage.ru_stime + own.ru_stime, 3),
-                  "max_rss_mb": round(max(usage.ru_maxrss, own.ru_maxrss) / 1024, 1),  # Linux: KiB
+                  # the child's alone (Linux: KiB): the recorder's own high-water mark holds the memory of the process
+                  # that forked it (Snakemake's, a test runner's), kept across exec
+                  "max_rss_mb": round(usage.ru_maxrss / 1024, 1),
                   "tree_rss_mb": round(tree_peak[0] / 2**20, 1)}
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         write_json(out, record)

@@ -103,3 +103,14 @@ def test_a_recorded_rule_run_by_snakemake_reads_back(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     (rec,) = resources.read_records(tmp_path / "res")["a"]
     assert rec["job"] == "job" and rec["wall_s"] > 0 and rec["peak_rss_mb"] > 0 and rec["cpu_s"] > 0.05
+
+
+def test_the_record_s_memory_is_not_that_of_the_process_that_started_the_recorder(tmp_path):
+    """rag-record started by a process holding 600 MB (Snakemake, a test runner): a small job records its own
+    memory, not the starter's, which Linux keeps in the recorder's high-water mark across exec."""
+    out = tmp_path / "rec.json"
+    starter = (f"import subprocess, sys; b = bytearray(600 * 2**20); b[::4096] = b'x' * len(b[::4096]); "
+               f"sys.exit(subprocess.run(['rag-record', '--out', {str(out)!r}, '--', sys.executable, '-c', 'pass']).returncode)")
+    assert subprocess.run([sys.executable, "-c", starter]).returncode == 0
+    rec = json.loads(out.read_text())
+    assert rec["max_rss_mb"] < 200 and rec["tree_rss_mb"] < 200, rec
