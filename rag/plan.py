@@ -357,11 +357,12 @@ def retriever_sizes(cfg: dict, index: dict | None) -> dict[str, dict]:
     train_batch_questions x (1 + negatives)) and all its runs' fine-tunes and decoding."""
     from rag.config import retriever_runs, run_seeds
     from rag.retrieval import retriever_files, retrievers_reading
+    from rag.tasks import variant_retriever
 
     declared, out = cfg["retrievers"], {}
     runs = retriever_runs(cfg)
     for name, spec in declared.items():
-        mine = [(task, v) for task, v in runs if v.endswith(f"+{name}")]
+        mine = [(task, v) for task, v in runs if variant_retriever(v) == name]
         files = retriever_files(name, declared)
         entry = {"family": spec["family"], "files": list(files), "runs": sum(len(run_seeds(cfg, t, v)) for t, v in mine),
                  "index_memory": index["memory"] if index and "index" in files else None}

@@ -74,11 +74,12 @@ def scorer(cfg: EvalSection):
     return Scorer.of(metric_options(cfg))
 
 
-def answer_hits(preds: list[dict], passages, regex: bool = False) -> list[float]:
-    """100 for each prediction whose retrieved passages contain an answer, else 0."""
+def answer_hits(preds: list[dict], passages, regex: bool = False, row_of=None) -> list[float]:
+    """100 for each prediction whose retrieved passages contain an answer, else 0 (``row_of``: the passages'
+    ``index_of()``, for a caller that scores several lists)."""
     from rag.scoring.answer_match import answer_in_text
 
-    row_of = passages.index_of()
+    row_of = passages.index_of() if row_of is None else row_of
     return [100.0 * any(answer_in_text(passages.texts[row_of[d]], x["targets"], regex=regex) for d in x["doc_ids"])
             for x in preds]
 
@@ -101,9 +102,10 @@ def score_predictions(cfg: EvalSection, preds: list[dict], passages) -> tuple[di
     return scores, retrieval
 
 
-def passage_hits(preds: list[dict], passages) -> list[float]:
+def passage_hits(preds: list[dict], passages, row_of=None) -> list[float]:
     """100 for each prediction with gold passages whose retrieved passages hold one, else 0 (none for one
-    without gold passages): gold_docs name passages (miniworld) or whole articles (an entity id)."""
-    row_of = passages.index_of()
+    without gold passages): gold_docs name passages (miniworld) or whole articles (an entity id). ``row_of``:
+    as :func:`answer_hits`'."""
+    row_of = passages.index_of() if row_of is None else row_of
     return [100.0 * any(d in x["gold_docs"] or passages.doc_entity(row_of[d]) in x["gold_docs"] for d in x["doc_ids"])
             for x in preds if x["gold_docs"]]

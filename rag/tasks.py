@@ -498,8 +498,7 @@ def retriever_family(ref: str, key: str = "retrievers") -> RetrieverSpec:
     spec = load_object(ref, key)
     if not isinstance(spec, RetrieverSpec):
         raise ConfigError(f"config key '{key}': {ref} is no rag.tasks.RetrieverSpec")
-    known = RETRIEVERS.get(spec.name)
-    if known is not None and known is not spec and spec.name in BUILTIN_RETRIEVERS:
+    if spec.name in BUILTIN_RETRIEVERS and RETRIEVERS[spec.name] is not spec:
         raise ConfigError(f"config key '{key}': {ref} is named {spec.name!r}, a family of rag/tasks.py RETRIEVERS; "
                           "give it a name of its own")
     RETRIEVERS[spec.name] = spec

@@ -16,7 +16,7 @@ from rag.io import atomic_open, read_json, read_jsonl
 from rag.report import TABLE_KEYS
 from rag.report.claims import Evidence, build_claims, cell_interval
 from rag.report.inputs import ReportInputs
-from rag.tasks import RETRIEVER_SEP, TASKS, VARIANTS, paper_column, variant_spec
+from rag.tasks import TASKS, VARIANTS, paper_column, variant_spec
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +335,7 @@ def generators_table(runs: Runs, generators: dict[str, str]) -> Table | None:
 RECALL_AT = (1, 5, 20)  # the retrievers table's recall columns
 
 
-def _recall_at(rows: list[dict], j: int, passages, answers: bool, regex: bool = False) -> float | None:
+def _recall_at(rows: list[dict], j: int, passages, row_of, answers: bool, regex: bool = False) -> float | None:
     """Answer (``answers``) or passage recall at ``j`` of one run's predictions: the share of questions with a
     hit among the first j retrieved passages (ranked best first); None where the run retrieved fewer than j
     or the rows say nothing of it (no gold passages, no answers in passages)."""
@@ -344,7 +344,7 @@ def _recall_at(rows: list[dict], j: int, passages, answers: bool, regex: bool = 
     if not rows or any(len(r.get("doc_ids") or ()) < j for r in rows):
         return None
     cut = [{**r, "doc_ids": r["doc_ids"][:j]} for r in rows]
-    hits = answer_hits(cut, passages, regex=regex) if answers else passage_hits(cut, passages)
+    hits = answer_hits(cut, passages, regex, row_of) if answers else passage_hits(cut, passages, row_of)
     return sum(hits) / len(hits) if hits else None
 
 
@@ -361,12 +361,13 @@ def retrievers_table(runs: Runs, retrievers: dict[str, dict], passages) -> Table
     seed's, their mean; blank where a run retrieved fewer) and the task's primary metric. None when no further
     retriever ran or the passages are not at hand."""
     from rag.metrics import metric_spec
-    from rag.tasks import variant_retriever
+    from rag.tasks import split_variant, variant_retriever
 
     further = [v for v in runs.variants if variant_retriever(v)]
     if not further or passages is None:
         return None
-    base = {v: v.partition(RETRIEVER_SEP)[0] for v in further}
+    base = {v: split_variant(v)[0] for v in further}
+    row_of = passages.index_of()  # once for every list the table scores
     columns = ([f"answer recall@{j}" for j in RECALL_AT] + [f"passage recall@{j}" for j in RECALL_AT] + ["primary metric"])
     table = Table("retrievers", "Retrievers side by side", "each variant fine-tuned on the same tasks and seeds with "
                   "its own retriever and with each further retriever of the experiment", "dev and test", columns)
@@ -383,7 +384,7 @@ def retrievers_table(runs: Runs, retrievers: dict[str, dict], passages) -> Table
                     cells = []
                     for kind in (True, False):
                         for j in RECALL_AT:
-                            vals = ([_recall_at(rows, j, passages, kind, answers and kinds.regex_targets) for rows in per_seed]
+                            vals = ([_recall_at(rows, j, passages, row_of, kind, answers and kinds.regex_targets) for rows in per_seed]
                                     if (answers or not kind) else [])
                             v = None if not vals or None in vals else sum(vals) / len(vals)
                             cells.append(Cell(_fmt(v), value=v))
@@ -696,7 +697,7 @@ def build_report(
     variants: list[str] | None = None,
     generators: dict[str, str] | None = None,
     bands: dict | None = None,
-    retrievers: dict[str, str] | None = None,
+    retrievers: dict[str, dict] | None = None,
 ) -> None:
     """Write the measured tables (CSV) to ``tables`` (key ``table1`` ... -> file) and the HTML
     report ``out_html``, from exactly the files ``inputs`` names; a measured number links to its MLflow run.

@@ -68,18 +68,17 @@ def build_retriever(name: str | None, files: RetrievalFiles, options: QuestionEn
     ``declared`` (config key retrievers: name -> {family, options}), with the retrievers it names; None for
     None. ``options``: the question encoder's (a dense retriever's) configuration."""
     from rag.errors import ConfigError
-    from rag.tasks import load_object, retriever_family, retriever_spec
+    from rag.tasks import declared_spec, load_object
 
     if name is None:
         return None
     declared = declared or {}
-    decl = declared.get(name)
-    spec = retriever_family(decl["family"], f"retrievers.{name}.family") if decl else retriever_spec(name)
+    spec, options_of = declared_spec(name, declared)
     missing = [FILE_ROLES[role][0] for role in retriever_files(name, declared) if not getattr(files, role)]
     if missing:
         raise ConfigError(f"retriever {name} needs {', '.join(missing)}")
     factory = load_object(spec.factory, "retriever")
-    if decl is None:
+    if options_of is None:
         return factory(files, options, device, question_encoder_dir)
-    return factory(files, options, device, question_encoder_dir, declaration=decl["options"],
+    return factory(files, options, device, question_encoder_dir, declaration=options_of,
                    build=lambda part: build_retriever(part, files, options, device, question_encoder_dir, declared))

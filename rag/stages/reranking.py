@@ -74,7 +74,8 @@ def train_reranker(cfg: TrainSection, name: str, train_data: str, files: Retriev
                 got = first.retrieve([r["input"] for r in chunk], depth)
                 for r, ids in zip(chunk, got.ids.tolist()):
                     pos = positives(r, ids, passages, regex)
-                    neg = [j for j in ids if j not in set(pos)]
+                    gold = set(pos)
+                    neg = [j for j in ids if j not in gold]
                     if pos and neg:
                         examples.append((r["input"], pos, neg))
         if not examples:
