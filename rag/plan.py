@@ -354,10 +354,12 @@ def retriever_sizes(cfg: dict, index: dict | None) -> dict[str, dict]:
     """Per further retriever (config key retrievers): its family, the retrieval files it reads (the dense index's
     memory where it reads one), its runs, and a reranker's cross-encoder passes: (question, passage) pairs a
     training step (train.batch_size x depth), a test question (depth), its own training (train_steps x
-    train_batch_questions x (1 + negatives)) and all its runs' fine-tunes and decoding."""
+    train_batch_questions x (1 + negatives)), the pairs its job scores once (depth for each question of its
+    tasks' splits, which the fine-tunes read), and at most those its runs that fine-tune the question encoder
+    score beside them (their first stage's lists move)."""
     from rag.config import retriever_runs, run_seeds
     from rag.retrieval import retriever_files, retrievers_reading
-    from rag.tasks import variant_retriever
+    from rag.tasks import split_variant, variant_retriever, variant_spec
 
     declared, out = cfg["retrievers"], {}
     runs = retriever_runs(cfg)
@@ -370,12 +372,14 @@ def retriever_sizes(cfg: dict, index: dict | None) -> dict[str, dict]:
         if rerank:
             o = declared[rerank[0]]["options"]
             steps = {t: (cfg["tasks"][t].get("steps") or cfg["train"]["steps"]) for t, _ in mine}
-            questions = {t: sum(cfg["tasks"][t].get(split) or 0 for split in ("dev", "test")) for t, _ in mine}
+            count = lambda t, splits: sum(cfg["tasks"][t].get(split) or 0 for split in splits)  # noqa: E731
+            moving = [(t, v) for t, v in mine if variant_spec(split_variant(v)[0]).train_question_encoder]
             entry["reranker"] = {
                 "pairs_per_train_step": cfg["train"]["batch_size"] * o["depth"], "pairs_per_question": o["depth"],
                 "pairs_training_it": o["train_steps"] * o["train_batch_questions"] * (1 + o["negatives"]) * len(spec["tasks"]),
-                "pairs_runs": sum(len(run_seeds(cfg, t, v)) * o["depth"] * (steps[t] * cfg["train"]["batch_size"] + questions[t])
-                                  for t, v in mine)}
+                "pairs_scored": o["depth"] * sum(count(t, ("train", "dev", "test")) for t in spec["tasks"]),
+                "pairs_runs": sum(len(run_seeds(cfg, t, v)) * o["depth"] * (steps[t] * cfg["train"]["batch_size"] + count(t, ("dev", "test")))
+                                  for t, v in moving)}
         out[name] = entry
     return out
 
@@ -596,7 +600,8 @@ def render(plan: dict) -> str:
                 rr = e["reranker"]
                 out.append(f"  {'':<12} cross-encoder passes: {rr['pairs_per_train_step']:,} pairs a training step, "
                            f"{rr['pairs_per_question']:,} a test question; {rr['pairs_training_it']:,} training it, "
-                           f"{rr['pairs_runs']:,} in its runs (time: not measured on this device; see rule train_reranker's and "
+                           f"{rr['pairs_scored']:,} scored once for its runs, at most {rr['pairs_runs']:,} more in runs that "
+                           "fine-tune the question encoder (time: not measured on this device; see rule train_reranker's and "
                            "train's records)")
     out += ["", "Throughputs (measured; the device they were measured on)"]
     for t in plan["throughputs"]:

@@ -42,6 +42,9 @@ def test_further_retrievers_run_beside_the_experiment(retrievers_run):
     reranker = work / "results/e2e/rerankers/rr/nq/model"
     record = json.loads((reranker / "reranker.json").read_text())
     assert len(record["losses"]) == 4 and record["examples"] > 0 and (reranker / "model.safetensors").is_file()
+    # the hybrid's top 6 of each of NQ's 12 + 4 + 4 questions scored once, for the fine-tunes to read
+    assert record["scored"] == {"questions": 20, "pairs": 20 * 6}
+    assert sum(len(json.loads(line)["rows"]) for line in (reranker / "pair_logits.jsonl").read_text().splitlines()) == 120
     from rag.retrieval.rerank import check_cross_encoder_config
     from transformers import AutoConfig
 

@@ -378,7 +378,15 @@ def test_each_further_retriever_is_sized(tmp_path):
     hy, rr = plan["sizes"]["retrievers"]["hy"], plan["sizes"]["retrievers"]["rr"]
     assert hy["files"] == ["passages", "embeddings", "index", "bm25"] and hy["runs"] == 2 and hy["index_memory"] > 0
     assert "reranker" not in hy and rr["files"] == ["passages", "embeddings", "index", "bm25", "reranker"]
-    # e2e: train.batch_size 4, 3 steps; NQ 4 dev + 4 test questions, seeds 1 and 2
+    # e2e: train.batch_size 4, 3 steps; NQ 12 train, 4 dev and 4 test questions, seeds 1 and 2; its frozen runs
+    # read the pairs its job scores, a run that fine-tunes the question encoder (add_first_stage) scores more
     assert rr["reranker"] == {"pairs_per_train_step": 4 * 6, "pairs_per_question": 6, "pairs_training_it": 10 * 8 * 4,
-                              "pairs_runs": 2 * 6 * (3 * 4 + 8)}
+                              "pairs_scored": 6 * (12 + 4 + 4), "pairs_runs": 0}
+    cfg["retrievers"]["rr"]["options"]["add_first_stage"] = True  # over a weighted hybrid: the gradient reaches dense
+    cfg["retrievers"]["hy"]["options"]["fusion"] = "weighted"
+    cfg["retrievers"]["rr"]["variants"] = ["rag_token_frozen", "rag_token"]
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    res = _plan("--configfile", str(tmp_path / "c.yaml"), "--no-profile", "--json", "--target", "retrievers", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["sizes"]["retrievers"]["rr"]["reranker"]["pairs_runs"] == 2 * 6 * (3 * 4 + 8)
     assert {r["rule"]: r["jobs"] for r in plan["rules"]}["train_reranker"] == 1  # NQ's cross-encoder

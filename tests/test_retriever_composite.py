@@ -271,6 +271,40 @@ def test_a_frozen_cross_encoder_scores_each_pair_once(cross_encoder):
         model.requires_grad_(False)
 
 
+def test_a_folder_s_pair_logits_are_read_in_and_no_pair_of_them_is_scored_again(cross_encoder, tmp_path):
+    """The pairs a cross-encoder scored (its job's write_pair_logits) are read in by load: a search over them runs
+    no forward and returns what scoring them live returns; a pair not among them is scored; a damaged file is
+    one line naming its line."""
+    from rag.retrieval.rerank import PAIR_LOGITS
+
+    model, tok = cross_encoder
+    model.requires_grad_(False)
+    dense = TinyDense(RQ, n_passages=len(PASSAGES))
+    folder = tmp_path / "cross"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    job = RerankRetriever(dense, model, tok, PASSAGES, depth_l=7, max_length=64, batch_size=3)
+    job.score_lists(RQ[:2], batch=1)
+    assert job.write_pair_logits(folder / PAIR_LOGITS) == 2 * 7
+    rr = RerankRetriever.load(str(folder), dense, PASSAGES, depth_l=7, max_length=64, batch_size=3)
+    pairs = []
+    forward = rr.pair_logits
+    rr.pair_logits = lambda qs, ps: pairs.append(len(qs)) or forward(qs, ps)
+    got = rr.retrieve(RQ[:2], 4)
+    assert pairs == []
+    live = RerankRetriever(dense, model, tok, PASSAGES, depth_l=7, max_length=64, batch_size=3).retrieve(RQ[:2], 4)
+    assert np.array_equal(got.ids, live.ids)
+    torch.testing.assert_close(got.scores, live.scores, rtol=1e-5, atol=1e-5)
+    rr.retrieve(RQ, 4)  # the third question's pairs were not scored by the job
+    assert pairs == [7]
+    for bad in ('{"question": "q", "rows": [1, 2], "logits": [0.5]}', '{"question": "q", "rows": [99], "logits": [0.5]}',
+                '{"question": "q", "rows": [true], "logits": [0.5]}'):
+        (folder / PAIR_LOGITS).write_text('{"question": "q", "rows": [1], "logits": [0.5]}\n' + bad + "\n")
+        with pytest.raises(DataError, match=f"{PAIR_LOGITS}:2: not a question with as many passage rows") as err:
+            RerankRetriever.load(str(folder), dense, PASSAGES, depth_l=7)
+        assert "\n" not in str(err.value)
+
+
 def test_reranked_scores_carry_the_first_stage_s_gradient_only_when_added(cross_encoder):
     model, tok = cross_encoder
     model.requires_grad_(False)

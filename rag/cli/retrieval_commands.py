@@ -45,7 +45,7 @@ def cmd_train_reranker(args) -> None:
     if not cfg.retrievers or args.retriever not in cfg.retrievers:
         raise ConfigError(f"{' + '.join(args.config)}: no retriever_<name> section declaring {args.retriever!r} among the --config files")
     device = runtime.setup(cfg.device, seed=cfg.seed)
-    train_reranker(cfg, args.retriever, args.train_data, RetrievalFiles.from_args(args), args.out, device)
+    train_reranker(cfg, args.retriever, args.train_data, RetrievalFiles.from_args(args), args.out, device, args.score_data or [])
 
 
 def register(sub) -> None:
@@ -72,5 +72,7 @@ def register(sub) -> None:
     p.add_argument("--retriever", required=True, help="the rerank retriever's name (config key retrievers)")
     p.add_argument("--seed", type=int, help="the training seed (default: the section's seed)")
     p.add_argument("--train-data", required=True, help="the task's train jsonl")
+    p.add_argument("--score-data", nargs="+", help="jsonl files whose questions' first-stage passages the saved "
+                   "cross-encoder scores once, for the fine-tunes that read it (the task's splits)")
     add_file_args(p)
     p.add_argument("--out", required=True, help="the cross-encoder's model folder")

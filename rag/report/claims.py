@@ -276,32 +276,37 @@ def frozen_run(ev: Evidence, task: str, name: str) -> str | None:
     return next((v for v in runs if ev.predictions(task, v) is not None), None)
 
 
-def retriever_claims(ev: Evidence, declared: dict) -> list[Claim]:
-    """The claims on the further retrievers' runs (config key retrievers: name -> family and options), the rows
-    their families declare (rag/tasks.py RetrieverClaim): answer recall at K on the QA task of a declared
-    retriever against the best of the retrievers it names, each with the question encoder as configured; a row
-    for each declared retriever that ran on the QA task."""
+def retriever_claim(name: str, declared: dict, hits: Callable[[str, int], np.ndarray | None]) -> Claim | None:
+    """The claims row of declared retriever ``name`` (config key retrievers: name -> family and options), the row
+    its family declares (rag/tasks.py RetrieverClaim): its answer recall at K on the QA task against the best of
+    the retrievers it names. ``hits(retriever, k)``: a retriever's per-question answer hits in its first k
+    passages (seeds x questions, 100 or 0) with the question encoder as configured, None where it did not run
+    (or keeps fewer than k). None where the family declares no row."""
     from rag.tasks import retriever_family, retriever_refs
 
-    qa = ROLES.qa
-    out = []
-    for name, decl in sorted(declared.items()):
-        claim = retriever_family(decl["family"], f"retrievers.{name}.family").claim
-        if claim is None:
-            continue
-        run, bar = frozen_run(ev, qa, name), claim.bar
-        if run is None:  # not run on the QA task (the default target's report): no row
-            continue
-        title = f"{name} {claim.text} ({TASKS[qa].short})"
-        bar_text = f"≥ {bar:+g} points"
-        parts = [(r, frozen_run(ev, qa, r)) for r in retriever_refs(name, declared)]
-        hits = {r: ev.hits(qa, v, claim.k, TASKS[qa].regex_targets) if v else None for r, v in parts}
-        known = {r: h for r, h in hits.items() if h is not None}
-        best = max(known, key=lambda r: float(np.mean(known[r]))) if len(known) == len(hits) and known else None
-        what = f"{TASKS[qa].short} answer recall@{claim.k}, {name} vs {best or ' / '.join(hits)}"
-        out.append(_diff_claim(title, claim.paper, what, ev.hits(qa, run, claim.k, TASKS[qa].regex_targets),
-                               known.get(best) if best else None, bar_text, lambda d, b=bar: d >= b, claim.ci_above_zero))
-    return out
+    claim = retriever_family(declared[name]["family"], f"retrievers.{name}.family").claim
+    if claim is None:
+        return None
+    own, qa, bar = hits(name, claim.k), TASKS[ROLES.qa].short, claim.bar
+    parts = {r: hits(r, claim.k) for r in retriever_refs(name, declared)}
+    known = {r: h for r, h in parts.items() if h is not None}
+    best = max(known, key=lambda r: float(np.mean(known[r]))) if len(known) == len(parts) and known else None
+    what = f"{qa} answer recall@{claim.k}, {name} vs {best or ' / '.join(parts)}"
+    return _diff_claim(f"{name} {claim.text} ({qa})", claim.paper, what, own, known.get(best) if best else None,
+                       f"≥ {bar:+g} points", lambda d: d >= bar, claim.ci_above_zero)
+
+
+def retriever_claims(ev: Evidence, declared: dict) -> list[Claim]:
+    """The further retrievers' claims rows (:func:`retriever_claim`), read from their runs with the question
+    encoder as configured (:func:`frozen_run`); a row for each declared retriever that ran on the QA task."""
+    qa, regex = ROLES.qa, TASKS[ROLES.qa].regex_targets
+
+    def hits(retriever: str, k: int):
+        run = frozen_run(ev, qa, retriever)
+        return None if run is None else ev.hits(qa, run, k, regex)
+
+    ran = [name for name in sorted(declared) if frozen_run(ev, qa, name) is not None]  # the default target's report: none
+    return [c for c in (retriever_claim(name, declared, hits) for name in ran) if c is not None]
 
 
 def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: dict | None = None,

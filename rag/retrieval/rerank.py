@@ -5,6 +5,11 @@ first segment, the passage's ``title text`` as the second); its logit times ``sc
 first stage's score of the passage, with ``add_first_stage``) is the logit of p(z|x). The top K of the L
 by that score, ties in first-stage order, are returned best first.
 
+A frozen cross-encoder scores each (question, passage) pair once: a retriever keeps what it scored, and
+its folder may hold :data:`PAIR_LOGITS` (rule ``train_reranker`` writes it: the first stage's top L of each
+of the task's questions, scored), which :meth:`RerankRetriever.load` reads in, so the fine-tunes that ask
+those pairs run no cross-encoder pass for them.
+
 Gradient: the cross-encoder is frozen as :meth:`RerankRetriever.load` gives it (eval mode, no grad), so
 the reranked scores carry no gradient of their own; with ``add_first_stage`` they carry the first
 stage's (a dense retriever's, to its question encoder). Give the cross-encoder's parameters
@@ -13,12 +18,16 @@ stage's (a dense retriever's, to its question encoder). Give the cross-encoder's
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
 from rag.errors import ConfigError, DataError
 from rag.retrieval.base import Retrieved, Retriever
 from rag.retrieval.encoders import bound_text, resolve_model_path
+
+PAIR_LOGITS = "pair_logits.jsonl"  # in a cross-encoder's folder: {"question", "rows", "logits"} a line
 
 
 def passage_text(title: str, text: str) -> str:
@@ -93,7 +102,11 @@ class RerankRetriever(Retriever):
             raise DataError(f"cross-encoder {path}: its weights lack {len(missing)} of the model's tensors "
                             f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): not a trained cross-encoder")
         model.eval().requires_grad_(False)
-        return cls(first, model, tokenizer, passages, depth_l, **options)
+        reranker = cls(first, model, tokenizer, passages, depth_l, **options)
+        scored = Path(path) / PAIR_LOGITS
+        if scored.is_file():
+            reranker.read_pair_logits(scored)
+        return reranker
 
     @classmethod
     def from_declaration(cls, files, options, device: str, question_encoder_dir=None, *, declaration: dict, build):
@@ -136,6 +149,41 @@ class RerankRetriever(Retriever):
                 logits = model(**{key: v.to(device) for key, v in batch.items()}).logits
                 out.append(logits[:, 0].float())
         return torch.cat(out) if out else torch.zeros(0, device=device)
+
+    def score_lists(self, questions: list[str], batch: int = 64) -> None:
+        """Score the first stage's top L of each of ``questions`` (a frozen cross-encoder's pairs, kept), ``batch``
+        questions a search."""
+        with torch.no_grad():
+            for start in range(0, len(questions), batch):
+                chunk = questions[start:start + batch]
+                self._logits(chunk, np.asarray(self.first.retrieve(chunk, self.depth_l).ids, dtype=np.int64))
+
+    def write_pair_logits(self, path) -> int:
+        """The pairs scored so far, to ``path`` (:data:`PAIR_LOGITS`'s format: each question's passage rows and
+        their logits, in the order scored); the number of pairs."""
+        from rag.io import write_jsonl
+
+        by_question: dict[str, list[tuple[int, float]]] = {}
+        for (question, row), logit in self._pair_cache.items():
+            by_question.setdefault(question, []).append((row, logit))
+        write_jsonl(path, ({"question": q, "rows": [r for r, _ in pairs], "logits": [v for _, v in pairs]}
+                           for q, pairs in by_question.items()))
+        return len(self._pair_cache)
+
+    def read_pair_logits(self, path) -> None:
+        """Pairs scored by this cross-encoder (a file :meth:`write_pair_logits` wrote) into the pairs kept; a line
+        that is no such list, or names a row outside the passages, is a DataError naming the file and line."""
+        from rag.io import iter_jsonl
+
+        n_rows = len(self.passages.texts)
+        for lineno, line in iter_jsonl(path):
+            q, rows, logits = line.get("question"), line.get("rows"), line.get("logits")
+            if not isinstance(q, str) or not isinstance(rows, list) or not isinstance(logits, list) or len(rows) != len(logits) \
+                    or not all(type(r) is int and 0 <= r < n_rows for r in rows) \
+                    or not all(type(v) in (int, float) for v in logits):
+                raise DataError(f"{path}:{lineno}: not a question with as many passage rows (0 to {n_rows - 1}) as logits "
+                                f"(numbers): rerun its train_reranker job")
+            self._pair_cache.update(((q, r), float(v)) for r, v in zip(rows, logits))
 
     def _logits(self, questions: list[str], ids: np.ndarray) -> torch.Tensor:
         """The cross-encoder's logit of each question with each of its rows ``ids`` [B, L], flat [B * L]. A frozen

@@ -8,6 +8,11 @@ stage's list that are not gold, scored by the cross-encoder; the cross-entropy o
 (the listwise loss of a reranker trained on retriever negatives). The cross-encoder starts from ``model``:
 a sequence classifier of one label, or any encoder folder (the default's MiniLM), which gets a new
 one-label head.
+
+The job then scores the first stage's top ``depth`` of every question of ``score_data`` (the task's splits)
+with the cross-encoder it saves, into the folder's pair logits (rag.retrieval.rerank.PAIR_LOGITS): the task's
+fine-tunes over this reranker read them, so the pairs of a frozen first stage are scored once for all of
+them, not once a fine-tune.
 """
 
 from __future__ import annotations
@@ -38,15 +43,17 @@ def positives(row: dict, ids: list[int], passages, regex: bool = False) -> list[
     return [j for j in ids if answer_in_text(passages.texts[j], row["targets"], regex=regex)]
 
 
-def train_reranker(cfg: TrainSection, name: str, train_data: str, files: RetrievalFiles, out: str, device: str) -> dict:
+def train_reranker(cfg: TrainSection, name: str, train_data: str, files: RetrievalFiles, out: str, device: str,
+                   score_data: list[str] = ()) -> dict:
     """The cross-encoder of declared rerank retriever ``name`` (``cfg.retrievers``) for ``cfg``'s task, saved to
-    ``out`` (a model folder :meth:`rag.retrieval.rerank.RerankRetriever.load` reads); its training record."""
+    ``out`` (a model folder :meth:`rag.retrieval.rerank.RerankRetriever.load` reads) with the pair logits of
+    the questions of ``score_data`` (jsonl files); its training record."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from rag.models.folder import loading
     from rag.retrieval.encoders import resolve_model_path
-    from rag.retrieval.rerank import RerankRetriever, check_cross_encoder_config, passage_text
+    from rag.retrieval.rerank import PAIR_LOGITS, RerankRetriever, check_cross_encoder_config, passage_text
     from rag.tasks import TASKS
 
     opts = cfg.retrievers[name]["options"]
@@ -61,9 +68,9 @@ def train_reranker(cfg: TrainSection, name: str, train_data: str, files: Retriev
             raise DataError(f"{problem}; with train_steps 0 it is used as it is: give a cross-encoder, or train_steps > 0")
     model.to(device)
     record = {"retriever": name, "task": cfg.task_name, "model": opts["model"], "steps": steps, "losses": []}
+    first = build_retriever(opts["first_stage"], files, cfg.retriever, device, None, cfg.retrievers)
+    passages = first.passages
     if steps > 0:
-        first = build_retriever(opts["first_stage"], files, cfg.retriever, device, None, cfg.retrievers)
-        passages = first.passages
         rows = read_jsonl(train_data, required=("input", "targets"))
         regex = TASKS[cfg.task_name].regex_targets
         depth, n_neg = opts["depth"], opts["negatives"]
@@ -105,9 +112,15 @@ def train_reranker(cfg: TrainSection, name: str, train_data: str, files: Retriev
             if (step + 1) % max(1, steps // 10) == 0:
                 log.info("reranker %s/%s: step %d/%d, loss %.4f", name, cfg.task_name, step + 1, steps, float(loss))
         record["examples"] = len(examples)
-        model.eval()
+    model.eval().requires_grad_(False)
+    scorer = RerankRetriever(first, model, tokenizer, passages, opts["depth"], max_length=opts["max_length"],
+                             batch_size=opts["batch_size"])
+    questions = list(dict.fromkeys(r["input"] for path in score_data for r in read_jsonl(path, required=("input",))))
+    scorer.score_lists(questions)
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        record["scored"] = {"questions": len(questions), "pairs": scorer.write_pair_logits(Path(tmp) / PAIR_LOGITS)}
         write_json(Path(tmp) / "reranker.json", record)
+    log.info("reranker %s/%s: %d pairs of %d questions scored", name, cfg.task_name, record["scored"]["pairs"], len(questions))
     return record

@@ -64,11 +64,13 @@ rule build_bm25:
 
 rule train_reranker:
     # a declared rerank retriever's cross-encoder for one task (config key retrievers): trained on the task's
-    # questions against its first stage's passages, or its model as it is (train_steps 0)
+    # questions against its first stage's passages, or its model as it is (train_steps 0); with the logits of
+    # its first stage's top passages for every question of the task, which the task's fine-tunes read
     input:
         unpack(lambda w: retriever_inputs(CFG["retrievers"][w.retriever]["options"]["first_stage"], w.task)),
         cfg=lambda w: [section(f"train_{w.task}"), section(f"retriever_{w.retriever}")],
         data=f"{R}/data/{{task}}/train.jsonl",
+        scored=expand(f"{R}/data/{{{{task}}}}/{{split}}.jsonl", split=("train", "dev", "test")),
     output:
         directory(reranker_model("{retriever}", "{task}")),
     params:
@@ -85,4 +87,5 @@ rule train_reranker:
         CONDA
     shell:
         "RAG_THREADS={threads:q} rag-record --out {params.record:q} -- rag train-reranker --config {input.cfg:q} "
-        "--retriever {wildcards.retriever:q} --train-data {input.data:q} {params.retrieval:q} --out {output:q} 2> {log:q}"
+        "--retriever {wildcards.retriever:q} --train-data {input.data:q} --score-data {input.scored:q} {params.retrieval:q} "
+        "--out {output:q} 2> {log:q}"
