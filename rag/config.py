@@ -108,7 +108,8 @@ def _check_control_characters(node: Any, path: tuple = ()) -> None:
 def input_files(cfg: dict) -> list[tuple[str, str]]:
     """(dotted config key, path) of every local input the resolved config names: the corpus file
     of ``corpus.source: local``, the split files of ``source: local`` tasks and the user's parser
-    and metric files a task's ``format`` / ``formats`` / ``metrics`` name (``"path/to/file.py:name"``)."""
+    and metric files a task's ``format`` / ``formats`` / ``metrics`` name (``"path/to/file.py:name"``), and a
+    retriever family's file (``retrievers.<name>.family``)."""
     out = []
     corpus = cfg["corpus"]
     if corpus["source"] == "local" and corpus.get("path") is not None:
@@ -119,19 +120,26 @@ def input_files(cfg: dict) -> list[tuple[str, str]]:
             out += [(f"tasks.{name}.files.{split}", path) for split, path in (task.get("files") or {}).items()]
         refs = _formats(task) + [(f"metrics.{i}", m) for i, m in enumerate(task.get("metrics") or ())]
         out += [(f"tasks.{name}.{k}", r.rpartition(":")[0]) for k, r in refs if r and r.rpartition(":")[0].endswith(".py")]
+    for name, spec in sorted(cfg.get("retrievers", {}).items()):  # a retriever family of the user's
+        where = spec["family"].rpartition(":")[0]
+        if where.endswith(".py"):
+            out.append((f"retrievers.{name}.family", where))
     return out
 
 
 def model_folders(cfg: dict) -> list[tuple[str, str]]:
     """(dotted config key, path) of every local model folder the resolved config names:
     ``retriever.question_encoder`` / ``context_encoder`` and a pretrained generator's ``name_or_path``
-    (``generator``, ``generators.<name>.generator``) that are folders here (relative paths from the
-    working directory, where the jobs load them; a Hugging Face name or ``package:<module>`` is none)."""
+    (``generator``, ``generators.<name>.generator``) and a declared retriever's ``options.model`` (a
+    reranker's cross-encoder) that are folders here (relative paths from the working directory, where the jobs
+    load them; a Hugging Face name or ``package:<module>`` is none)."""
     r = cfg["retriever"]
     named = [("retriever.question_encoder", r["question_encoder"]), ("retriever.context_encoder", r["context_encoder"])]
     groups = [("generator", cfg["generator"])] + [(f"generators.{n}.generator", spec["generator"])
                                                   for n, spec in sorted(cfg["generators"].items())]
     named += [(f"{key}.name_or_path", g.get("name_or_path")) for key, g in groups if g["init"] == "pretrained"]
+    named += [(f"retrievers.{n}.options.model", spec["options"].get("model")) for n, spec in sorted(cfg.get("retrievers", {}).items())
+              if isinstance(spec["options"].get("model"), str)]
     return [(key, path) for key, path in named if path and not path.startswith("package:") and Path(path).is_dir()]
 
 

@@ -582,9 +582,11 @@ def read_task_sections(paths: str | Path | list) -> TrainSection:
 
 def _retriever_declarations(data: dict, path) -> dict:
     """A ``retriever_<name>`` section's declarations (name -> {family, options}), checked for their shape (the
-    config validated their options)."""
-    declared = data["retrievers"]
-    if set(data) != {"retrievers"} or not isinstance(declared, dict) or not declared or not all(
+    config validated their options); beside them, where one is built from a local file or folder, ``sha256``:
+    {config key: sha256} of those (workflow/rules/common.smk), which only makes an edit re-run its jobs."""
+    declared, shas = data["retrievers"], data.get("sha256", {})
+    if not set(data) <= {"retrievers", "sha256"} or not isinstance(shas, dict) or not all(
+            isinstance(v, str) for v in shas.values()) or not isinstance(declared, dict) or not declared or not all(
             isinstance(d, dict) and set(d) == {"family", "options"} and isinstance(d["family"], str)
             and isinstance(d["options"], dict) for d in declared.values()):
         raise ConfigError(f"{path}: not a retriever_<name> section (retrievers: name -> family and options)")

@@ -75,3 +75,32 @@ def test_the_retrievers_report_sets_them_side_by_side(retrievers_run):
                 "Natural Questions test: RAG-Sequence-Frozen (toy)", "Natural Questions test: RAG-Token-Frozen (rr)"):
         assert row in html, row
     assert "hy: hybrid (depth None, fusion weighted, parts dense+bm25" in html and "toy: toy_retriever.py:FAMILY" in html
+
+
+@pytest.mark.slow
+def test_an_edited_family_file_reruns_its_retrievers_runs_alone(retrievers_run):
+    """A family of the user's is an input by content (rag.config.input_files): its file edited, with its date
+    kept, changes its retriever's section (which holds the file's sha256) and so re-runs that retriever's
+    fine-tunes and the report, nothing else."""
+    import os
+    import re
+
+    work, run, _ = retrievers_run
+    assert run.returncode == 0, run.stderr[-4000:]
+    configs = ("--configfile", str(ROOT / "tests/data/e2e.yaml"), str(ROOT / "tests/data/e2e_retrievers.yaml"))
+    family = work / "toy_retriever.py"
+    stat = family.stat()
+    family.write_text(family.read_text() + "\n# edited\n")
+    os.utime(family, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", str(ROOT))
+        dry = smk(work, "-n", "retrievers", *configs)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    out = dry.stdout + dry.stderr
+    planned = set(re.findall(r"wildcards: task=nq, variant=([^,]+), seed=\d", out))
+    assert planned == {"rag_sequence_frozen+toy"}, out[-3000:]
+    counts = job_counts(out)
+    assert counts["train"] == 2 and counts["config_section"] == 1 and "train_reranker" not in counts, counts
+    from rag.manifest import sha256_file
+
+    assert f"'retrievers.toy.family': '{sha256_file(family)}'" in out  # the section's new content

@@ -191,3 +191,40 @@ def test_a_further_retriever_does_not_train_a_task_that_starts_from_another():
     with pytest.raises(ConfigError, match=r"config key 'retrievers.hy.tasks\[1\]': 'webquestions' starts from another "
                                           r"task's model .*which a further retriever does not train"):
         load_config(data, check_files=False)
+
+
+def test_a_retrievers_local_files_are_inputs_by_content(tmp_path, monkeypatch):
+    """A family's file and a reranker's local model folder are among the config's local inputs (hashed by the
+    workflow into the retriever's section); a Hugging Face name or package model is none."""
+    from pathlib import Path
+
+    from rag.config import input_files, model_folders
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    cfg = config()
+    (tmp_path / "cross").mkdir()
+    cfg["retrievers"] = {"toy": {"family": "tests/data/toy_retriever.py:FAMILY", "options": {}},
+                         "rr": {"family": "rerank", "options": {"first_stage": "dense", "model": str(tmp_path / "cross")}},
+                         "hub": {"family": "rerank", "options": {"first_stage": "dense", "model": "org/cross-encoder"}}}
+    assert ("retrievers.toy.family", "tests/data/toy_retriever.py") in input_files(cfg)
+    assert [k for k, _ in model_folders(cfg) if k.startswith("retrievers.")] == ["retrievers.rr.options.model"]
+
+
+def test_a_retriever_section_is_read_with_its_files_sha256_and_refused_in_any_other_shape(tmp_path):
+    import json
+
+    from rag.sections import read_task_sections
+
+    cfg = config(hy=HY)
+    secs = sections(cfg)
+    (tmp_path / "train.json").write_text(json.dumps(secs["train_nq"]))
+    good = {**secs["retriever_hy"], "sha256": {"retrievers.hy.family": "0" * 64}}
+    for name, data in (("good", good), ("plain", secs["retriever_hy"]), ("other", {**good, "extra": 1}),
+                       ("bad_sha", {**good, "sha256": {"k": 1}}), ("no_options", {"retrievers": {"hy": {"family": "hybrid"}}})):
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+        paths = [tmp_path / "train.json", tmp_path / f"{name}.json"]
+        if name in ("good", "plain"):
+            assert read_task_sections(paths).retrievers == secs["retriever_hy"]["retrievers"]
+        else:
+            with pytest.raises(ConfigError, match=f"{name}.json: not a retriever_<name> section"):
+                read_task_sections(paths)

@@ -12,7 +12,7 @@ from snakemake.io import IOFile
 from snakemake.utils import update_config
 
 from rag.config import (check_section_files, command_line_values, config_hash, encoder_slug, generator_runs, hotswap_runs,
-                        retriever_runs,
+                        retriever_declarations, retriever_runs,
                         input_files, load_config, model_folders, read_config_file, run_seeds, sections, task_variants)
 from rag.errors import ConfigError
 from rag.io import lock_holder
@@ -182,6 +182,20 @@ def model_sha256(key):
     folder's sha256}}, so other weights re-run the rule and what follows it; {} otherwise (the params as
     without one)."""
     return {"model_sha256": local_sha256(key)} if local_sha256(key) else {}
+
+
+def retriever_sha256(name):
+    """{config key: sha256} of the local files of declared retriever ``name`` and of those it is built from (a
+    family's file, a reranker's model folder)."""
+    built = retriever_declarations(CFG, name)["retrievers"]
+    return {k: sha for k, sha in LOCAL_SHA256.items() if k.startswith("retrievers.") and k.split(".")[1] in built}
+
+
+# a further retriever built from a local file or folder: its section holds their sha256, so an edit re-runs its
+# jobs (the section is an input of each) and of no other run
+for _name in CFG["retrievers"]:
+    if retriever_sha256(_name):
+        SECTIONS[f"retriever_{_name}"] = {**SECTIONS[f"retriever_{_name}"], "sha256": retriever_sha256(_name)}
 
 
 # the params of the jobs that load a task's model where the question encoder is a local folder: its
