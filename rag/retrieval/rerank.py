@@ -150,13 +150,16 @@ class RerankRetriever(Retriever):
                 out.append(logits[:, 0].float())
         return torch.cat(out) if out else torch.zeros(0, device=device)
 
-    def score_lists(self, questions: list[str], batch: int = 64) -> None:
+    def score_lists(self, questions: list[str], batch: int = 64, progress: bool = False) -> None:
         """Score the first stage's top L of each of ``questions`` (a frozen cross-encoder's pairs, kept), ``batch``
-        questions a search."""
-        with torch.no_grad():
+        questions a search; ``progress``: a progress bar (questions) on stderr."""
+        from tqdm.auto import tqdm
+
+        with torch.no_grad(), tqdm(total=len(questions), desc="rerank pairs", unit="question", disable=not progress) as bar:
             for start in range(0, len(questions), batch):
                 chunk = questions[start:start + batch]
                 self._logits(chunk, np.asarray(self.first.retrieve(chunk, self.depth_l).ids, dtype=np.int64))
+                bar.update(len(chunk))
 
     def write_pair_logits(self, path) -> int:
         """The pairs scored so far, to ``path`` (:data:`PAIR_LOGITS`'s format: each question's passage rows and

@@ -116,7 +116,7 @@ def train_reranker(cfg: TrainSection, name: str, train_data: str, files: Retriev
     scorer = RerankRetriever(first, model, tokenizer, passages, opts["depth"], max_length=opts["max_length"],
                              batch_size=opts["batch_size"])
     questions = list(dict.fromkeys(r["input"] for path in score_data for r in read_jsonl(path, required=("input",))))
-    scorer.score_lists(questions)
+    scorer.score_lists(questions, progress=True)
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
