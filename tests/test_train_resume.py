@@ -112,3 +112,39 @@ def test_unreadable_checkpoint_is_set_aside_and_the_run_starts_over(tmp_path, ca
     assert aside.read_bytes() == damaged
     assert losses == uninterrupted[1] and _same(params, uninterrupted[0]) == 0.0  # as an uninterrupted run
     assert torch.load(ckpt, map_location="cpu", weights_only=True)["step"] == N
+
+
+def test_a_fine_tune_s_checkpoint_identity_holds_every_retrieval_file_it_reads(tmp_path):
+    """A hybrid's BM25 and a reranker's cross-encoder count in the identity a checkpoint resumes under; a
+    run that reads only the passages and one index keeps the identity of those files alone."""
+    from conftest import typed_sections
+
+    from rag.manifest import canonical_hash, data_entries
+    from rag.retrieval import RetrievalFiles
+    from rag.stages.fine_tuning import checkpoint_identity
+
+    cfg = typed_sections()["train_nq"]
+    for name, text in (("passages.tsv", "p"), ("flat.faiss", "i"), ("train.jsonl", "t")):
+        (tmp_path / name).write_text(text)
+    for folder in ("bm25", "rr"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "w.bin").write_text(folder)
+    p, index, bm25, rr = (str(tmp_path / n) for n in ("passages.tsv", "flat.faiss", "bm25", "rr"))
+
+    def identity(files):
+        data = data_entries(passages=p, index=files.index or files.bm25, splits={"train": str(tmp_path / "train.jsonl")}, init=None)
+        return checkpoint_identity(cfg, "rag_token", "gen", 4, data, files)
+
+    dense = identity(RetrievalFiles(passages=p, index=index))
+    data = data_entries(passages=p, index=index, splits={"train": str(tmp_path / "train.jsonl")}, init=None)
+    assert dense["inputs"] == canonical_hash({"passages": data["passages"], "index": data["index"], "init": None,
+                                              "train": data["splits"]["train"]})[:16]
+    bm25_alone = identity(RetrievalFiles(passages=p, bm25=bm25))
+    hybrid, rerank = identity(RetrievalFiles(passages=p, index=index, bm25=bm25)), identity(RetrievalFiles(passages=p, index=index, reranker=rr))
+    assert len({dense["inputs"], bm25_alone["inputs"], hybrid["inputs"], rerank["inputs"]}) == 4
+    assert len({dense["config_hash"], hybrid["config_hash"], rerank["config_hash"]}) == 1
+    (tmp_path / "rr" / "w.bin").write_text("retrained")  # a retrained cross-encoder: its runs' checkpoints are not resumed
+    assert identity(RetrievalFiles(passages=p, index=index, reranker=rr))["inputs"] != rerank["inputs"]
+    (tmp_path / "bm25" / "w.bin").write_text("rebuilt")
+    assert identity(RetrievalFiles(passages=p, index=index, bm25=bm25))["inputs"] != hybrid["inputs"]
+    assert identity(RetrievalFiles(passages=p, index=index))["inputs"] == dense["inputs"]

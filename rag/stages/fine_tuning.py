@@ -91,13 +91,33 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
                    world=world)
 
 
+
+def checkpoint_identity(cfg: TrainSection, variant: str, init, n_train: int, data: dict,
+                        files: RetrievalFiles | None) -> dict:
+    """What a fine-tune's checkpoint is resumed under (a checkpoint of another identity is not): its
+    section, variant, starting model and number of examples, and the files it trains on as the manifest
+    hashes them (``data``: :func:`rag.manifest.data_entries`), with the retrieval files that ``data``
+    leaves out and a further retriever reads (``files``; None: the run retrieves nothing): a hybrid's
+    BM25 beside the dense index, a reranker's cross-encoder and its scored pairs."""
+    from rag.config import config_hash as hash_of
+    from rag.manifest import canonical_hash, file_entry
+
+    # a further retriever's declarations (retriever_<name>) count as the train section does
+    declared = {"retrievers": cfg.retrievers} if cfg.retrievers else {}
+    hashed = {"passages": data["passages"], "index": data["index"], "init": data["init"], "train": data["splits"]["train"]}
+    indexed = (data["index"] or {}).get("path")
+    further = {role: file_entry(path) for role, path in (("bm25", files and files.bm25), ("reranker", files and files.reranker))
+               if path and str(path) != indexed}
+    return {"config_hash": hash_of({"config": cfg.to_dict(), "variant": variant, "init": str(init), "n_train": n_train,
+                                    **declared}),
+            "inputs": canonical_hash({**hashed, **({"retrieval": further} if further else {})})[:16]}
+
 def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, generator, checkpoint_dir, out,
                files: RetrievalFiles, init_from, config_hash: str, eval_io, rank: int, world: int) -> None:
     """:func:`fine_tune` once its checks passed and it holds the run's lock."""
     import torch
 
-    from rag.config import config_hash as hash_of
-    from rag.manifest import build_manifest, canonical_hash, data_entries
+    from rag.manifest import build_manifest, data_entries
     from rag.models.tokenizer import ensure_label_tokens, save_tokenizer
     from rag.tracking import Run
     from rag.training import loss_curve, train
@@ -134,12 +154,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     splits = {"train": train_data, **({split: io[0] for split, io in eval_io.items()} if eval_io else {})}
     data = data_entries(passages=files.passages if retrieves else None,
                         index=(files.index or files.bm25) if retrieves else None, splits=splits, init=init)
-    # a further retriever's declarations (retriever_<name>) count as the train section does
-    declared = {"retrievers": cfg.retrievers} if cfg.retrievers else {}
-    identity = {"config_hash": hash_of({"config": cfg.to_dict(), "variant": variant, "init": str(init),
-                                            "n_train": len(inputs), **declared}),
-                "inputs": canonical_hash({"passages": data["passages"], "index": data["index"], "init": data["init"],
-                                          "train": data["splits"]["train"]})[:16]}
+    identity = checkpoint_identity(cfg, variant, init, len(inputs), data, files if retrieves else None)
     start = time.time()
     try:
         losses = train(system, inputs, targets, steps=t.steps, batch_size=t.batch_size, k=t.k, lr=t.lr,
