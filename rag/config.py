@@ -448,6 +448,19 @@ def retriever_declarations(cfg: dict, name: str) -> dict:
     return {"retrievers": out}
 
 
+def reranker_declarations(cfg: dict, name: str) -> dict:
+    """The ``reranker_<name>`` section of declared retriever ``name`` whose family reads a model a rule makes
+    (role ``reranker``: rule train_reranker): its ``retriever_<name>`` section without the options its family
+    reads only where it retrieves (``RetrieverSpec.retrieval_only``)."""
+    from rag.tasks import declared_spec
+
+    out = retriever_declarations(cfg, name)
+    spec = declared_spec(name, cfg["retrievers"])[0]
+    own = out["retrievers"][name]
+    out["retrievers"][name] = {**own, "options": {k: v for k, v in own["options"].items() if k not in spec.retrieval_only}}
+    return out
+
+
 def generator_summary(g: dict) -> str:
     """A generator group in a few words (the report's scale summary)."""
     if g["init"] == "pretrained":
@@ -606,8 +619,12 @@ def sections(cfg: dict) -> dict[str, dict]:
         out[f"generator_{name}"] = GeneratorSection.of_config({**cfg, "generator": spec["generator"]})
     if cfg["generators"]:  # the generators report names them
         out["report"]["generators"] = {name: generator_summary(spec["generator"]) for name, spec in cfg["generators"].items()}
-    for name in cfg["retrievers"]:  # what each further retriever's runs build it from
+    from rag.tasks import declared_spec
+
+    for name in cfg["retrievers"]:  # what each further retriever's runs build it from, and the rule its model
         out[f"retriever_{name}"] = retriever_declarations(cfg, name)
+        if "reranker" in declared_spec(name, cfg["retrievers"])[0].files:
+            out[f"reranker_{name}"] = reranker_declarations(cfg, name)
     if cfg["retrievers"]:  # the retrievers report names them and holds their claims
         out["report"]["retrievers"] = {name: {"family": spec["family"], "options": spec["options"]}
                                        for name, spec in cfg["retrievers"].items()}

@@ -130,6 +130,9 @@ class RetrieverSpec:
     # where it has refs); None: never (a variant that fine-tunes the question encoder cannot run it)
     grads_when: dict | None = field(default_factory=dict)
     claim: RetrieverClaim | None = None  # its row of the claims checklist, where it has one
+    # the options read only where it retrieves, never by the rule that makes its model (train_reranker): left out
+    # of that rule's section (reranker_<name>), so a change to one re-runs the fine-tunes over it and no training
+    retrieval_only: tuple[str, ...] = ()
 
 
 QA_SEQ = {"method": "thorough", "beams": 4, "max_new_tokens": 16}
@@ -385,7 +388,7 @@ RETRIEVERS: dict[str, RetrieverSpec] = {s.name: s for s in (
                            "score_scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0},
                            "add_first_stage": {"type": "boolean", "default": False,
                                                "description": "add the first stage's scores to the cross-encoder's (and its gradient)"}},
-                  refs=("first_stage",), grads_when={"add_first_stage": True},
+                  refs=("first_stage",), grads_when={"add_first_stage": True}, retrieval_only=("score_scale", "add_first_stage"),
                   claim=RetrieverClaim("ranks better than its first stage",
                                        "FlashRAG, BERGEN: a cross-encoder over the retriever's list lifts its top passages", 1, 3.0,
                                        ci_above_zero=True)),

@@ -17,13 +17,13 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 def section_type(name: str):
     """The typed class (rag.sections) of the section ``name`` (corpus, data_nq, train_nq, ...);
-    None for the report's, which no stage reads, and a further retriever's (retriever_<name>: its declarations,
-    which rag.sections.read_task_sections attaches to a train section)."""
+    None for the report's, which no stage reads, and a further retriever's (retriever_<name>, and reranker_<name>
+    for rule train_reranker: its declarations, which rag.sections.read_task_sections attaches to a train section)."""
     from rag import sections as S
 
     kinds = {"corpus": S.CorpusSection, "encode": S.EncodeSection, "index": S.IndexSection,
              "generator": S.GeneratorSection, "experiments": S.ExperimentsSection, "data": S.DataSection,
-             "train": S.TrainSection, "eval": S.EvalSection, "report": None, "retriever": None}
+             "train": S.TrainSection, "eval": S.EvalSection, "report": None, "retriever": None, "reranker": None}
     return kinds[name] if name in kinds else kinds[name.split("_")[0]]
 
 

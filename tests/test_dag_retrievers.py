@@ -78,6 +78,29 @@ def test_the_retrievers_report_sets_them_side_by_side(retrievers_run):
 
 
 @pytest.mark.slow
+def test_a_reranker_s_retrieval_option_reruns_its_fine_tunes_and_trains_no_cross_encoder(retrievers_run, tmp_path):
+    """Rule train_reranker reads section reranker_<name>, the retriever_<name> section less the options read only
+    where the reranker retrieves: a new score_scale re-runs the reranker's fine-tunes, and no train_reranker job."""
+    import re
+
+    work, run, _ = retrievers_run
+    assert run.returncode == 0, run.stderr[-4000:]
+    scale = tmp_path / "scale.yaml"
+    scale.write_text("retrievers: {rr: {options: {score_scale: 2.0}}}\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", str(ROOT))
+        dry = smk(work, "-n", "retrievers", "--configfile", str(ROOT / "tests/data/e2e.yaml"),
+                  str(ROOT / "tests/data/e2e_retrievers.yaml"), str(scale))
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    out = dry.stdout + dry.stderr
+    assert set(re.findall(r"wildcards: task=nq, variant=([^,]+), seed=\d", out)) == {"rag_token_frozen+rr"}, out[-3000:]
+    counts = job_counts(out)
+    assert counts["train"] == 2 and counts["config_section"] == 1 and "train_reranker" not in counts, counts
+    reranker = json.loads((work / "results/e2e/config/reranker_rr.json").read_text())["retrievers"]
+    assert "score_scale" not in reranker["rr"]["options"] and reranker["hy"]["options"]["score_scale"] == 5.0
+
+
+@pytest.mark.slow
 def test_an_edited_family_file_reruns_its_retrievers_runs_alone(retrievers_run):
     """A family of the user's is an input by content (rag.config.input_files): its file edited, with its date
     kept, changes its retriever's section (which holds the file's sha256) and so re-runs that retriever's

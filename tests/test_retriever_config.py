@@ -228,3 +228,23 @@ def test_a_retriever_section_is_read_with_its_files_sha256_and_refused_in_any_ot
         else:
             with pytest.raises(ConfigError, match=f"{name}.json: not a retriever_<name> section"):
                 read_task_sections(paths)
+
+
+def test_the_reranker_s_rule_section_leaves_out_what_only_its_retrieval_reads():
+    """Section reranker_<name> (rule train_reranker's) is retriever_<name> less the family's retrieval_only
+    options: a change to one of those leaves it as it was; a change to a training option does not."""
+    from tests.conftest import ROOT
+
+    cfg = load_config(ROOT / "config.yaml", check_files=False)
+    base = sections(cfg)
+    assert set(RETRIEVERS["rerank"].retrieval_only) == {"score_scale", "add_first_stage"}
+    assert "reranker_hybrid" not in base and "reranker_rerank" in base
+    own = base["reranker_rerank"]["retrievers"]["rerank"]["options"]
+    assert {k: v for k, v in base["retriever_rerank"]["retrievers"]["rerank"]["options"].items()
+            if k not in ("score_scale", "add_first_stage")} == own
+    for key, value, same in (("add_first_stage", False, True), ("score_scale", 2.0, True), ("negatives", 5, False)):
+        edited = copy.deepcopy(cfg)
+        edited["retrievers"]["rerank"]["options"][key] = value
+        got = sections(edited)
+        assert got["retriever_rerank"] != base["retriever_rerank"]
+        assert (got["reranker_rerank"] == base["reranker_rerank"]) is same, key

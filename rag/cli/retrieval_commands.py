@@ -43,7 +43,7 @@ def cmd_train_reranker(args) -> None:
     if args.seed is not None:
         cfg = replace(cfg, seed=args.seed)
     if not cfg.retrievers or args.retriever not in cfg.retrievers:
-        raise ConfigError(f"{' + '.join(args.config)}: no retriever_<name> section declaring {args.retriever!r} among the --config files")
+        raise ConfigError(f"{' + '.join(args.config)}: no reranker_<name> or retriever_<name> section declaring {args.retriever!r} among the --config files")
     device = runtime.setup(cfg.device, seed=cfg.seed)
     train_reranker(cfg, args.retriever, args.train_data, RetrievalFiles.from_args(args), args.out, device, args.score_data or [])
 
@@ -68,7 +68,7 @@ def register(sub) -> None:
 
     p = add_command(sub, "train-reranker", cmd_train_reranker, "the cross-encoder of a declared rerank retriever for one task "
                     "(config key retrievers): trained on the task's questions, or its model as it is")
-    p.add_argument("--config", required=True, nargs="+", help="the task's train_<task> section and the retriever_<name> section")
+    p.add_argument("--config", required=True, nargs="+", help="the task's train_<task> section and the reranker_<name> section (or retriever_<name>)")
     p.add_argument("--retriever", required=True, help="the rerank retriever's name (config key retrievers)")
     p.add_argument("--seed", type=int, help="the training seed (default: the section's seed)")
     p.add_argument("--train-data", required=True, help="the task's train jsonl")

@@ -191,11 +191,12 @@ def retriever_sha256(name):
     return {k: sha for k, sha in LOCAL_SHA256.items() if k.startswith("retrievers.") and k.split(".")[1] in built}
 
 
-# a further retriever built from a local file or folder: its section holds their sha256, so an edit re-runs its
+# a further retriever built from a local file or folder: its sections hold their sha256, so an edit re-runs its
 # jobs (the section is an input of each) and of no other run
 for _name in CFG["retrievers"]:
-    if retriever_sha256(_name):
-        SECTIONS[f"retriever_{_name}"] = {**SECTIONS[f"retriever_{_name}"], "sha256": retriever_sha256(_name)}
+    for _section in (f"retriever_{_name}", f"reranker_{_name}"):
+        if retriever_sha256(_name) and _section in SECTIONS:
+            SECTIONS[_section] = {**SECTIONS[_section], "sha256": retriever_sha256(_name)}
 
 
 # the params of the jobs that load a task's model where the question encoder is a local folder: its

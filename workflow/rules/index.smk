@@ -65,10 +65,11 @@ rule build_bm25:
 rule train_reranker:
     # a declared rerank retriever's cross-encoder for one task (config key retrievers): trained on the task's
     # questions against its first stage's passages, or its model as it is (train_steps 0); with the logits of
-    # its first stage's top passages for every question of the task, which the task's fine-tunes read
+    # its first stage's top passages for every question of the task, which the task's fine-tunes read; its section
+    # reranker_<name> leaves out the options read only where the reranker retrieves (a fusion's change trains nothing)
     input:
         unpack(lambda w: retriever_inputs(CFG["retrievers"][w.retriever]["options"]["first_stage"], w.task)),
-        cfg=lambda w: [section(f"train_{w.task}"), section(f"retriever_{w.retriever}")],
+        cfg=lambda w: [section(f"train_{w.task}"), section(f"reranker_{w.retriever}")],
         data=f"{R}/data/{{task}}/train.jsonl",
         scored=expand(f"{R}/data/{{{{task}}}}/{{split}}.jsonl", split=("train", "dev", "test")),
     output:
