@@ -192,7 +192,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
             run={"experiment": cfg.name, "task": name, "variant": variant, "mlflow_run_id": run.run_id,
                  "ddp_processes": world},
             config={f"train_{name}": cfg.to_dict(), **({f"eval_{name}": cfg.evaluation.to_dict()} if cfg.evaluation else {}),
-                    **({f"retriever_{variant_retriever(variant)}": declared} if declared else {})},
+                    **({f"retriever_{variant_retriever(variant)}": {"retrievers": cfg.retrievers}} if cfg.retrievers else {})},
             seed=cfg.seed, device=device, threads=torch.get_num_threads(), precision=cfg.precision, data=data))
     run.artifact(Path(out) / "manifest.json")
     log.info("%s/%s: %d steps in %.1fs, final loss %.3f", name, variant, t.steps, seconds, losses[-1] if losses else float("nan"))
