@@ -80,7 +80,8 @@ def test_the_retrievers_report_sets_them_side_by_side(retrievers_run):
 @pytest.mark.slow
 def test_a_reranker_s_retrieval_option_reruns_its_fine_tunes_and_trains_no_cross_encoder(retrievers_run, tmp_path):
     """Rule train_reranker reads section reranker_<name>, the retriever_<name> section less the options read only
-    where the reranker retrieves: a new score_scale re-runs the reranker's fine-tunes, and no train_reranker job."""
+    where the reranker retrieves: a new score_scale re-runs the reranker's fine-tunes and rewrites its retriever's
+    section and the report's (which names each retriever's options), and no train_reranker job."""
     import re
 
     work, run, _ = retrievers_run
@@ -95,7 +96,10 @@ def test_a_reranker_s_retrieval_option_reruns_its_fine_tunes_and_trains_no_cross
     out = dry.stdout + dry.stderr
     assert set(re.findall(r"wildcards: task=nq, variant=([^,]+), seed=\d", out)) == {"rag_token_frozen+rr"}, out[-3000:]
     counts = job_counts(out)
-    assert counts["train"] == 2 and counts["config_section"] == 1 and "train_reranker" not in counts, counts
+    assert counts["train"] == 2 and "train_reranker" not in counts, counts
+    # the report names each retriever with its options: its section changes too
+    assert set(re.findall(r"config/(\w+)\.json", " ".join(re.findall(r"output: \S+/config/\w+\.json", out)))) == {
+        "retriever_rr", "report"}, out[-3000:]
     reranker = json.loads((work / "results/e2e/config/reranker_rr.json").read_text())["retrievers"]
     assert "score_scale" not in reranker["rr"]["options"] and reranker["hy"]["options"]["score_scale"] == 5.0
 
