@@ -9,26 +9,21 @@ What is compared: the ``metrics`` and ``retrieval`` of ``test/metrics.json`` and
 are coarse on a 60-step toy model, also every prediction with its doc ids and p(z|x)
 (``predictions.jsonl``) and the per-step training losses (``model/meta.json``).
 
-Determinism: nothing has to be forced. Every job seeds torch from the config (``rag.runtime.setup``,
-``rag.training.train``), the data order is a pure function of (seed, step), torch runs one thread
-per job here but pretraining's two (``threads: 1`` -> ``RAG_THREADS``/``torch.set_num_threads``; ``OMP_NUM_THREADS=1``)
-and the CPU kernels used (dense matmul, embedding, layer norm, AdamW) are deterministic on one
-thread; ``torch.use_deterministic_algorithms(True)`` is not needed on CPU (it matters for CUDA
-scatter/index_add kernels and cuBLAS workspaces: ``CUBLAS_WORKSPACE_CONFIG=:4096:8``). With several
-intra-op threads, float reductions can split differently and change the last bits; resumption
-additionally relies on the checkpoint restoring model, optimizer, scheduler and torch RNG state.
-Seen twice on the CI machine, never on the development machine (15 runs of this test, 6 re-runs of
-pretraining and both fine-tunes, 5 of them with three busy loops on the two cores: identical bytes):
-first the from-scratch run's ``bart`` losses differed from the baseline's in the last bit from step 10
-on; then, with the upstream compared too, the pretrained generator's weights differed (tokenizer, data,
-corpus and BM25 index equal). Pretraining is the one job here with two threads (its rule asks for 8,
-lowered to ``--cores``); a generator differing in a few last bits can leave the first fine-tune
-losses equal, so both are most likely that job. Intel documents run-to-run reproducible MKL
-results only with its conditional numerical reproducibility mode on and no dynamic adjustment of
-thread counts: ``import rag`` now sets ``MKL_CBWR=AUTO``, ``MKL_DYNAMIC=FALSE`` and
-``OMP_DYNAMIC=FALSE`` (rag/__init__.py), which gave the same bytes as before
-on the development machine. The determinism test names the stage that diverges, so a recurrence says
-where.
+Determinism: nothing has to be forced but the thread count. Every job seeds torch from the config
+(``rag.runtime.setup``, ``rag.training.train``), the data order is a pure function of (seed, step), and every
+job here runs torch on one thread (``threads: 1`` -> ``RAG_THREADS``/``torch.set_num_threads``; pretraining,
+whose rule asks for 8, is set to 1 with ``--set-threads``; ``OMP_NUM_THREADS=1``): the CPU kernels used (dense
+matmul, embedding, layer norm, AdamW) are deterministic on one thread; ``torch.use_deterministic_algorithms(True)``
+is not needed on CPU (it matters for CUDA scatter/index_add kernels and cuBLAS workspaces:
+``CUBLAS_WORKSPACE_CONFIG=:4096:8``). With several intra-op threads, float reductions can split differently and
+change the last bits: pretraining on two threads gave the CI machine a generator with other bytes three times
+(the fine-tunes' losses then differ from their baseline's in the last bit), never the development machine
+(15 runs of this test, 6 re-runs of pretraining and both fine-tunes, 5 of them with three busy loops on the
+two cores), with Intel's MKL reproducibility conditions set by ``import rag`` (``MKL_CBWR=AUTO``,
+``MKL_DYNAMIC=FALSE``, ``OMP_DYNAMIC=FALSE``) or not. So what this test holds is one thread per job; a
+multi-thread job reproduces its results to the last bits, not byte for byte. Resumption additionally relies
+on the checkpoint restoring model, optimizer, scheduler and torch RNG state. The determinism test names the
+stage that diverges, so a failure says where.
 
 Kill behaviour found (see the two kill tests):
 * SIGTERM to snakemake's process group: snakemake shuts down and removes the outputs of the
@@ -86,7 +81,7 @@ def _cmd(workdir: Path, *extra: str) -> list[str]:
     from conftest import snakemake_bin
 
     return [snakemake_bin(), "-s", str(ROOT / "Snakefile"), "--directory", str(workdir), "--configfile", str(CONFIG),
-            "--cores", "2", "--force-use-threads", "--nocolor", *extra]
+            "--cores", "2", "--force-use-threads", "--set-threads", "pretrain_generator=1", "--nocolor", *extra]
 
 
 def _env() -> dict:
