@@ -148,17 +148,21 @@ def passages_memory(n: int | None, line_bytes: int | None, words: int) -> tuple[
 
 # ------------------------------------------------------------------------------------ the DAG
 def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path, cfg: dict,
-                  targets: list[str] | None = None) -> tuple[dict[str, dict], list[str], list[dict]]:
+                  targets: list[str] | None = None) -> tuple[dict[str, dict], list[str], list[dict], float]:
     """rule -> its jobs in the DAG Snakemake plans, through its API, for a run of the config from empty
     (of ``targets``, default the default target) under ``profile``: their count, kinds (a job run once a
     seed: its wildcards but the seed), the ``mem_mb`` / ``runtime`` / ``gpu`` they request and from
     where, and the config's ``resources.<rule>`` keys the rule does not read; second, the config's
     local inputs not here yet (empty files in the temporary folder the DAG is planned in); third, each job
-    in the DAG's order for :func:`makespan` (rule, record name, threads, priority, the jobs it waits for)."""
+    in the DAG's order for :func:`makespan` (rule, record name, threads, priority, the jobs it waits for); last,
+    the seconds Snakemake took here to load and to plan that DAG, which a run of it spends before its first job."""
     import contextlib
     import io
     import logging
     import tempfile
+    import time
+
+    started = time.monotonic()
 
     from snakemake.api import SnakemakeApi
     from snakemake.cli import parse_args
@@ -202,6 +206,7 @@ def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path
                 schedule = [{"rule": job.rule.name, "record": Path(job.benchmark).stem if job.benchmark else None,
                              "threads": job.threads, "priority": job.rule.priority,
                              "deps": sorted(order[d] for d in workflow.dag.dependencies[job] if d in order)} for job in jobs]
+                planned_s = time.monotonic() - started
         except WorkflowError as exc:  # a request Snakemake cannot read stops the plan as it stops a run
             raise ConfigError(f"snakemake: {' '.join(str(exc).split())}") from None
         except SystemExit as exc:  # the workflow's own config check (common.smk): its one line
@@ -233,7 +238,7 @@ def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path
                                   "from": source if values != {None} else "none"}
             if len(values) > 1:
                 r["notes"].append(f"{key} differs between its jobs: {', '.join(sorted(map(str, values)))}")
-    return rules, missing, schedule
+    return rules, missing, schedule, planned_s
 
 
 # ------------------------------------------------------------------------------------ the plan
@@ -315,7 +320,7 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
 
     # the Snakefile: ./Snakefile (a checkout run from its top), else the one beside this package
     snakefile = snakefile or next((f for f in (Path("Snakefile"), ROOT / "Snakefile") if f.is_file()), ROOT / "Snakefile")
-    dag, missing, schedule = snakemake_dag(config_paths, profile_path, snakefile, cfg, targets)
+    dag, missing, schedule, planned_s = snakemake_dag(config_paths, profile_path, snakefile, cfg, targets)
     # a fine-tune's models: the largest of the generators the DAG's fine-tunes train (config key generators')
     trained = {split_variant(kind)[1].partition("-")[0] for kind in dag.get("train", {}).get("kinds", ())
                if split_variant(kind)[1]}
@@ -347,7 +352,7 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
     return {"config": " ".join(map(str, config_paths)), "experiment": cfg["name"], "device": device, "precision": cfg["precision"],
             "threads": cfg["threads"], "profile": str(profile_path) if profile_path else None, "sizes": sizes,
             "inputs_not_here": missing, "indexes": indexes, "throughputs": list(THROUGHPUTS),
-            "records": str(results / "resources") if records else None, "rules": plans, "compute": compute(plans, device, cores, schedule, records)}
+            "records": str(results / "resources") if records else None, "rules": plans, "compute": compute(plans, device, cores, schedule, records, planned_s)}
 
 
 def retriever_sizes(cfg: dict, index: dict | None) -> dict[str, dict]:
@@ -467,10 +472,11 @@ def cpu_per_job(records: list[dict], kinds: Counter, folder: Path) -> tuple[floa
 
 
 def compute(plans: list[dict], device: str, cores: int | None, schedule: list[dict] | None = None,
-            records: dict[str, list[dict]] | None = None) -> dict:
+            records: dict[str, list[dict]] | None = None, start_s: float = 0.0) -> dict:
     """The CPU time of the whole DAG from the resource records, and on device cpu the wall time on ``cores``
-    cores (default: this machine's): at least the total over the cores, and the DAG's jobs scheduled at the
-    wall times their records measured (:func:`makespan`)."""
+    cores (default: this machine's): at least the total over the cores, and Snakemake's start (``start_s``: its
+    loading and planning of the DAG, as timed here) then the DAG's jobs scheduled at the wall times their
+    records measured (:func:`makespan`)."""
     import os
 
     cores = cores or os.cpu_count() or 1
@@ -479,8 +485,8 @@ def compute(plans: list[dict], device: str, cores: int | None, schedule: list[di
     wall = None
     if measured and device == "cpu" and schedule:
         walls = [job_wall(job, (records or {}).get(job["rule"], [])) for job in schedule]
-        wall = makespan(schedule, walls, cores)
-    return {"cpu_s": cpu_s if measured else None, "cores": cores,
+        wall = start_s + makespan(schedule, walls, cores)
+    return {"cpu_s": cpu_s if measured else None, "cores": cores, "start_s": start_s,
             "not_measured": [{"rule": pl["rule"], "jobs": pl["jobs"]} for pl in plans if pl["cpu_s_per_job"] is None],
             "wall_s_at_least": cpu_s / cores if measured and device == "cpu" else None, "wall_s": wall}
 
@@ -650,9 +656,10 @@ def render_compute(plan: dict) -> list[str]:
         out.append("  not measured: " + ", ".join(f"{m['rule']} ({m['jobs']} job(s))" for m in c["not_measured"]))
     out.append(f"  in all {c['cpu_s']:,.0f} CPU s ({_dur(c['cpu_s'])})")
     if c["wall_s_at_least"] is not None:
-        out.append(f"  on {c['cores']} core(s): about {_dur(c['wall_s'])} of wall time, the DAG's jobs scheduled at the wall "
-                   f"times their records measured (at least {_dur(c['wall_s_at_least'])}, the CPU time over the cores; "
-                   "Snakemake's own time between jobs adds to both)")
+        out.append(f"  on {c['cores']} core(s): about {_dur(c['wall_s'])} of wall time, Snakemake's start ({c['start_s']:.1f} s "
+                   f"here, loading and planning the DAG) then the DAG's jobs scheduled at the wall times their records "
+                   f"measured (at least {_dur(c['wall_s_at_least'])}, the CPU time over the cores; Snakemake's own time "
+                   "between jobs adds to both)")
     else:
         out.append(f"  device {plan['device']}: the wall time is the GPUs', not bounded here")
     return out

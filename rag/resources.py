@@ -2,7 +2,7 @@
 
 Every rule's command runs as the child of ``rag-record --out FILE -- COMMAND ...`` (:func:`run_recorded`),
 which writes the job's record, ``results/<name>/resources/<rule>/<job>.json`` (``<job>``: its wildcard values
-joined by ``-``, ``<rule>`` for a rule without wildcards): its exact wall time, its exact CPU time (user +
+joined by ``-``, ``<rule>`` for a rule without wildcards): its exact wall time (the recorder's included), its exact CPU time (user +
 system of the whole process tree, from ``wait4``'s rusage at its exit, and the recorder's own), the peak
 resident memory of its largest process (the same rusage: the tree's, not the recorder's) and the peak of the sum over its tree (sampled
 every second from ``/proc``: several ranks of one job). A record's ``peak_rss_mb`` is the larger of the two.
@@ -50,10 +50,23 @@ def _sample_tree_rss(pid: int, stop: threading.Event, peak: list[int]) -> None:
             return
 
 
+def _own_age_s() -> float:
+    """Seconds since this process started, to a clock tick: the system's uptime less the process' start in
+    ticks after boot (``/proc``; psutil's ``create_time`` adds the boot time's whole seconds, off by up to
+    one); 0 where ``/proc`` has neither."""
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])  # field 22, starttime
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
 def run_recorded(out: str | os.PathLike, command: list[str]) -> int:
     """Run ``command`` as a child and wait for it; when it succeeds, write its record to ``out``
-    (atomically); its exit code (128 + N for signal N). SIGTERM and SIGINT are passed on to it."""
-    start = time.monotonic()
+    (atomically); its exit code (128 + N for signal N). SIGTERM and SIGINT are passed on to it. The wall time
+    runs from this process' start (its interpreter's and imports' fraction of a second counted, as its CPU is)."""
+    start = time.monotonic() - _own_age_s()
     try:
         child = subprocess.Popen(command)
     except OSError as exc:

@@ -359,6 +359,15 @@ def test_the_wall_time_of_a_dag_scheduled_on_its_cores():
     assert makespan(jobs, [4.0, 6.0, 1.0], 2) == 7.0
     assert makespan(jobs, [4.0, 6.0, 1.0], 1) == 11.0
     assert makespan([], [], 2) == 0.0
+    # rag.plan.compute: Snakemake's start (its loading and planning of the DAG) then the schedule
+    from rag.plan import compute
+
+    plans = [{"rule": "a", "jobs": 2, "cpu_s_per_job": 4.0}]
+    records = {"a": [{"job": "x", "wall_s": 4.0, "cpu_s": 4.0}, {"job": "y", "wall_s": 6.0, "cpu_s": 4.0}]}
+    sched = [{"rule": "a", "record": "x", "threads": 1, "deps": [], "priority": 0},
+             {"rule": "a", "record": "y", "threads": 1, "deps": [0], "priority": 0}]
+    c = compute(plans, "cpu", 2, sched, records, start_s=1.5)
+    assert c["wall_s"] == 11.5 and c["start_s"] == 1.5 and c["cpu_s"] == 8.0
 
 
 def test_each_further_retriever_is_sized(tmp_path):

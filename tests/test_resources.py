@@ -68,6 +68,10 @@ def test_rag_record_holds_the_whole_process_tree_and_its_exit_code(tmp_path):
     rec = json.loads(out.read_text())
     around = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     assert rec["cpu_s"] == pytest.approx(around, rel=0.03) and rec["cpu_s"] > 0.3  # two busy loops
+    # the recorder's own start counted: its interpreter and imports take more than these ticks before the child runs
+    quick = tmp_path / "quick.json"
+    assert subprocess.run(["rag-record", "--out", str(quick), "--", "true"]).returncode == 0
+    assert json.loads(quick.read_text())["wall_s"] >= 0.03
     assert rec["wall_s"] > 0 and rec["max_rss_mb"] > 5 and rec["tree_rss_mb"] > 5 and rec["cpu_s"] == pytest.approx(rec["user_s"] + rec["system_s"], abs=0.002)
     fail = subprocess.run(["rag-record", "--out", str(tmp_path / "no.json"), "--", sys.executable, "-c", BUSY, "3"])
     assert fail.returncode == 3 and not (tmp_path / "no.json").exists()
