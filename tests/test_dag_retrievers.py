@@ -98,8 +98,7 @@ def test_a_reranker_s_retrieval_option_reruns_its_fine_tunes_and_trains_no_cross
     counts = job_counts(out)
     assert counts["train"] == 2 and "train_reranker" not in counts, counts
     # the report names each retriever with its options: its section changes too
-    assert set(re.findall(r"config/(\w+)\.json", " ".join(re.findall(r"output: \S+/config/\w+\.json", out)))) == {
-        "retriever_rr", "report"}, out[-3000:]
+    assert set(re.findall(r"output: \S+/config/(\w+)\.json", out)) == {"retriever_rr", "report"}, out[-3000:]
     reranker = json.loads((work / "results/e2e/config/reranker_rr.json").read_text())["retrievers"]
     assert "score_scale" not in reranker["rr"]["options"] and reranker["hy"]["options"]["score_scale"] == 5.0
 

@@ -16,8 +16,8 @@ whose rule asks for 8, is set to 1 with ``--set-threads``; ``OMP_NUM_THREADS=1``
 matmul, embedding, layer norm, AdamW) are deterministic on one thread; ``torch.use_deterministic_algorithms(True)``
 is not needed on CPU (it matters for CUDA scatter/index_add kernels and cuBLAS workspaces:
 ``CUBLAS_WORKSPACE_CONFIG=:4096:8``). With several intra-op threads, float reductions can split differently and
-change the last bits: pretraining on two threads gave the CI machine a generator with other bytes three times
-(the fine-tunes' losses then differ from their baseline's in the last bit), never the development machine
+change the last bits: pretraining on two threads gave the CI machine other bytes three times (once seen as
+the fine-tunes' losses differing in the last bit, before the upstream was compared), never the development machine
 (15 runs of this test, 6 re-runs of pretraining and both fine-tunes, 5 of them with three busy loops on the
 two cores), with Intel's MKL reproducibility conditions set by ``import rag`` (``MKL_CBWR=AUTO``,
 ``MKL_DYNAMIC=FALSE``, ``OMP_DYNAMIC=FALSE``) or not. So what this test holds is one thread per job; a
