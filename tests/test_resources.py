@@ -67,7 +67,9 @@ def test_rag_record_holds_the_whole_process_tree_and_its_exit_code(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rec = json.loads(out.read_text())
     around = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    assert rec["cpu_s"] == pytest.approx(around, rel=0.03) and rec["cpu_s"] > 0.3  # two busy loops
+    # two busy loops; what the record cannot hold is its own writing (the recorder ends at once after it, its
+    # interpreter's teardown skipped): 0.3-0.5 % here, against 2-6 % with the teardown
+    assert rec["cpu_s"] == pytest.approx(around, rel=0.03) and rec["cpu_s"] > 0.3
     # the recorder's own start counted: its interpreter and imports (about 0.15 s here) come before the child runs
     quick = tmp_path / "quick.json"
     assert subprocess.run(["rag-record", "--out", str(quick), "--", "true"]).returncode == 0
