@@ -248,3 +248,19 @@ def test_the_reranker_s_rule_section_leaves_out_what_only_its_retrieval_reads():
         got = sections(edited)
         assert got["retriever_rerank"] != base["retriever_rerank"]
         assert (got["reranker_rerank"] == base["reranker_rerank"]) is same, key
+
+
+def test_the_readme_s_e5_retriever_and_reranker_are_a_valid_config():
+    """The README's example (an e5-style retriever, a pretrained cross-encoder reranking its top 20) loads as
+    written: its keys are the config's, and the reranker runs the frozen variants of NQ."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    example = yaml.safe_load(re.search(r"```yaml\n(retriever:.*?)```", readme, re.S).group(1))
+    cfg = load_config({**copy.deepcopy(BASE), **example}, check_files=False)
+    assert cfg["retriever"]["query_prefix"] == "query: " and cfg["retriever"]["passage_prefix"] == "passage: "
+    assert cfg["retrievers"]["rr"]["options"]["depth"] == 20 and cfg["retrievers"]["rr"]["options"]["train_steps"] == 0
+    assert retriever_runs(cfg) == [("nq", "rag_token_frozen+rr"), ("nq", "rag_sequence_frozen+rr")]
