@@ -25,7 +25,7 @@ from rag.io import MAX_CONFIG_VALUES, alias_bomb, not_a_file, read_json, read_ya
 from rag.precision import check as check_precision
 from rag.sections import (CorpusSection, DataSection, EncodeSection, EvalSection, ExperimentsSection, GeneratorSection,
                           IndexSection, TaskDeclaration, TrainSection, task_decode)
-from rag.tasks import BUILTIN_TASKS, ROLES, TASKS, declare_tasks
+from rag.tasks import BUILTIN_TASKS, ROLES, TASKS, declare_tasks, family_spec
 
 
 def read_config_file(path: str | Path) -> dict:
@@ -197,7 +197,7 @@ def check_models(cfg: dict) -> None:
         if problem is not None:
             raise ConfigError(f"config key '{key}': {name!r:.200}: {problem}")
         held = model_family(name)
-        if family in ("seq2seq", "causal_lm") and held != family:
+        if family is not None and held != family:
             raise ConfigError(f"config key '{key}': {name!r:.200} holds a {held} model, and {key.rpartition('.')[0]}.family "
                               f"is {family}")
 
@@ -322,11 +322,11 @@ def _check_generator(g: dict, where: str) -> None:
         raise ConfigError(f"config key '{where}.pretrain_absent': shares of the restated-fact examples add up to more than 1 "
                           f"(pretrain_claims {g['pretrain_claims']} + pretrain_sentences {g['pretrain_sentences']} "
                           f"+ pretrain_absent {g['pretrain_absent']})")
-    if g["family"] == "causal_lm" and g["init"] == "scratch":
-        for key, off in (("copy_next", "false"), ("local_context", "0"), ("exact_match", "false")):
-            if g[key]:
-                raise ConfigError(f"config key '{where}.{key}': a feature of the seq2seq copy generator only (its "
-                                  f"encoder and decoder); with {where}.family causal_lm set {where}.{key}: {off}")
+    family = family_spec(g["family"])
+    for key, off in family.scratch_off if g["init"] == "scratch" else ():
+        if g[key]:
+            raise ConfigError(f"config key '{where}.{key}': {family.scratch_off_why}; with {where}.family {family.name} "
+                              f"set {where}.{key}: {off}")
 
 
 def _check_further_tasks(cfg: dict, tasks: list[str], where: str, what: str) -> None:
@@ -465,9 +465,7 @@ def generator_summary(g: dict) -> str:
     """A generator group in a few words (the report's scale summary)."""
     if g["init"] == "pretrained":
         return g.get("name_or_path")
-    if g["family"] == "causal_lm":
-        return f"decoder-only Llama from scratch (d_model {g['d_model']}, {g['layers']} layer{'s' * (g['layers'] != 1)})"
-    return f"BART from scratch (d_model {g['d_model']}, {g['layers']}+{g['layers']} layers)"
+    return family_spec(g["family"]).scratch_summary.format(**g, s="s" * (g["layers"] != 1))
 
 
 MINIWORLD_MAX_ENTITIES = 20_000  # the default world has 500; 2,400 take about 25 s to write

@@ -419,14 +419,29 @@ class FamilySpec:
     name: str
     generator: str  # "module:Class" of its rag.models.interface.Generator
     description: str = ""
+    # what the config and a model folder are checked and summarised with, read without importing the family's
+    # module (the workflow checks a config as it plans the DAG): whether a folder of the family is an
+    # encoder-decoder (config.json is_encoder_decoder, where it names no family); whether the LoRA keys and
+    # gradient_checkpointing apply; init scratch in the report's words (the generator group's keys, {s}: the
+    # plural of layers); the generator keys its scratch model lacks, each with the value that sets it off, and why
+    encoder_decoder: bool = True
+    lora: bool = False
+    scratch_summary: str = ""
+    scratch_off: tuple[tuple[str, str], ...] = ()
+    scratch_off_why: str = ""
 
 
 # config key generator.family
 GENERATOR_FAMILIES: dict[str, FamilySpec] = {f.name: f for f in (
     FamilySpec("seq2seq", "rag.models.generator:Seq2SeqGenerator",
-               "an encoder-decoder (BART, the copy generator): the source is title / text // question"),
+               "an encoder-decoder (BART, the copy generator): the source is title / text // question",
+               scratch_summary="BART from scratch (d_model {d_model}, {layers}+{layers} layers)"),
     FamilySpec("causal_lm", "rag.models.causal_lm:CausalLMGenerator",
-               "any decoder-only language model (AutoModelForCausalLM): the source is a prompt (generator.prompt_template)"),
+               "any decoder-only language model (AutoModelForCausalLM): the source is a prompt (generator.prompt_template)",
+               encoder_decoder=False, lora=True,
+               scratch_summary="decoder-only Llama from scratch (d_model {d_model}, {layers} layer{s})",
+               scratch_off=(("copy_next", "false"), ("local_context", "0"), ("exact_match", "false")),
+               scratch_off_why="a feature of the seq2seq copy generator only (its encoder and decoder)"),
 )}
 
 

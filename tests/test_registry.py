@@ -447,3 +447,34 @@ def test_no_task_names_outside_the_registry_and_miniworld(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text('a = "nq"\nb = f"{R}/runs/fever2/x"\nc = section("train_jeopardy")\nd = "nq-base model"\n')
     assert [line for line, _ in _task_names_in_strings(probe)] == [1, 2, 3]
+
+
+def _family_names_in_strings(path):
+    """(line, string) of each string literal in ``path`` that is a generator family's name."""
+    import io
+    import tokenize
+
+    from rag.tasks import GENERATOR_FAMILIES
+
+    return [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline)
+            if tok.type == tokenize.STRING and re.sub(r"^[rbfuRBFU]*('''|\"\"\"|'|\")", "", tok.string)[:-1].strip("'\"")
+            in GENERATOR_FAMILIES]
+
+
+def test_no_generator_family_named_outside_its_files_and_the_registry(tmp_path):
+    """What differs between generator families (building, copying, checking, sizing, summarising) is asked of the
+    family (rag/tasks.py FamilySpec, its Generator class): no `family == "..."` outside the family files and the
+    registry. Besides them, the config key's default (rag/config_keys.py) and the throughputs rag plan scales
+    (rag/plan.py: each measured row names the model it was measured on) name one."""
+    allowed = {"rag/tasks.py", "rag/models/generator.py", "rag/models/causal_lm.py", "rag/config_keys.py"}
+    files = [*ROOT.glob("rag/**/*.py"), *ROOT.glob("workflow/**/*.smk"), *ROOT.glob("workflow/**/*.py"), ROOT / "Snakefile",
+             *ROOT.glob("benchmarks/**/*.py"), *ROOT.glob("scripts/**/*.py")]
+    found = {f"{p.relative_to(ROOT).as_posix()}:{line}": s for p in files if p.relative_to(ROOT).as_posix() not in allowed
+             for line, s in _family_names_in_strings(p)}
+    measured = {k for k in found if k.startswith("rag/plan.py:")}
+    rows = (ROOT / "rag/plan.py").read_text().splitlines()
+    assert len(measured) == 2 and all('"family": "seq2seq"' in rows[int(k.split(":")[1]) - 1] for k in measured)
+    assert {k: v for k, v in found.items() if k not in measured} == {}
+    probe = tmp_path / "probe.py"
+    probe.write_text('if g["family"] == "causal_lm":\n    x = "seq2seq model"\ny = ("seq2seq",)\n')
+    assert [line for line, _ in _family_names_in_strings(probe)] == [1, 3]

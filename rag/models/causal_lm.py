@@ -117,6 +117,15 @@ class CausalLMGenerator(Generator):
 
     SETTINGS_KEY = "rag_generator"
     auto_class, copy_class = AutoModelForCausalLM, CopyLlama
+    scratch_what = "a Llama from scratch"
+
+    @staticmethod
+    def scratch_config(*sizes, **more):
+        return scratch_config(*sizes, **more)
+
+    @classmethod
+    def from_scratch(cls, tokenizer, g, device) -> "CausalLMGenerator":
+        return cls.from_options(build_causal_lm(tokenizer, g).to(device), tokenizer, g)
 
     def __init__(self, model, tokenizer, max_source_len: int, max_target_len: int, template: str = DEFAULT_TEMPLATE,
                  lora: dict | None = None, gradient_checkpointing: bool = False):

@@ -70,8 +70,11 @@ def folder_problem(path: str | Path) -> str | None:
 def model_family(path: str | Path) -> str:
     """The generator family of the model folder ``path`` (rag/tasks.py GENERATOR_FAMILIES): the one its
     ``config.json`` names (:data:`FAMILY_KEY`), else seq2seq for an encoder-decoder, causal_lm for the rest."""
+    from rag.tasks import GENERATOR_FAMILIES
+
     config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
-    return config.get(FAMILY_KEY) or ("seq2seq" if config.get("is_encoder_decoder") else "causal_lm")
+    by_shape = (f.name for f in GENERATOR_FAMILIES.values() if f.encoder_decoder == bool(config.get("is_encoder_decoder")))
+    return config.get(FAMILY_KEY) or next(by_shape)
 
 
 @contextlib.contextmanager

@@ -230,6 +230,13 @@ class Seq2SeqGenerator(Generator):
     transformers' RagRetriever builds it, the target the decoder's input from its start token on."""
 
     auto_class, copy_class, copy_settings = AutoModelForSeq2SeqLM, CopyBart, COPY_SETTINGS
+    scratch_what = "BART from scratch"
+    scratch_config = staticmethod(scratch_config)
+
+    @classmethod
+    def from_scratch(cls, tokenizer, g, device) -> "Seq2SeqGenerator":
+        # pretraining targets are not truncated
+        return cls(build_bart(tokenizer, g).to(device), tokenizer, g.max_source_len, None)
 
     @classmethod
     def load(cls, path, device, max_source_len, max_target_len) -> "Seq2SeqGenerator":

@@ -39,6 +39,7 @@ class Generator(ABC):
     auto_class: type
     copy_class: type
     copy_settings: tuple[str, ...] = ()
+    scratch_what: str = ""  # the model init scratch builds, in words (rag plan's sizing)
 
     def __init__(self, model: torch.nn.Module, tokenizer, max_source_len: int, max_target_len: int | None):
         self.model = model
@@ -51,6 +52,27 @@ class Generator(ABC):
     @abstractmethod
     def load(cls, path: str | Path, device: str, max_source_len: int, max_target_len: int) -> "Generator":
         """The generator saved in the folder (or hub name) ``path``, on ``device``."""
+
+    @classmethod
+    def from_options(cls, model: torch.nn.Module, tokenizer, g) -> "Generator":
+        """``model`` and ``tokenizer`` with the settings of the ``generator`` config group ``g``."""
+        return cls(model, tokenizer, g.max_source_len, g.max_target_len)
+
+    @classmethod
+    def from_scratch(cls, tokenizer, g, device: str) -> "Generator":
+        """A new model of the sizes and features of the ``generator`` config group ``g`` on ``tokenizer``'s
+        vocabulary, on ``device``: the generator pretraining builds (a family that builds none: a ConfigError)."""
+        from rag.errors import ConfigError
+
+        raise ConfigError(f"config key 'generator.init': generator family {g.family} builds no model from scratch; "
+                          "set init: pretrained and name_or_path")
+
+    @staticmethod
+    def scratch_config(vocab_size: int, d_model: int, layers: int, heads: int, ffn: int, max_source_len: int,
+                       max_target_len: int, **more):
+        """The transformers configuration of a scratch model of these sizes (``more``: further fields); None: the
+        family builds none."""
+        return None
 
     @classmethod
     def load_model(cls, path: str | Path, device: str = "cpu"):

@@ -61,18 +61,16 @@ def generator_architecture(g: dict):
     """(config, where from) of the generator section ``g``: a named model's, the scratch causal
     LM's, or the scratch BART's sizes (its copy generator's extra layers, a few d_model x d_model
     matrices, not counted)."""
+    from rag.models.interface import generator_class
+
     if g["init"] == "pretrained":
         return architecture(g["name_or_path"])
-    if g["family"] == "causal_lm":
-        from rag.models.causal_lm import scratch_config
-
-        what = "a Llama from scratch"
-    else:
-        from rag.models.generator import scratch_config
-
-        what = "BART from scratch"
+    family = generator_class(g["family"])
     sizes = (g[k] for k in ("vocab_size", "d_model", "layers", "heads", "ffn", "max_source_len", "max_target_len"))
-    return scratch_config(*sizes), f"generator.d_model, layers, heads, ffn and vocab_size ({what})"
+    config = family.scratch_config(*sizes)
+    if config is None:
+        return None, f"generator family {g['family']} builds no model from scratch"
+    return config, f"generator.d_model, layers, heads, ffn and vocab_size ({family.scratch_what})"
 
 
 def parameters(config, head: bool = True, lora: dict | None = None) -> tuple[int, int]:
@@ -174,13 +172,16 @@ def fine_tune_memory(cfg: dict) -> dict:
     qenc, qenc_from = architecture(r["question_encoder"])
     if gen is None or qenc is None:
         return {"why": gen_from if gen is None else qenc_from}
+    from rag.tasks import family_spec
+
+    adapted = family_spec(g["family"]).lora
     lora = ({"rank": g["lora_rank"], "alpha": g["lora_alpha"], "target_modules": g["lora_target_modules"]}
-            if g["family"] == "causal_lm" and g["lora_rank"] else None)
+            if adapted and g["lora_rank"] else None)
     gen_params, gen_trained = parameters(gen, lora=lora)
     q_params, _ = parameters(qenc, head=False)
     per_process = max(1, t["batch_size"] // t["ddp_processes"])
     sources, src, tgt = per_process * t["k"], g["max_source_len"], g["max_target_len"]
-    checkpointing = g["family"] == "causal_lm" and g["gradient_checkpointing"]
+    checkpointing = adapted and g["gradient_checkpointing"]
     trained = gen_trained + q_params
     parts = {"weights": 4 * (gen_params + q_params), "gradients": 4 * trained, "optimizer": 8 * trained,
              "activations": activation_bytes(gen, cfg["precision"], sources, src, tgt, checkpointing),
@@ -203,9 +204,10 @@ def check_lora(cfg: dict) -> None:
     where LoRA is configured: the workflow checks it in the process that plans the DAG."""
     from rag.config import generator_groups
     from rag.errors import ConfigError
+    from rag.tasks import family_spec
 
     for where, g in generator_groups(cfg):
-        if g["family"] != "causal_lm" or not g["lora_rank"]:
+        if not family_spec(g["family"]).lora or not g["lora_rank"]:
             continue
         config, _ = generator_architecture(g)
         if config is None:

@@ -20,9 +20,8 @@ def copy_pretrained_generator(cfg: GeneratorSection, out: str | Path) -> None:
     g = cfg.generator
     family = generator_class(g.family)
     model, tok = family.load_model(g.name_or_path)
-    save = family.from_options(model, tok, g).save if g.family == "causal_lm" else model.save_pretrained
     with atomic_dir(out) as tmp:
-        save(tmp)
+        family.from_options(model, tok, g).save(tmp)
         tok.save_pretrained(tmp)
         write_json(tmp / "pretrain.json", {"init": "pretrained", "name_or_path": g.name_or_path})
 
@@ -33,7 +32,7 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
     on ``device`` and pretrain it (:func:`rag.training.pretrain`, also on ``restatements``), resumable
     from ``checkpoint_dir``; writes the folder ``out`` with ``pretrain.json``."""
     from rag.data.corpus import read_passages
-    from rag.models.generator import Seq2SeqGenerator, build_bart
+    from rag.models.interface import generator_class
     from rag.models.pretraining_data import Restatements
     from rag.models.tokenizer import label_token, save_tokenizer, train_tokenizer
     from rag.tasks import FEVER3_LABELS
@@ -68,12 +67,7 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
     with hold, atomic_dir(out) as tmp:
         tok = train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g.vocab_size,
                                 [label_token(lb) for lb in FEVER3_LABELS], tmp)
-        if g.family == "causal_lm":
-            from rag.models.causal_lm import CausalLMGenerator, build_causal_lm
-
-            generator = CausalLMGenerator.from_options(build_causal_lm(tok, g).to(device), tok, g)
-        else:  # pretraining targets are not truncated
-            generator = Seq2SeqGenerator(build_bart(tok, g).to(device), tok, g.max_source_len, None)
+        generator = generator_class(g.family).from_scratch(tok, g, device)
         t = time.time()
         losses = pretrain(generator.model, tok, titles, texts, g.pretrain_steps, g.pretrain_batch_size, g.pretrain_lr,
                             g.max_source_len, cfg.seed, precision=cfg.precision,
