@@ -66,9 +66,10 @@ def Bool(**kw) -> dict:
     return _key({"type": "boolean"}, **kw)
 
 
-def Enum(values, **kw) -> dict:
-    """One of the strings ``values`` (a callable: read when the schema is built)."""
-    return _key({"enum": values if callable(values) else list(values)}, **kw)
+def Enum(values, renamed: dict[str, str] | None = None, **kw) -> dict:
+    """One of the strings ``values`` (a callable: read when the schema is built); ``renamed``: old name -> the
+    value it is now, named in the error of a value given by its old name."""
+    return _key({"enum": values if callable(values) else list(values), **({"x-renamed": renamed} if renamed else {})}, **kw)
 
 
 def List(items: dict, min_items: int | None = None, unique: bool = False, **kw) -> dict:
@@ -280,6 +281,9 @@ def describe(err, root: dict, prefix: str = "") -> str:
         return f"config key '{dotted([*err.absolute_path, missing[0]], prefix)}' is missing"
     if err.validator == "propertyNames":
         return f"{key}: unknown name {err.instance!r} ({err.message})"
+    if err.validator == "enum" and isinstance(err.instance, str) and err.instance in err.schema.get("x-renamed", {}):
+        new = err.schema["x-renamed"][err.instance]
+        return f"config key '{key}': {err.instance!r} is renamed {new!r}: write {new}"
     if err.validator == "enum":
         return f"config key '{key}': {err.instance!r} is not one of {err.validator_value}"
     if err.validator == "anyOf":

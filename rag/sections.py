@@ -344,26 +344,26 @@ class Decode(Section):
 
     sequence: DecodeOptions
     token: DecodeOptions
-    bart: DecodeOptions
+    closed_book: DecodeOptions
 
     @classmethod
     def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:
-        return {model: task_decode(cfg, task, model) for model in ("sequence", "token", "bart")}
+        return {model: task_decode(cfg, task, model) for model in ("sequence", "token", "closed_book")}
 
     def of(self, model: str) -> DecodeOptions:
-        return {"sequence": self.sequence, "token": self.token, "bart": self.bart}[model]
+        return {"sequence": self.sequence, "token": self.token, "closed_book": self.closed_book}[model]
 
 
 
 def task_decode(cfg: Mapping, task: str, model: str) -> dict:
-    """The test-time decoding settings of ``task`` for a model kind (sequence | token | bart)."""
+    """The test-time decoding settings of ``task`` for a model kind (sequence | token | closed_book)."""
     from rag.tasks import TASKS
 
     spec = TASKS[task]
     key = "decode_token" if model == "token" else "decode_sequence"
     base = dict(spec.decode_token if model == "token" else spec.decode_sequence)
     base.update(cfg["tasks"][task].get(key, {}))
-    if model == "bart":
+    if model == "closed_book":
         base["method"] = "beam" if base["method"] in ("fast", "beam") else "greedy"
     return base
 

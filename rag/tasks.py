@@ -91,7 +91,7 @@ class TaskSpec:
 @dataclass(frozen=True)
 class VariantSpec:
     name: str
-    model: str  # sequence | token | bart: how the generator marginalizes over documents
+    model: str  # sequence | token | closed_book: how the generator marginalizes over documents
     retriever: str | None  # a name of RETRIEVERS; None: no retrieval (the closed-book BART baseline)
     train_question_encoder: bool  # fine-tune the question encoder (only a dense retriever has one)
     display: str = ""  # the report's (and the paper's) row label
@@ -404,12 +404,14 @@ RETRIEVER_SEP = "+"
 VARIANTS: dict[str, VariantSpec] = {v.name: v for v in (
     VariantSpec("rag_sequence", "sequence", "dense", True, "RAG-Sequence"),
     VariantSpec("rag_token", "token", "dense", True, "RAG-Token"),
-    VariantSpec("bart", "bart", None, False, "BART"),
+    VariantSpec("closed_book", "closed_book", None, False, "BART"),
     VariantSpec("rag_sequence_frozen", "sequence", "dense", False, "RAG-Sequence-Frozen"),
     VariantSpec("rag_token_frozen", "token", "dense", False, "RAG-Token-Frozen"),
     VariantSpec("rag_sequence_bm25", "sequence", "bm25", False, "RAG-Sequence-BM25"),
     VariantSpec("rag_token_bm25", "token", "bm25", False, "RAG-Token-BM25"),
 )}
+# variants once named otherwise: old name -> the variant (a config, band file or command naming the old one is told)
+RENAMED_VARIANTS = {"bart": "closed_book"}
 
 
 @dataclass(frozen=True)
@@ -483,6 +485,8 @@ def variant_spec(name: str) -> VariantSpec:
 
     base, generator = split_variant(name)
     retriever = variant_retriever(name)
+    if base in RENAMED_VARIANTS:
+        raise ConfigError(f"variant {base!r} is renamed {RENAMED_VARIANTS[base]!r}: write {RENAMED_VARIANTS[base]}")
     spec = _spec(VARIANTS, "variant", base)
     if generator is None and retriever is None:
         return spec

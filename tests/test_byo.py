@@ -29,7 +29,7 @@ def test_byo_example_runs_its_own_task_end_to_end(tmp_path, byo_beside_e2e):
     assert rows[1].startswith("ada_0\tAda Lovelace\tAda Lovelace was")
     test = [json.loads(x) for x in (out / "data/byo_qa/test.jsonl").read_text().splitlines()]
     assert test[0]["targets"] == ["Charles Babbage", "Babbage"]
-    for variant in ("rag_token", "bart"):
+    for variant in ("rag_token", "closed_book"):
         metrics = json.loads((out / f"runs/byo_qa/{variant}/seed1/test/metrics.json").read_text())
         assert metrics["task"] == "byo_qa" and set(metrics["metrics"]) == {"em"}
     assert (out / "experiments/topk/byo_qa/rag_token/seed1.json").is_file()

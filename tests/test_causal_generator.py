@@ -56,7 +56,7 @@ def world():
 # ---------------------------------------------------------------- the reference
 def prompts(system, questions, k):
     """The retrieval (scores with their gradient) and each (question, document)'s prompt ids."""
-    if system.model_kind == "bart":
+    if system.model_kind == "closed_book":
         return None, [[system.tokenizer(system.gen.question_text(q))["input_ids"]] for q in questions]
     got = system.retrieve(questions, k)
     p = system.passages
@@ -96,14 +96,14 @@ def reference_nll(system, questions, answers, k, epsilon=0.0) -> torch.Tensor:
 
 
 def system_nll(system, questions, answers, k, epsilon=0.0) -> torch.Tensor:
-    got = None if system.model_kind == "bart" else system.retrieve(questions, k)
+    got = None if system.model_kind == "closed_book" else system.retrieve(questions, k)
     src, mask = system.gen.tokenize_sources(system.source_texts(questions, got))
     return system.marginal_nll(src, mask, None if got is None else got.scores, system.tokenize_targets(answers), epsilon)
 
 
 # ---------------------------------------------------------------- training
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("kind", ["sequence", "token", "bart"])
+@pytest.mark.parametrize("kind", ["sequence", "token", "closed_book"])
 @pytest.mark.parametrize("chunks", ["one", "per_row"])
 def test_nll_equals_a_plain_forward_of_each_prompt_and_target(world, arch, kind, chunks):
     system = make_system(world, arch, kind)
@@ -206,7 +206,7 @@ def seqs():
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("kind,method", [("token", "beam"), ("sequence", "thorough"), ("sequence", "fast"), ("bart", "beam")])
+@pytest.mark.parametrize("kind,method", [("token", "beam"), ("sequence", "thorough"), ("sequence", "fast"), ("closed_book", "beam")])
 def test_beam_wide_enough_is_the_exhaustive_argmax(small_world, seqs, arch, kind, method):
     # (the candidate scoring reads the prompt one token sequence at a time: two questions suffice)
     system = make_system(small_world, arch, kind, words=WORDS, seed=5)
@@ -220,7 +220,7 @@ def test_beam_wide_enough_is_the_exhaustive_argmax(small_world, seqs, arch, kind
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("kind", ["token", "sequence", "bart"])
+@pytest.mark.parametrize("kind", ["token", "sequence", "closed_book"])
 def test_greedy_follows_the_argmax_of_the_plain_forwards(small_world, arch, kind):
     # RAG-Token: the marginal next-token distribution; RAG-Sequence greedy: the top document alone
     system = make_system(small_world, arch, kind, words=WORDS, seed=5)

@@ -169,7 +169,7 @@ def test_e2e_causal_lm_from_scratch(tmp_path):
     out = tmp_path / "results" / "e2e_causal"
     assert saved_family(out / "generator" / "model") == "causal_lm"
     assert json.loads((out / "generator" / "model" / "pretrain.json").read_text())["init"] == "scratch"
-    for variant in ("rag_sequence", "rag_token", "bart"):
+    for variant in ("rag_sequence", "rag_token", "closed_book"):
         assert saved_family(out / "runs" / "nq" / variant / "seed1" / "model" / "generator") == "causal_lm"
         for split in ("dev", "test"):
             m = json.loads((out / "runs" / "nq" / variant / "seed1" / split / "metrics.json").read_text())
@@ -179,7 +179,7 @@ def test_e2e_causal_lm_from_scratch(tmp_path):
     # the further generator (config key generators): a seq2seq BART pretrained beside the causal LM, fine-tuned
     # as <variant>@s2s; generator's runs are those of the default target, the report sets both side by side
     assert saved_family(out / "generators" / "s2s" / "model") == "seq2seq"
-    for variant in ("rag_token@s2s", "rag_token_frozen@s2s", "bart@s2s"):
+    for variant in ("rag_token@s2s", "rag_token_frozen@s2s", "closed_book@s2s"):
         assert saved_family(out / "runs" / "nq" / variant / "seed1" / "model" / "generator") == "seq2seq"
         m = json.loads((out / "runs" / "nq" / variant / "seed1" / "test" / "metrics.json").read_text())
         assert m["variant"] == variant and m["n"] == 4

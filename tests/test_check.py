@@ -15,7 +15,7 @@ from rag.report.bands import band_multiplier, experiment_values, load_bands, mak
 RUNS = {
     ("nq", "rag_token", "test"): {"em": [74.0, 76.0, 75.0], "answer_recall@1": [70.0, 71.0, 72.0]},
     ("nq", "rag_token", "dev"): {"em": [70.0, 72.0, 74.0]},
-    ("nq", "bart", "test"): {"em": [1.3]},
+    ("nq", "closed_book", "test"): {"em": [1.3]},
     ("msmarco", "rag_sequence", "test"): {"rougeL": [60.2], "bleu1": [55.0]},
 }
 
@@ -51,7 +51,7 @@ def record_runs(root: Path, seeds: dict[tuple[str, str], int]) -> None:
 REPLICATE = {
     ("nq", "rag_token", "test"): {"em": [74.0, 76.0, 75.0, 75.0, 74.0, 76.0], "answer_recall@1": [70.0, 71.0, 72.0, 71.0, 70.0, 72.0]},
     ("nq", "rag_token", "dev"): {"em": [70.0, 72.0, 74.0, 72.0, 71.0, 73.0]},
-    ("nq", "bart", "test"): {"em": [1.3, 1.3, 1.3, 1.3, 1.3, 1.3]},
+    ("nq", "closed_book", "test"): {"em": [1.3, 1.3, 1.3, 1.3, 1.3, 1.3]},
     ("msmarco", "rag_sequence", "test"): {"rougeL": [60.2, 61.2, 59.2, 60.2, 61.2, 59.2], "bleu1": [55.0, 57.0, 53.0, 55.0, 57.0, 53.0]},
 }
 
@@ -80,8 +80,8 @@ def test_bands_come_from_the_training_spread_on_one_world(tmp_path):
     assert "6 seeds measured, the default runs 3" in em.source and "10 df" in em.source
     # a closed-book model that answers the same on every seed lends no spread and borrows none: two
     # test examples' worth (200 / 300 points)
-    bart = by[("nq", "bart", "test", "em")]
-    assert bart.tolerance == pytest.approx(200 / 300, abs=0.01) and bart.seeds == 1 and "two test examples" in bart.source
+    closed_book = by[("nq", "closed_book", "test", "em")]
+    assert closed_book.tolerance == pytest.approx(200 / 300, abs=0.01) and closed_book.seeds == 1 and "two test examples" in closed_book.source
     # a one-seed run: its own SD over six seeds, a 1-seed value against the 6-seed mean
     bleu = by[("msmarco", "rag_sequence", "test", "bleu1")]
     k5 = band_multiplier(5, 6)
@@ -108,12 +108,12 @@ def test_a_cell_wider_than_10_points_is_listed_unchecked_with_the_seeds_it_needs
     """A one-seed cell whose training moves it by 10 points (SD) gets a band far wider than 10
     points: it would miss a 10-point drop, so the band file lists it under unchecked: with its reason
     and how many seeds would check it, and rag check counts it apart."""
-    rep = {**REPLICATE, ("nq", "bart", "test"): {"em": [1.3, 11.3, 21.3, 1.3, 11.3, 21.3]}}
+    rep = {**REPLICATE, ("nq", "closed_book", "test"): {"em": [1.3, 11.3, 21.3, 1.3, 11.3, 21.3]}}
     out = bands_file(tmp_path, replicate=rep)
     header, bands = load_bands(out)
-    assert ("nq", "bart", "test", "em") not in {b.cell for b in bands} and len(bands) == 5
+    assert ("nq", "closed_book", "test", "em") not in {b.cell for b in bands} and len(bands) == 5
     (entry,) = header["unchecked"]
-    assert entry["cell"] == "nq/bart/test/em" and entry["tolerance"] > 10
+    assert entry["cell"] == "nq/closed_book/test/em" and entry["tolerance"] > 10
     assert "wider than 10 points" in entry["why"] and "more than 20 seeds would check it" in entry["why"]
     assert all(b.tolerance <= 10 for b in bands)
     # Bonferroni over the 5 cells a check tests, not the 6 with a measured spread: a narrower t
@@ -136,7 +136,7 @@ def test_a_cell_without_a_replicate_is_unchecked_and_a_replicate_of_another_worl
     header, bands = load_bands(out)
     # the several-seed cells measure their own spread; the one-seed cells have none
     assert {b.cell for b in bands} == {c + (m,) for c, ms in RUNS.items() for m in ms if len(ms[m]) > 1}
-    assert {e["cell"] for e in header["unchecked"]} == {"nq/bart/test/em", "msmarco/rag_sequence/test/rougeL",
+    assert {e["cell"] for e in header["unchecked"]} == {"nq/closed_book/test/em", "msmarco/rag_sequence/test/rougeL",
                                                         "msmarco/rag_sequence/test/bleu1"}
     assert all("no training spread" in e["why"] for e in header["unchecked"])
     rep = tmp_path / "rep"
@@ -249,15 +249,15 @@ def test_a_check_of_another_world_says_whose_bands_they_are(tmp_path, capsys):
 
 def test_a_check_that_matches_no_run_fails(tmp_path, capsys):
     bands = bands_file(tmp_path)
-    files = fabricate(tmp_path / "other_task", runs={("fever3", "bart", "test"): {"accuracy": [40.0]}})
+    files = fabricate(tmp_path / "other_task", runs={("fever3", "closed_book", "test"): {"accuracy": [40.0]}})
     assert main(["check", "--bands", str(bands), "--metrics", *map(str, files)]) == 1
     assert "none of the" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("entry,message", [
     ({"task": "nq"}, "missing variant"),
-    ({"task": "nq", "variant": "bart", "split": "test", "metric": "em", "expected": 1, "tolerance": -1}, "'tolerance' must be"),
-    ({"task": "nq", "variant": "bart", "split": "test", "metric": "em", "expected": "x", "tolerance": 1}, "'expected' must be"),
+    ({"task": "nq", "variant": "closed_book", "split": "test", "metric": "em", "expected": 1, "tolerance": -1}, "'tolerance' must be"),
+    ({"task": "nq", "variant": "closed_book", "split": "test", "metric": "em", "expected": "x", "tolerance": 1}, "'expected' must be"),
 ])
 def test_a_bad_band_file_is_one_line_naming_the_entry(tmp_path, entry, message):
     from rag.errors import DataError

@@ -112,24 +112,24 @@ def _fake_experiment(root, seeds=(1, 2, 3), n=30, generators=()):
         path.write_text(json.dumps(obj) if not isinstance(obj, list) else "".join(json.dumps(r) + "\n" for r in obj))
         return path
 
-    runs = {"nq": ["rag_token", "rag_sequence", "rag_token_frozen", "rag_sequence_frozen", "rag_token_bm25", "bart"],
+    runs = {"nq": ["rag_token", "rag_sequence", "rag_token_frozen", "rag_sequence_frozen", "rag_token_bm25", "closed_book"],
             "triviaqa": ["rag_token", "rag_sequence", "rag_token_frozen", "rag_sequence_frozen"],
-            "fever3": ["rag_token", "bart"], "fever2": ["rag_token", "bart"], "jeopardy": ["rag_token", "bart"]}
+            "fever3": ["rag_token", "closed_book"], "fever2": ["rag_token", "closed_book"], "jeopardy": ["rag_token", "closed_book"]}
     for task in ("nq", "triviaqa"):
         runs[task] += [f"{v}@{g}" for g in generators for v in ("rag_token", "rag_sequence", "rag_token_frozen",
-                                                                   "rag_sequence_frozen", "bart")]
+                                                                   "rag_sequence_frozen", "closed_book")]
     for task, variants in runs.items():
         for variant in variants:
             base = variant.partition("@")[0]
-            for seed in (seeds if base != "bart" else seeds[:1]):
+            for seed in (seeds if base != "closed_book" else seeds[:1]):
                 rows = []
                 for j in range(n):
                     label = task.startswith("fever")
                     target = ["SUPPORTS"] if label else ([f"clue {j}"] if task == "jeopardy" else ["answer"])
-                    right = rng.random() < (0.8 if "frozen" not in variant and base != "bart" else 0.4)
+                    right = rng.random() < (0.8 if "frozen" not in variant and base != "closed_book" else 0.4)
                     rows.append({"id": f"{task}-{j:03d}", "input": "q", "targets": target,
                                  "prediction": target[0] if right else ("REFUTES" if label else f"word {j} {seed}"),
-                                 "doc_ids": [] if base == "bart" else [f"p{(j + k + (0 if right else 1)) % 8}" for k in range(5)]})
+                                 "doc_ids": [] if base == "closed_book" else [f"p{(j + k + (0 if right else 1)) % 8}" for k in range(5)]})
                 d = root / "runs" / task / variant / f"seed{seed}" / "test"
                 metrics.append(write(d / "metrics.json", {"task": task, "variant": variant, "split": "test", "seed": seed,
                                                            "n": n, "metrics": {}}))

@@ -66,12 +66,12 @@ def test_paper_config_is_valid(root, tmp_path, monkeypatch):
         (lambda c: c["tasks"]["msmarco"].update(variants=["rag_token", "rag_fusion"]),
          "config key 'tasks.msmarco.variants.1': 'rag_fusion' is not one of"),
         (lambda c: c["tasks"]["msmarco"].update(variants=[]), "config key 'tasks.msmarco.variants'"),
-        (lambda c: (c.update(variants=["rag_token", "bart"]), [t.pop("variants", None) for t in c["tasks"].values()],
+        (lambda c: (c.update(variants=["rag_token", "closed_book"]), [t.pop("variants", None) for t in c["tasks"].values()],
                     c["tasks"]["msmarco"].update(variants=["rag_token_bm25"])),
-         "config key 'tasks.msmarco.variants': rag_token_bm25 not among the top-level 'variants' (rag_token, bart)"),
+         "config key 'tasks.msmarco.variants': rag_token_bm25 not among the top-level 'variants' (rag_token, closed_book)"),
         # WebQuestions starts from NQ's model of the same variant: NQ must train it
         (lambda c: c["tasks"]["webquestions"].update(variants=["rag_token_frozen"]), None),
-        (lambda c: c["tasks"]["nq"].update(variants=["bart"]),
+        (lambda c: c["tasks"]["nq"].update(variants=["closed_book"]),
          "config key 'tasks.webquestions.variants': rag_sequence, rag_token would start from nq's model "
          "(init_from), which tasks.nq.variants does not train"),
         (lambda c: c["corpus"].update(name="../../etc"), "config key 'corpus.name'"),
@@ -333,9 +333,9 @@ def test_variant_seeds_set_one_variants_seeds_and_are_in_no_section(plain):
     """tasks.<task>.variant_seeds: the seeds of one variant on a task, over seeds and one_seed_variants;
     like seeds, in no section (the task's existing runs do not re-run), and checked against init_from."""
     cfg = copy.deepcopy(plain)
-    cfg["tasks"]["fever2"]["variant_seeds"] = {"rag_token": [1, 2, 3], "bart": [1, 4]}
+    cfg["tasks"]["fever2"]["variant_seeds"] = {"rag_token": [1, 2, 3], "closed_book": [1, 4]}
     loaded = load_config(cfg)
-    assert run_seeds(loaded, "fever2", "rag_token") == [1, 2, 3] and run_seeds(loaded, "fever2", "bart") == [1, 4]
+    assert run_seeds(loaded, "fever2", "rag_token") == [1, 2, 3] and run_seeds(loaded, "fever2", "closed_book") == [1, 4]
     assert run_seeds(loaded, "fever2", "rag_sequence") == run_seeds(load_config(plain), "fever2", "rag_sequence")
     old, new = sections(load_config(plain)), sections(loaded)
     assert sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)) == ["report"]
@@ -343,16 +343,16 @@ def test_variant_seeds_set_one_variants_seeds_and_are_in_no_section(plain):
     with pytest.raises(ConfigError, match=r"^config key 'tasks\.fever2\.variant_seeds': rag_sequence_bm25 not among the task's variants"):
         load_config(cfg)
     cfg["tasks"]["fever2"].pop("variant_seeds")
-    cfg["tasks"]["webquestions"]["variant_seeds"] = {"bart": [1, 2]}  # NQ's BART runs one seed
-    with pytest.raises(ConfigError, match=r"^config key 'tasks\.webquestions\.variant_seeds\.bart': seed 2 of bart would start from nq"):
+    cfg["tasks"]["webquestions"]["variant_seeds"] = {"closed_book": [1, 2]}  # NQ's closed book runs one seed
+    with pytest.raises(ConfigError, match=r"^config key 'tasks\.webquestions\.variant_seeds\.closed_book': seed 2 of closed_book would start from nq"):
         load_config(cfg)
     # a replicate gives every run the replicate's seeds, over variant_seeds with fewer
-    cfg["tasks"]["nq"]["variant_seeds"] = {"bart": [1, 2]}
+    cfg["tasks"]["nq"]["variant_seeds"] = {"closed_book": [1, 2]}
     out, _ = replicate_config(cfg, [1, 2, 3])
     assert out["tasks"]["webquestions"]["variant_seeds"] == {} and out["tasks"]["webquestions"]["seeds"] == [1, 2, 3]
-    assert run_seeds(load_config(out), "webquestions", "bart") == [1, 2, 3]
+    assert run_seeds(load_config(out), "webquestions", "closed_book") == [1, 2, 3]
     out, _ = replicate_config(cfg, [2, 1])  # a variant's own seeds that hold every replicate seed stay
-    assert out["tasks"]["nq"]["variant_seeds"] == {"bart": [1, 2]} == out["tasks"]["webquestions"]["variant_seeds"]
+    assert out["tasks"]["nq"]["variant_seeds"] == {"closed_book": [1, 2]} == out["tasks"]["webquestions"]["variant_seeds"]
 
 
 def _without_seeds(data: dict) -> dict:
@@ -374,8 +374,8 @@ def test_replicate_config_gives_each_one_seed_run_more_seeds_and_changes_no_run_
     assert {(t, v) for t, v in runs if run_seeds(before, t, v) != run_seeds(after, t, v)} == set(grown)
     assert [(t, v, b, a) for t, v, b, a in changes] == [(t, v, [1], grown[t, v]) for t, v in runs if (t, v) in grown]
     # a one-seed variant of a task with several seeds runs them all; a one-seed task runs the seeds asked
-    assert grown["nq", "bart"] == grown["nq", "rag_token_bm25"] == [1, 2, 3, 4, 5]
-    assert grown["triviaqa", "bart"] == grown["fever3", "rag_token"] == grown["webquestions", "rag_sequence"] == [1, 2, 3]
+    assert grown["nq", "closed_book"] == grown["nq", "rag_token_bm25"] == [1, 2, 3, 4, 5]
+    assert grown["triviaqa", "closed_book"] == grown["fever3", "rag_token"] == grown["webquestions", "rag_sequence"] == [1, 2, 3]
     assert len(grown) == 22
     # the written config differs in those keys only, and the sections the runs read are the same (the
     # report's lists the seeds): over a finished experiment only the new seeds' jobs run
@@ -419,8 +419,8 @@ def test_a_further_generator_is_generators_group_with_its_own_keys(base):
     llama = cfg["generators"]["llama"]["generator"]
     assert llama == {**cfg["generator"], "family": "causal_lm", "local_context": 0, "exact_match": False}
     runs = generator_runs(cfg)
-    assert ("nq", "rag_token_frozen@llama") in runs and ("triviaqa", "bart@llama") in runs and len(runs) == 10
-    assert run_seeds(cfg, "nq", "rag_token@llama") == [1, 2, 3, 4, 5] and run_seeds(cfg, "nq", "bart@llama") == [1]
+    assert ("nq", "rag_token_frozen@llama") in runs and ("triviaqa", "closed_book@llama") in runs and len(runs) == 10
+    assert run_seeds(cfg, "nq", "rag_token@llama") == [1, 2, 3, 4, 5] and run_seeds(cfg, "nq", "closed_book@llama") == [1]
     s = sections(cfg)
     assert s["generator_llama"]["generator"]["family"] == "causal_lm" and s["generator"]["generator"]["family"] == "seq2seq"
     assert s["report"]["generators"]["llama"].startswith("decoder-only Llama from scratch")

@@ -138,7 +138,7 @@ def test_e2e_outputs(e2e):
     html = (work / "reports" / "e2e" / "report.html").read_text()
     assert "Table 1" in html and "Table 2" in html
     for task in ("nq", "webquestions", "fever3"):
-        for variant in ("rag_sequence", "rag_token", "bart", "rag_token_bm25"):
+        for variant in ("rag_sequence", "rag_token", "closed_book", "rag_token_bm25"):
             # tests/data/e2e.yaml: NQ's RAG-Sequence and RAG-Token fine-tune with seeds 1 and 2
             seeds = (1, 2) if task == "nq" and variant in ("rag_sequence", "rag_token") else (1,)
             for seed in seeds:
@@ -147,8 +147,8 @@ def test_e2e_outputs(e2e):
                     assert m["n"] > 0 and m["metrics"] and m["seed"] == seed, (task, variant, seed, split)
                     preds = (work / f"results/e2e/runs/{task}/{variant}/seed{seed}/{split}/predictions.jsonl").read_text()
                     row = json.loads(preds.splitlines()[0])
-                    assert ("doc_ids" in row) and (bool(row["doc_ids"]) == (variant != "bart"))
-    assert not (work / "results/e2e/runs/nq/bart/seed2").exists()  # one_seed_variants: the first seed only
+                    assert ("doc_ids" in row) and (bool(row["doc_ids"]) == (variant != "closed_book"))
+    assert not (work / "results/e2e/runs/nq/closed_book/seed2").exists()  # one_seed_variants: the first seed only
     for seed in (1, 2):
         topk = json.loads((work / f"results/e2e/experiments/topk/nq/rag_sequence/seed{seed}.json").read_text())
         assert topk["k"] == [1, 2, 3] and len(topk["em"]) == 3 and topk["seed"] == seed
@@ -186,7 +186,7 @@ def test_e2e_one_mlflow_run_per_task_and_variant(e2e):
     for r in runs:
         cells.setdefault(r.data.tags["cell"], set()).add(r.data.tags["seed"])
         assert r.data.params["seed"] == r.data.tags["seed"]
-    assert cells["nq/rag_token"] == {"1", "2"} and cells["nq/bart"] == {"1"} and len(cells) == 12
+    assert cells["nq/rag_token"] == {"1", "2"} and cells["nq/closed_book"] == {"1"} and len(cells) == 12
     nq = next(r for r in runs if r.data.tags["task"] == "nq" and r.info.run_name == "rag_token seed 1")
     assert "test_em" in nq.data.metrics and "train.k" in nq.data.params
     assert len(client.get_metric_history(nq.info.run_id, "train_loss")) == 3
@@ -207,7 +207,7 @@ def test_e2e_jobs_record_their_resources(e2e):
     # tokenizer training, model build and 4 steps, in a process that imports torch and transformers
     assert pre["cpu_s"] > 0.2 and pre["peak_rss_mb"] > 200 and pre["wall_s"] >= pre["cpu_s"] / 2
     assert summary(recs["train"])["jobs"] == 14 and len(recs["encode_shard"]) == 4  # NQ's RAG models: two seeds
-    assert {r["job"] for r in recs["train"]} >= {"nq-rag_token-1", "nq-rag_token-2", "webquestions-bart-1"}
+    assert {r["job"] for r in recs["train"]} >= {"nq-rag_token-1", "nq-rag_token-2", "webquestions-closed_book-1"}
     measured = json.loads((work / "measured.json").read_text())
     recorded = sum(r["cpu_s"] for rule in recs.values() for r in rule)
     assert abs(recorded - measured["cpu_s"]) <= 0.10 * measured["cpu_s"], (recorded, measured)
@@ -235,8 +235,8 @@ def test_e2e_every_run_has_a_manifest(e2e, capsys):
         assert test["manifest"] == m  # the copy the report reads
     rt, _ = read_manifest(runs / "nq/rag_token/seed1")
     assert rt["data"]["passages"]["path"].endswith("corpus/e2e/passages.tsv") and rt["data"]["index"]["path"].endswith("flat.faiss")
-    bart, _ = read_manifest(runs / "nq/bart/seed1")
-    assert bart["data"]["passages"] is None and bart["data"]["index"] is None
+    closed_book, _ = read_manifest(runs / "nq/closed_book/seed1")
+    assert closed_book["data"]["passages"] is None and closed_book["data"]["index"] is None
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{work}/results/mlflow.db")
@@ -404,7 +404,7 @@ def test_two_experiments_side_by_side(byo_beside_e2e):
     assert all(i in html_b for i in ids_b) and not any(i in html_b for i in ids_a)
     # the BYO experiment: its one task and two variants
     assert sorted(p.relative_to(work / "results" / "byo" / "runs").parts[:2]
-                  for p in (work / "results" / "byo" / "runs").glob("*/*/seed*/test/metrics.json")) == [("byo_qa", "bart"), ("byo_qa", "rag_token")]
+                  for p in (work / "results" / "byo" / "runs").glob("*/*/seed*/test/metrics.json")) == [("byo_qa", "closed_book"), ("byo_qa", "rag_token")]
 
 
 def test_train_jobs_tag_their_config_hash(tmp_path):

@@ -112,8 +112,8 @@ def test_split_and_index_differences_and_closed_book_runs(files):
     (files / "test2.jsonl").write_text('{"id": "3"}\n')
     b = _manifest(files, splits={"train": files / "train.jsonl", "test": files / "test2.jsonl"}, index=files / "bm25")
     assert [d.key.split(" (")[0] for d in M.diff_manifests(a, b)] == ["test split file differs", "index differs"]
-    bart = _manifest(files, passages=None, index=None, run={"experiment": "e", "task": "nq", "variant": "bart"})
-    keys = [d.key.split(" (")[0] for d in M.diff_manifests(a, bart)]
+    closed_book = _manifest(files, passages=None, index=None, run={"experiment": "e", "task": "nq", "variant": "closed_book"})
+    keys = [d.key.split(" (")[0] for d in M.diff_manifests(a, closed_book)]
     assert keys == ["passages file read by one run only", "index read by one run only", "variant"]
 
 
@@ -142,12 +142,12 @@ def test_report_lists_the_manifests(files, tmp_path):
     from rag.report.build import Runs, manifest_table
 
     paths = []
-    for variant, seed in (("rag_token", 13), ("bart", 14)):
+    for variant, seed in (("rag_token", 13), ("closed_book", 14)):
         m = _manifest(files, seed=seed, run={"experiment": "e", "task": "nq", "variant": variant})
         p = tmp_path / f"{variant}.json"
         p.write_text(json.dumps({"task": "nq", "variant": variant, "split": "test", "metrics": {"em": 1.0}, "manifest": m}))
         paths.append(p)
     table = manifest_table(Runs(ReportInputs.from_files(metrics=paths), "http://x", None, None))
-    assert [r[:2] for r in table["rows"]] == [["nq/rag_token", "13"], ["nq/bart", "14"]]
+    assert [r[:2] for r in table["rows"]] == [["nq/rag_token", "13"], ["nq/closed_book", "14"]]
     assert table["rows"][0][4] == m["data"]["passages"]["sha256"][:12]
     assert "commit " in table["common"] and "seed" not in table["common"]

@@ -36,7 +36,7 @@ def _record_dtypes(module: torch.nn.Module) -> tuple[list[torch.dtype], object]:
     return seen, handle
 
 
-@pytest.mark.parametrize("kind", ["sequence", "token", "bart"])
+@pytest.mark.parametrize("kind", ["sequence", "token", "closed_book"])
 @pytest.mark.parametrize("epsilon", [0.0, 0.1])
 def test_bf16_loss_is_fp32_and_close_to_the_fp32_loss(world, kind, epsilon):
     system = make_system(world, kind)
@@ -105,7 +105,7 @@ def test_bf16_train_step_runs_the_generator_in_bf16_and_resumes_exactly(tmp_path
 
 
 @pytest.mark.parametrize("kind, method", [("token", "greedy"), ("token", "beam"), ("sequence", "thorough"),
-                                          ("sequence", "fast"), ("bart", "greedy")])
+                                          ("sequence", "fast"), ("closed_book", "greedy")])
 def test_bf16_decoding_runs_the_generator_in_bf16(world, kind, method):
     system = make_system(world, kind).eval()
     preds = {}
@@ -199,10 +199,10 @@ def test_pipeline_builds_the_system_with_the_configured_precision_and_chunking(w
     world.generator.save_pretrained(tmp_path / "generator")
     world.tokenizer.save_pretrained(tmp_path / "generator")
     cfg = typed_sections({"precision": "bf16", "generator": {"max_source_len": 64, "max_target_len": 16}})["train_nq"]
-    system = build_system(cfg, "bart", str(tmp_path), "cpu")
+    system = build_system(cfg, "closed_book", str(tmp_path), "cpu")
     assert system.precision == "bf16" and system.chunk_overhead == 512
     cfg = typed_sections({"generator": {"max_source_len": 64, "max_target_len": 16, "chunk_overhead": 10**9}})["train_nq"]
-    system = build_system(cfg, "bart", str(tmp_path), "cpu")
+    system = build_system(cfg, "closed_book", str(tmp_path), "cpu")
     assert system.precision == "fp32" and system.chunk_overhead == 10**9
 
 

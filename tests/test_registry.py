@@ -52,8 +52,8 @@ def test_every_task_has_a_miniworld_generator(name):
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_entry(name):
     spec = variant_spec(name)
-    assert spec.name == name and spec.model in ("sequence", "token", "bart")
-    assert (spec.model == "bart") == (spec.retriever is None)
+    assert spec.name == name and spec.model in ("sequence", "token", "closed_book")
+    assert (spec.model == "closed_book") == (spec.retriever is None)
     assert spec.retriever is None or spec.retriever in RETRIEVERS
     assert not spec.train_question_encoder or spec.retriever == "dense"  # only a dense retriever has one
     assert spec.display and build.VARIANT_NAMES[name] == spec.display
@@ -99,6 +99,28 @@ def test_unknown_variant_and_task_are_config_errors():
         load_config({"tasks": {"squad": {}}}, check_files=False)
 
 
+
+def test_the_closed_book_variant_s_old_name_is_one_line_naming_the_new(capsys):
+    """The closed-book generator was the variant ``bart`` (a closed-book Llama was ``bart@llama``): a config,
+    a command or a band file (tests/test_reliability_faults.py) naming it is told the name it has now."""
+    from rag.cli import main
+    from rag.config import load_config
+    from rag.errors import ConfigError
+
+    new = "'bart' is renamed 'closed_book': write closed_book"
+    for given, key in (({"variants": ["rag_token", "bart"]}, "variants.1"), ({"one_seed_variants": ["bart"]}, "one_seed_variants.0"),
+                       ({"tasks": {"nq": {"variant_seeds": {"bart": [1]}}}}, "tasks.nq.variant_seeds")):
+        cfg = {"tasks": {"nq": {"train": 4, "dev": 2, "test": 2}}, **given}
+        cfg["tasks"]["nq"] = {"train": 4, "dev": 2, "test": 2, **cfg["tasks"]["nq"]}
+        with pytest.raises(ConfigError, match=f"^config key '{key}': {new}$"):
+            load_config(cfg, check_files=False)
+    for name in ("bart", "bart@llama"):
+        with pytest.raises(ConfigError, match=f"^variant {new}$"):
+            variant_spec(name)
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--seed", "1", "--config", "x.json", "--variant", "bart", "--model-dir", "m", "--dev", "d", "--test", "t"])
+    assert f"variant {new}" in capsys.readouterr().err
+
 def test_cli_choices_and_wildcards_come_from_the_registry():
     from rag.cli import build_parser
 
@@ -110,7 +132,7 @@ def test_cli_choices_and_wildcards_come_from_the_registry():
             assert variant.type(name) == name and variant.type(f"{name}@llama") == f"{name}@llama"
             if VARIANTS[name].retriever:  # ... and a retrieving one as a further retriever's
                 assert variant.type(f"{name}+hy") == f"{name}+hy"
-        for bad in ("rag_tokens", "rag_token@", "closed@llama", "rag_token+", "bart+hy"):
+        for bad in ("rag_tokens", "rag_token@", "closed@llama", "rag_token+", "closed_book+hy"):
             with pytest.raises(argparse.ArgumentTypeError, match="variant"):
                 variant.type(bad)
     common = (ROOT / "workflow" / "rules" / "common.smk").read_text()
@@ -122,7 +144,7 @@ def test_a_further_generators_variant_is_the_registered_one_under_its_name():
     spec = variant_spec("rag_sequence_frozen@llama")
     assert (spec.model, spec.retriever, spec.train_question_encoder) == ("sequence", "dense", False)
     assert spec.name == "rag_sequence_frozen@llama" and spec.display == "RAG-Sequence-Frozen (llama)"
-    assert variant_spec("bart@llama").display == "Closed book (llama)" and variant_spec("bart").display == "BART"
+    assert variant_spec("closed_book@llama").display == "Closed book (llama)" and variant_spec("closed_book").display == "BART"
 
 
 def test_report_rows_name_registered_variants_and_paper_rows():
@@ -218,7 +240,7 @@ def test_a_toy_task_with_its_own_format_is_three_files(tmp_path):
     (user / "config.yaml").write_text(yaml.safe_dump({
         "tasks": {"toy": {"kind": "qa", "metrics": ["em"], "display": "Toy QA", "format": f"{user}/arrow_lines.py:parse",
                           "source": "local", "files": files}},
-        "variants": ["rag_token", "bart"], "experiments": {"topk_task": "toy", "hotswap": False, "oracle": False}}))
+        "variants": ["rag_token", "closed_book"], "experiments": {"topk_task": "toy", "hotswap": False, "oracle": False}}))
     assert len(list(user.iterdir())) == 3
 
     cfg = load_config(user / "config.yaml")

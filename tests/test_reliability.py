@@ -373,7 +373,7 @@ def test_random_bytes_prepare_corpus_leaves_no_partial_output(data):
 
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**6), st.floats(allow_nan=True), st.text(max_size=12),
-                    st.sampled_from(["nq", "fever3", "bart", "rag_token", "miniworld", "flat", "cpu", "../x", "a b", "$(rm)"]))
+                    st.sampled_from(["nq", "fever3", "closed_book", "rag_token", "miniworld", "flat", "cpu", "../x", "a b", "$(rm)"]))
 VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
                       max_leaves=8)
 
@@ -454,7 +454,7 @@ def test_hostile_task_and_variant_names_rejected(rel_cfg, value):
     with pytest.raises(ConfigError, match="tasks"):
         load_config(cfg)
     cfg = copy.deepcopy(rel_cfg)
-    cfg["variants"] = ["bart", value]
+    cfg["variants"] = ["closed_book", value]
     with pytest.raises(ConfigError, match=re.escape("config key 'variants.1'")):
         load_config(cfg)
 
@@ -574,7 +574,7 @@ def _dry_run_configs(value: str) -> dict[str, dict]:
     url = URL_HOSTILE if value == SHELL_HOSTILE else value
     files = {"corpus": {"name": "dl", "source": "download", "url": f"https://example.org/{url}/psgs_w100.tsv.gz",
                         "sha256": SHA, "format": "dpr_tsv"}}
-    dl = {"name": "dl", "tracking": tracking, "corpus": files["corpus"], "variants": ["rag_token", "rag_sequence_bm25", "bart"],
+    dl = {"name": "dl", "tracking": tracking, "corpus": files["corpus"], "variants": ["rag_token", "rag_sequence_bm25", "closed_book"],
           "tasks": {"nq": {"source": "local", "format": "jsonl",
                            "files": {s: f"byo/qa-{s}.jsonl" for s in ("train", "dev", "test")}},
                     "triviaqa": {"source": "download", "format": "jsonl", "sha256": {"train": SHA},

@@ -3,7 +3,7 @@
 Scope, to fit the time budget: the upstream part of the DAG (config sections, corpus, task data,
 BM25, pretrained generator, MLflow store) runs once (explicit targets ``UPSTREAM``) and is copied, with
 ``.snakemake`` metadata and file times, into one working directory per scenario; the scenarios
-then run train + evaluate of ``nq`` for ``bart`` and ``rag_token_bm25`` (the kill runs:
+then run train + evaluate of ``nq`` for ``closed_book`` and ``rag_token_bm25`` (the kill runs:
 ``rag_token_bm25`` only). The determinism scenario instead runs the same targets from scratch.
 What is compared: the ``metrics`` and ``retrieval`` of ``test/metrics.json`` and, as these
 are coarse on a 60-step toy model, also every prediction with its doc ids and p(z|x)
@@ -61,7 +61,7 @@ pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "tests" / "data" / "reliability.yaml"
-VARIANTS = ("bart", "rag_token_bm25")
+VARIANTS = ("closed_book", "rag_token_bm25")
 KILL_VARIANT = "rag_token_bm25"
 STEPS = yaml.safe_load(CONFIG.read_text())["train"]["steps"]
 FLAGS_NEEDED: dict[str, list[str]] = {}

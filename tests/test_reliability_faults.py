@@ -109,8 +109,9 @@ def _bands(path: Path, *cells: dict) -> Path:
     ({"task": "squad"}, "unknown task 'squad'"),
     ({"split": "valid"}, "unknown split 'valid'"),
     ({"metric": "rougeL"}, "nq rag_token runs record no metric 'rougeL' (they record: em, answer_recall@K, passage_recall@K)"),
-    ({"variant": "bart", "metric": "answer_recall@2"}, "nq bart runs record no metric 'answer_recall@2' (they record: em)"),
-], ids=["variant", "task", "split", "metric", "recall-of-bart"])
+    ({"variant": "closed_book", "metric": "answer_recall@2"}, "nq closed_book runs record no metric 'answer_recall@2' (they record: em)"),
+    ({"variant": "bart"}, "variant 'bart' is renamed 'closed_book': write closed_book"),
+], ids=["variant", "task", "split", "metric", "recall-of-closed-book", "renamed-variant"])
 def test_a_band_cell_naming_nothing_that_can_exist_is_an_error(tmp_path, capsys, cell, message):
     bands = _bands(tmp_path / "b.yaml", cell)
     with pytest.raises(DataError, match=r"b.yaml: cells\[1\] \(.*\): " + message.replace("(", r"\(").replace(")", r"\)")):
@@ -234,7 +235,7 @@ PEAK = "int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).gro
 def test_a_yaml_alias_bomb_in_a_band_file_is_refused_quickly(tmp_path):
     path = tmp_path / "bands.yaml"
     # str() of the cell's source would write out a billion values
-    path.write_text("bomb:\n  " + _alias_bomb().replace("\n", "\n  ") + "\ncells:\n  - {task: nq, variant: bart, split: "
+    path.write_text("bomb:\n  " + _alias_bomb().replace("\n", "\n  ") + "\ncells:\n  - {task: nq, variant: closed_book, split: "
                     "test, metric: em, expected: 1, tolerance: 1, source: *b8}\n")
     start = time.monotonic()
     with pytest.raises(DataError, match=r"bands.yaml: its YAML aliases expand to more than a band file holds"):
@@ -264,7 +265,7 @@ def test_a_key_given_twice_is_refused_naming_it_and_both_lines(tmp_path, capsys)
     assert main(["check", "--bands", str(bands), "--metrics", str(_run(tmp_path))]) == 2
     assert f"error: {bands}:4: invalid YAML: key 'cells' given twice, on lines 2 and 4" in _err(capsys)
     # a mapping's merge key (<<) and the keys it overrides are one mapping's keys once each
-    bands.write_text("version: 2\ncells:\n  - &c {task: nq, variant: bart, split: test, metric: em, expected: 1, tolerance: 1}\n"
+    bands.write_text("version: 2\ncells:\n  - &c {task: nq, variant: closed_book, split: test, metric: em, expected: 1, tolerance: 1}\n"
                      "  - {<<: *c, split: dev}\n")
     assert [b.split for b in load_bands(bands)[1]] == ["test", "dev"]
 
@@ -273,7 +274,7 @@ def test_a_key_given_twice_is_refused_naming_it_and_both_lines(tmp_path, capsys)
     ("cells: []\n", "no version: (the band file format's, one of 1, 2)"),
     ("version: 99\ncells: []\n", "version 99 is not a band file format this harness reads (1, 2)"),
     ("version: 2\nseed: thirteen\ncells: []\n", "'seed' (the world's top-level seed) must be an integer, got 'thirteen'"),
-    ("version: 2\ncells:\n  - {task: nq, variant: bart, split: test, metric: em, expected: 1, tolerance: 1, seeds: three}\n",
+    ("version: 2\ncells:\n  - {task: nq, variant: closed_book, split: test, metric: em, expected: 1, tolerance: 1, seeds: three}\n",
      "cells[0]: 'seeds' (how many fine-tune seeds the band is for) must be an integer >= 1, got 'three'"),
 ], ids=["no-version", "version-99", "seed", "seeds"])
 def test_a_band_file_of_no_or_another_version_or_with_words_for_numbers_is_refused(tmp_path, text, message):
@@ -288,7 +289,7 @@ def test_a_huge_band_file_is_refused_before_it_is_read(tmp_path):
     1 MiB is refused by its size, at once; one of more cells than a band file holds, by their number."""
     from rag.report import bands as B
 
-    cell = "  - {task: nq, variant: bart, split: test, metric: em, expected: 1, tolerance: 1}\n"
+    cell = "  - {task: nq, variant: closed_book, split: test, metric: em, expected: 1, tolerance: 1}\n"
     path = tmp_path / "huge.yaml"
     path.write_text("version: 2\ncells:\n" + cell * 200_000)
     start = time.monotonic()

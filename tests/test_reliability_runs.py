@@ -95,7 +95,7 @@ class Upstream:
         argv = ["train", "--config", str(sections["train_byo_qa"]), *([str(sections["eval_byo_qa"])] if fused else []),
                 "--variant", variant, "--train-data", str(self.data["train"]), "--generator", str(self.generator),
                 "--checkpoint-dir", str(run / "checkpoint"), "--out", str(run / "model")]
-        if variant != "bart":
+        if variant != "closed_book":
             argv += ["--passages", str(self.passages), "--embeddings", str(self.emb), "--index", str(self.index)]
         if fused:
             for split in ("dev", "test"):
@@ -596,9 +596,9 @@ def test_a_damaged_model_folder_stops_the_command_in_one_line_naming_it(upstream
 
     model = tmp_path / "model"
     _damaged(upstream.generator, model / "generator", damage)
-    (model / "meta.json").write_text(json.dumps({"task": "byo_qa", "variant": "bart", "seed": 1}))
+    (model / "meta.json").write_text(json.dumps({"task": "byo_qa", "variant": "closed_book", "seed": 1}))
     evaluate = ["evaluate", "--config", str(upstream.sections["train_byo_qa"]), str(upstream.sections["eval_byo_qa"]),
-                "--variant", "bart", "--model-dir", str(model), "--dev", str(upstream.data["dev"]),
+                "--variant", "closed_book", "--model-dir", str(model), "--dev", str(upstream.data["dev"]),
                 "--test", str(upstream.data["test"])] + [a for s in ("dev", "test") for a in (
                     f"--{s}-predictions", str(run / s / "p.jsonl"), f"--{s}-metrics", str(run / s / "m.json"))]
     assert main(evaluate) == 2
@@ -627,7 +627,7 @@ def test_a_model_folder_whose_meta_json_is_no_object_is_one_line(upstream, tmp_p
     (model / "meta.json").write_text(meta)
     out = tmp_path / "out"
     argv = ["evaluate", "--config", str(upstream.sections["train_byo_qa"]), str(upstream.sections["eval_byo_qa"]),
-            "--variant", "bart", "--model-dir", str(model), "--dev", str(upstream.data["dev"]),
+            "--variant", "closed_book", "--model-dir", str(model), "--dev", str(upstream.data["dev"]),
             "--test", str(upstream.data["test"])] + [a for s in ("dev", "test") for a in (
                 f"--{s}-predictions", str(out / s / "p.jsonl"), f"--{s}-metrics", str(out / s / "m.json"))]
     assert main(argv) == 2

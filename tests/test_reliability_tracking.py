@@ -36,7 +36,7 @@ uri, i, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
 art = out / f"artifact-{i}.json"
 art.write_text(json.dumps({"worker": i}))
 run = Run(uri, "reliability/nq", run_name=f"worker{i}", tags={"worker": i})
-run.params({"worker": i, "train": {"steps": 50, "lr": 1e-3}, "variants": ["bart", "rag_token"]})
+run.params({"worker": i, "train": {"steps": 50, "lr": 1e-3}, "variants": ["closed_book", "rag_token"]})
 run.curve("train_loss", [(s, 1.0 / (s + i + 1)) for s in range(1, 51)])
 run.metrics({"em": float(i), "answer_recall@5": 50.0 + i})
 run.artifact(art, "eval/test")
@@ -70,7 +70,7 @@ def _check_store(uri: str, ids: list[str], tmp: Path) -> None:
         i = int(run.data.tags["worker"])
         assert run.info.status == "FINISHED"
         assert run.data.params["worker"] == str(i) and run.data.params["train.steps"] == "50"
-        assert json.loads(run.data.params["variants"]) == ["bart", "rag_token"]
+        assert json.loads(run.data.params["variants"]) == ["closed_book", "rag_token"]
         assert run.data.metrics["em"] == float(i) and run.data.metrics["answer_recall_at_5"] == 50.0 + i
         hist = client.get_metric_history(run.info.run_id, "train_loss")
         assert sorted(m.step for m in hist) == list(range(1, N_POINTS + 1))

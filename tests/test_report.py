@@ -28,7 +28,7 @@ TASK_METRICS = {
     "jeopardy": {"bleu1": 12.0, "qbleu1": 14.0, "trigram_distinct": 44.0},
     "fever3": {"accuracy": 70.0},
 }
-VARIANTS = ["rag_sequence", "rag_token", "bart", "rag_token_bm25"]
+VARIANTS = ["rag_sequence", "rag_token", "closed_book", "rag_token_bm25"]
 
 
 def _metric_value(task: str, variant: str, split: str, metric: str) -> float:
@@ -51,7 +51,7 @@ def make_inputs(root: Path) -> dict:
             for split in ("dev", "test"):
                 d = runs / task / variant / split
                 d.mkdir(parents=True)
-                retrieving = variant != "bart"
+                retrieving = variant != "closed_book"
                 data = {
                     "task": task,
                     "variant": variant,
@@ -259,7 +259,7 @@ def test_report_shows_qbleu_weights(report):
 def test_report_qbleu_weights_differing_or_unrecorded(tmp_path, gold_calls):
     from rag.report.build import Runs, weights_notes
 
-    for variant, opts in (("bart", None), ("rag_token", {"tokenizer": "ptb", "qbleu1": {"w_ner": 0.6, "w_qt": 0.2, "w_re": 0.1, "delta": 0.7}})):
+    for variant, opts in (("closed_book", None), ("rag_token", {"tokenizer": "ptb", "qbleu1": {"w_ner": 0.6, "w_qt": 0.2, "w_re": 0.1, "delta": 0.7}})):
         d = tmp_path / "runs" / "jeopardy" / variant / "test"
         d.mkdir(parents=True)
         data = {"task": "jeopardy", "variant": variant, "split": "test", "metrics": {"qbleu1": 10.0},
@@ -270,7 +270,7 @@ def test_report_qbleu_weights_differing_or_unrecorded(tmp_path, gold_calls):
     assert list(notes) == ["Jeopardy QB-1"]
     note = notes["Jeopardy QB-1"]
     assert "differing weights" in note
-    assert "not recorded (metrics.json written before the weights were configurable) (bart/test)" in note
+    assert "not recorded (metrics.json written before the weights were configurable) (closed_book/test)" in note
     assert "ner 0.6, qt 0.2, re 0.1, stop words 0.1, delta 0.7, tokenizer ptb (rag_token/test)" in note
 
 
@@ -504,7 +504,7 @@ def test_the_seeds_line_names_each_seed_count():
 
     by_seed = {("nq", v, s): dict.fromkeys(range(1, 6)) for v in ("rag_token", "rag_token_frozen") for s in ("dev", "test")}
     by_seed |= {("triviaqa", "rag_token", s): dict.fromkeys(range(1, 4)) for s in ("dev", "test")}
-    by_seed |= {(t, "bart", "test"): {1: None} for t in ("nq", "triviaqa", "fever3")}
+    by_seed |= {(t, "closed_book", "test"): {1: None} for t in ("nq", "triviaqa", "fever3")}
     line = seeds_line(SimpleNamespace(by_seed=by_seed))
     assert line.startswith("Fine-tune seeds: 5 per run for 2 runs (Natural Questions RAG-Token, Natural Questions "
                            "RAG-Token-Frozen); 3 per run for 1 run (TriviaQA RAG-Token), 1 for the other 3 runs. ")
@@ -514,6 +514,6 @@ def test_a_second_file_for_the_same_run_and_seed_is_refused(tmp_path):
     for i in range(2):
         d = tmp_path / f"copy{i}"
         d.mkdir()
-        (d / "metrics.json").write_text(json.dumps({"task": "nq", "variant": "bart", "split": "test", "seed": 4}))
-    with pytest.raises(DataError, match="a second metrics file for nq/bart/test seed 4"):
+        (d / "metrics.json").write_text(json.dumps({"task": "nq", "variant": "closed_book", "split": "test", "seed": 4}))
+    with pytest.raises(DataError, match="a second metrics file for nq/closed_book/test seed 4"):
         ReportInputs.from_files(metrics=[tmp_path / "copy0" / "metrics.json", tmp_path / "copy1" / "metrics.json"])

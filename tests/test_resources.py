@@ -23,13 +23,13 @@ def bench(path, wall: float, cpu: float, largest_mb: float = 100.0, tree_mb: flo
 
 
 def test_records_by_rule_and_job_and_their_summary(tmp_path):
-    bench(tmp_path / "train" / "nq-bart-1.json", 12.5, 11.0, 290.0, 300.0)
+    bench(tmp_path / "train" / "nq-closed_book-1.json", 12.5, 11.0, 290.0, 300.0)
     bench(tmp_path / "train" / "nq-rag_token-1.json", 42.0, 39.5, 900.5, 880.0)  # one process: its own peak is larger
     bench(tmp_path / "report" / "report.json", 0.4, 0.0, 100.0)  # no tree sample: the largest process's
     (tmp_path / "train" / "stray.tsv").write_text("not a record\n")  # other files beside the records are not read
     recs = resources.read_records(tmp_path)
     assert sorted(recs) == ["report", "train"]
-    assert [r["job"] for r in recs["train"]] == ["nq-bart-1", "nq-rag_token-1"]
+    assert [r["job"] for r in recs["train"]] == ["nq-closed_book-1", "nq-rag_token-1"]
     assert recs["train"][1] == {"wall_s": 42.0, "cpu_s": 39.5, "peak_rss_mb": 900.5, "rule": "train",
                                 "job": "nq-rag_token-1", "file": str(tmp_path / "train" / "nq-rag_token-1.json")}
     assert recs["train"][0]["peak_rss_mb"] == 300.0  # two processes at once: the tree's sum

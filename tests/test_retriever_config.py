@@ -12,7 +12,7 @@ from rag.errors import ConfigError
 from rag.retrieval import retriever_files
 from rag.tasks import RETRIEVERS, retriever_trains, variant_spec
 
-BASE = {"name": "t", "variants": ["rag_token", "rag_token_frozen", "rag_sequence_frozen", "rag_token_bm25", "bart"],
+BASE = {"name": "t", "variants": ["rag_token", "rag_token_frozen", "rag_sequence_frozen", "rag_token_bm25", "closed_book"],
         "tasks": {"nq": {"train": 12, "dev": 4, "test": 4}, "triviaqa": {"train": 12, "dev": 4, "test": 4}}}
 
 
@@ -53,8 +53,8 @@ def test_a_run_of_a_further_retriever_is_its_variant_with_that_retriever():
     spec = variant_spec("rag_token_frozen+hy")
     assert (spec.name, spec.model, spec.retriever, spec.train_question_encoder) == ("rag_token_frozen+hy", "token", "hy", False)
     assert spec.display == "RAG-Token-Frozen (hy)"
-    with pytest.raises(ConfigError, match="bart retrieves nothing"):
-        variant_spec("bart+hy")
+    with pytest.raises(ConfigError, match="closed_book retrieves nothing"):
+        variant_spec("closed_book+hy")
 
 
 @pytest.mark.parametrize(("declared", "match"), [
@@ -74,7 +74,7 @@ def test_a_run_of_a_further_retriever_is_its_variant_with_that_retriever():
     ({"hy": {**HY, "variants": ["rag_token"]}},
      r"config key 'retrievers.hy.variants\[0\]': rag_token fine-tunes the question encoder, and no gradient reaches one "
      r"through retriever hy"),
-    ({"hy": {**HY, "variants": ["bart"]}}, r"config key 'retrievers.hy.variants\[0\]': bart retrieves nothing"),
+    ({"hy": {**HY, "variants": ["closed_book"]}}, r"config key 'retrievers.hy.variants\[0\]': closed_book retrieves nothing"),
 ])
 def test_a_hostile_declaration_is_one_line_naming_its_key(declared, match):
     with pytest.raises(ConfigError, match=match):

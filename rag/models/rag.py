@@ -46,7 +46,7 @@ class RagSystem(torch.nn.Module):
                  max_source_len: int = 192, max_target_len: int = 48, chunk_overhead: int | None = None,
                  precision: str = "fp32"):
         super().__init__()
-        if model not in ("sequence", "token", "bart"):
+        if model not in ("sequence", "token", "closed_book"):
             raise ValueError(f"unknown model kind {model!r}")
         P.check(precision)  # a known value; autocast checks it against the device
         if not isinstance(generator, Generator):
@@ -116,7 +116,7 @@ class RagSystem(torch.nn.Module):
     # ------------------------------------------------------------------ training
     def loss(self, questions: list[str], target_ids: torch.Tensor, k: int, epsilon: float = 0.0) -> torch.Tensor:
         """Mean negative (marginal) log-likelihood of ``target_ids`` ([B, T], BOS first)."""
-        retrieved = None if self.model_kind == "bart" else self.retrieve(questions, k)
+        retrieved = None if self.model_kind == "closed_book" else self.retrieve(questions, k)
         src, mask = self.gen.tokenize_sources(self.source_texts(questions, retrieved))
         scores = retrieved.scores if retrieved is not None else None
         return self.marginal_nll(src, mask, scores, target_ids, epsilon).mean()
@@ -150,7 +150,7 @@ class RagSystem(torch.nn.Module):
     # ------------------------------------------------------------------ inference
     @torch.inference_mode()
     def encode(self, questions: list[str], k: int) -> Encoded:
-        retrieved = None if self.model_kind == "bart" else self.retrieve(questions, k)
+        retrieved = None if self.model_kind == "closed_book" else self.retrieve(questions, k)
         kk = 1 if retrieved is None else k
         src, mask = self.gen.tokenize_sources(self.source_texts(questions, retrieved))
         with self.autocast():

@@ -170,7 +170,7 @@ def _majority_baseline(ev: Evidence, task: str) -> np.ndarray | None:
     import collections
 
     train = ev.inputs.train_data.get(task)
-    preds = ev.predictions(task, "bart")
+    preds = ev.predictions(task, "closed_book")
     if preds is None or train is None or not train.is_file():
         return None
     major = collections.Counter(r["targets"][0] for r in read_jsonl(train)).most_common(1)[0][0]
@@ -250,8 +250,8 @@ def _closed_book_claim(ev: Evidence, pv: Callable, generator: str | None = None)
                        f"Table 1 ({col.label}): RAG-Token {pv('table1', 'RAG-Token', col.label)} vs closed-book T5-11B "
                        f"{pv('table1', 'Closed book: T5-11B', col.label)}",
                        f"{TASKS[qa].short} EM, {variant_spec('rag_token' + at).display} vs "
-                       f"{variant_spec('bart' + at).display}", ev.correct(qa, "rag_token" + at, col.metric),
-                       ev.correct(qa, "bart" + at, col.metric), "≥ +25 points", lambda d: d >= 25)
+                       f"{variant_spec('closed_book' + at).display}", ev.correct(qa, "rag_token" + at, col.metric),
+                       ev.correct(qa, "closed_book" + at, col.metric), "≥ +25 points", lambda d: d >= 25)
 
 
 def generator_claims(ev: Evidence, pv: Callable) -> list[Claim]:
@@ -395,7 +395,7 @@ def build_claims(inputs: ReportInputs, passages: dict[str, str] | None, paper: d
         rag = ev.correct(task, "rag_token", col.metric)
         t2 = f"Table 2: RAG-Token {pv('table2', 'RAG-Token', col.label)} vs BART {pv('table2', 'BART', col.label)}"
         out.append(_diff_claim(f"RAG beats BART on {TASKS[task].short}", t2, "accuracy, RAG-Token vs BART",
-                               rag, ev.correct(task, "bart", col.metric), "≥ +5 points", lambda d: d >= 5))
+                               rag, ev.correct(task, "closed_book", col.metric), "≥ +5 points", lambda d: d >= 5))
         out.append(_diff_claim(f"… and the majority class ({TASKS[task].short})", "(the label prior)",
                                "accuracy, RAG-Token vs the training majority label", rag, _majority_baseline(ev, task),
                                "≥ +15 points", lambda d: d >= 15))
@@ -413,9 +413,9 @@ def _diversity_claim(ev: Evidence, paper: str) -> Claim:
     task = ROLES.diversity
     metric = M.metric_spec(TASKS[task].column("table5").metric)()  # a metric of the predictions alone
     short = TASKS[task].short
-    rag, bart = ev.predictions(task, "rag_token"), ev.predictions(task, "bart")
+    rag, closed_book = ev.predictions(task, "rag_token"), ev.predictions(task, "closed_book")
     title, bar = "RAG generations are more diverse than BART's", "> 0"
-    if rag is None or bart is None or len({len(p) for p in [*rag.values(), *bart.values()]}) != 1:
+    if rag is None or closed_book is None or len({len(p) for p in [*rag.values(), *closed_book.values()]}) != 1:
         return Claim(title, paper, f"{short}: not run", bar=bar)
 
     def distinct(preds: list[dict]):
@@ -423,9 +423,9 @@ def _diversity_claim(ev: Evidence, paper: str) -> Claim:
         return lambda ix: metric.score([gens[i] for i in ix], [])
 
     n = len(next(iter(rag.values())))
-    iv = statistic_interval([(1, [distinct(p) for p in rag.values()]), (-1, [distinct(p) for p in bart.values()])], n)
+    iv = statistic_interval([(1, [distinct(p) for p in rag.values()]), (-1, [distinct(p) for p in closed_book.values()])], n)
     mean = lambda runs: float(np.mean([metric.score([p["prediction"] for p in preds], []) for preds in runs.values()]))  # noqa: E731
-    c = Claim(title, paper, f"{short} distinct tri-grams, RAG-Token vs BART: {mean(rag):.1f} vs {mean(bart):.1f} (n = {n})",
+    c = Claim(title, paper, f"{short} distinct tri-grams, RAG-Token vs BART: {mean(rag):.1f} vs {mean(closed_book):.1f} (n = {n})",
               bar=bar)
     c.set_interval(iv)
     c.bar_met = iv.estimate > 0

@@ -276,7 +276,7 @@ def retriever_inputs(name, task):
 
 
 def retrieval_inputs(wildcards):
-    """The retrieval files the variant's retriever reads (none for bart)."""
+    """The retrieval files the variant's retriever reads (none for closed_book)."""
     return retriever_inputs(variant_spec(wildcards.variant).retriever, wildcards.task)
 
 
