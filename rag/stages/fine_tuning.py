@@ -99,7 +99,6 @@ def checkpoint_identity(cfg: TrainSection, variant: str, init, n_train: int, dat
     hashes them (``data``: :func:`rag.manifest.data_entries`), with the retrieval files that ``data``
     leaves out and a further retriever reads (``files``; None: the run retrieves nothing): a hybrid's
     BM25 beside the dense index, a reranker's cross-encoder and its scored pairs."""
-    from rag.config import config_hash as hash_of
     from rag.manifest import canonical_hash, file_entry
 
     # a further retriever's declarations (retriever_<name>) count as the train section does
@@ -108,8 +107,8 @@ def checkpoint_identity(cfg: TrainSection, variant: str, init, n_train: int, dat
     indexed = (data["index"] or {}).get("path")
     further = {role: file_entry(path) for role, path in (("bm25", files and files.bm25), ("reranker", files and files.reranker))
                if path and str(path) != indexed}
-    return {"config_hash": hash_of({"config": cfg.to_dict(), "variant": variant, "init": str(init), "n_train": n_train,
-                                    **declared}),
+    return {"config_hash": canonical_hash({"config": cfg.to_dict(), "variant": variant, "init": str(init), "n_train": n_train,
+                                           **declared}, 12),
             "inputs": canonical_hash({**hashed, **({"retrieval": further} if further else {})})[:16]}
 
 def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, generator, checkpoint_dir, out,

@@ -57,13 +57,13 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
     ckpt_path = identity = None
     hold = contextlib.ExitStack()
     if checkpoint_dir:  # the checkpoint is resumed by the same configuration and inputs only
-        from rag.config import config_hash
         from rag.io import run_lock
+        from rag.manifest import canonical_hash
 
         hold.enter_context(run_lock(checkpoint_dir, f"the pretraining of the generator {out}"))
         ckpt_path = Path(checkpoint_dir) / "checkpoint.pt"
-        identity = {"config_hash": config_hash({"config": cfg.to_dict(), "passages": [ids, titles, texts],
-                                                "restatements": records})}
+        identity = {"config_hash": canonical_hash({"config": cfg.to_dict(), "passages": [ids, titles, texts],
+                                                   "restatements": records}, 12)}
     with hold, atomic_dir(out) as tmp:
         tok = train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], g.vocab_size,
                                 [label_token(lb) for lb in FEVER3_LABELS], tmp)

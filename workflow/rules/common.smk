@@ -11,12 +11,12 @@ from pathlib import Path
 from snakemake.io import IOFile
 from snakemake.utils import update_config
 
-from rag.config import (check_section_files, command_line_values, config_hash, encoder_slug, generator_runs, hotswap_runs,
+from rag.config import (check_section_files, command_line_values, encoder_slug, generator_runs, hotswap_runs,
                         retriever_declarations, retriever_runs,
                         input_files, load_config, model_folders, read_config_file, run_seeds, sections, task_variants)
 from rag.errors import ConfigError
 from rag.io import lock_holder
-from rag.manifest import sha256_files, sha256_folder
+from rag.manifest import canonical_hash, sha256_files, sha256_folder
 from rag.models.sizing import check_lora
 from rag.retrieval import FILE_ROLES, retriever_files, retrievers_reading
 from rag.tasks import GENERATOR_SEP, RETRIEVER_SEP, TASKS, VARIANTS, split_variant, variant_retriever, variant_spec
@@ -211,7 +211,7 @@ def section(name):
 
 def train_config_hash(wildcards):
     """The hash of the train_<task> section: the MLflow run's config_hash tag."""
-    return config_hash(SECTIONS[f"train_{wildcards.task}"])
+    return canonical_hash(SECTIONS[f"train_{wildcards.task}"], 12)
 
 
 def task_sections(wildcards, evaluation=True):
