@@ -10,7 +10,8 @@ import yaml
 
 from rag import sections as S
 from rag.cli import main
-from rag.config import config_hash, load_config, sections
+from rag.config import load_config, sections
+from rag.manifest import canonical_hash
 from rag.errors import ConfigError
 from tests.conftest import ROOT, section_type, typed_sections
 
@@ -64,7 +65,7 @@ def test_the_train_section_hashes_as_its_file_whatever_eval_section_it_carries()
     parts = sections(load_config(ROOT / "config.yaml", check_files=False))
     tr = typed_sections()["train_nq"]
     assert tr.evaluation is not None
-    assert config_hash(tr.to_dict()) == config_hash(parts["train_nq"])
+    assert canonical_hash(tr.to_dict()) == canonical_hash(parts["train_nq"])
 
 
 def _write(tmp_path, name: str, data) -> str:
