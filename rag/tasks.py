@@ -414,6 +414,12 @@ VARIANTS: dict[str, VariantSpec] = {v.name: v for v in (
 RENAMED_VARIANTS = {"bart": "closed_book"}
 
 
+def renamed_variant(name: str) -> str | None:
+    """What to write for ``name``, a variant's old name (:data:`RENAMED_VARIANTS`), in words; None for any other."""
+    new = RENAMED_VARIANTS.get(name)
+    return None if new is None else f"variant {name!r} is renamed {new!r}: write {new}"
+
+
 @dataclass(frozen=True)
 class FamilySpec:
     """A generator family: a kind of model behind the generator interface (rag/models/interface.py)."""
@@ -485,8 +491,8 @@ def variant_spec(name: str) -> VariantSpec:
 
     base, generator = split_variant(name)
     retriever = variant_retriever(name)
-    if base in RENAMED_VARIANTS:
-        raise ConfigError(f"variant {base!r} is renamed {RENAMED_VARIANTS[base]!r}: write {RENAMED_VARIANTS[base]}")
+    if (renamed := renamed_variant(base)) is not None:
+        raise ConfigError(renamed)
     spec = _spec(VARIANTS, "variant", base)
     if generator is None and retriever is None:
         return spec

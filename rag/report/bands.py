@@ -138,12 +138,12 @@ def cell_metrics(task: str, variant: str) -> list[str]:
 def cell_error(band: Band) -> str | None:
     """What makes ``band`` name a cell no run can have (a task, variant, split or metric the registry
     does not know, or a metric its task and variant do not record), or None."""
-    from rag.tasks import EVAL_SPLITS, RENAMED_VARIANTS, TASKS, VARIANTS
+    from rag.tasks import EVAL_SPLITS, TASKS, VARIANTS, renamed_variant
 
     if band.task not in TASKS:
         return f"unknown task {band.task!r} (known: {', '.join(TASKS)})"
-    if band.variant in RENAMED_VARIANTS:
-        return f"variant {band.variant!r} is renamed {RENAMED_VARIANTS[band.variant]!r}: write {RENAMED_VARIANTS[band.variant]}"
+    if (renamed := renamed_variant(band.variant)) is not None:
+        return renamed
     if band.variant not in VARIANTS:
         return f"unknown variant {band.variant!r} (known: {', '.join(VARIANTS)})"
     if band.split not in EVAL_SPLITS:
