@@ -35,7 +35,7 @@ def build_world(workdir: Path, seed: int, cores: int) -> tuple[str, float]:
     """Run the world's retrieval targets of config.yaml under ``seed`` in ``workdir``: (results folder, seconds)."""
     import yaml
 
-    from rag.config import encoder_slug
+    from rag.config_files import encoder_slug
 
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     name = f"world{seed}"
@@ -55,14 +55,16 @@ def world_row(results: str) -> dict:
     and whether the bar (rag.report.claims: >= +5 points, the interval above 0) is met."""
     import torch
 
-    from rag.config import encoder_slug, load_config
+    from rag.config import load_config
+    from rag.config_files import encoder_slug
     from rag.io import read_jsonl
     from rag.report.claims import dense_over_bm25 as row
     from rag.retrieval import RetrievalFiles
     from rag.retrieval.bm25 import BM25Retriever
     from rag.retrieval.dense import DenseRetriever
     from rag.scoring.answer_match import answer_in_text
-    from rag.sections import QuestionEncoder
+    from rag.config_keys import QuestionEncoder
+    from rag.sections import pick
     from rag.tasks import ROLES, TASKS
 
     cfg = load_config(ROOT / "config.yaml", check_files=False)  # resolved: every retriever key
@@ -71,7 +73,7 @@ def world_row(results: str) -> dict:
     files = RetrievalFiles(passages=str(Path(results) / "corpus" / "miniworld" / "passages.tsv"),
                            embeddings=[str(folder / enc / f"emb-{i}.npy") for i in range(r["shards"])],
                            index=str(folder / enc / f"{r['index']}.faiss"), bm25=str(folder / "bm25"))
-    options = QuestionEncoder(**QuestionEncoder.of_config(cfg))
+    options = QuestionEncoder(**pick(QuestionEncoder, cfg["retriever"]))
     rows = read_jsonl(Path(results) / "data" / ROLES.qa / "test.jsonl", required=("id", "input", "targets"))
     questions = [x["input"] for x in rows]
     hits = {}

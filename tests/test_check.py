@@ -384,7 +384,7 @@ def test_an_experiment_is_checked_and_banded_over_its_config_s_runs_not_every_se
 
 def test_snakemake_check_and_check_of_the_experiment_read_the_same_runs(tmp_path):
     """`snakemake check` hands rag check the metrics files of the runs of the config; the report section
-    records the same runs, in the same order, for rag check --experiment (rag.config.experiment_runs)."""
+    records the same runs, in the same order, for rag check --experiment (rag.runs.experiment_runs)."""
     from rag.config import load_config, sections
     from rag.report.bands import recorded_runs
     from tests.conftest import ROOT, smk

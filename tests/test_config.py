@@ -7,8 +7,10 @@ import pytest
 import yaml
 
 from rag.cli import main
-from rag.config import check_section_files, load_config, replicate_config, run_seeds, sections, task_variants
+from rag.config import load_config, replicate_config, sections
+from rag.config_files import check_section_files
 from rag.errors import ConfigError
+from rag.runs import run_seeds, task_variants
 from tests.conftest import typed_sections
 
 
@@ -237,10 +239,10 @@ def test_schema_defaults_are_what_config_yaml_says(base):
 
 
 def test_test_time_k_default_is_in_the_schema(base):
-    from rag.config import schema
+    from rag.config_keys import json_schema as schema
     from rag.sections import task_decode
 
-    default_k = schema()["definitions"]["decode"]["properties"]["k"]["default"]
+    default_k = schema()["$defs"]["DecodeOptions"]["properties"]["k"]["default"]
     cfg = load_config(base)
     assert cfg["tasks"]["nq"]["decode_sequence"] == {"k": default_k}
     assert task_decode(cfg, "nq", "token")["k"] == task_decode(cfg, "fever3", "sequence")["k"] == default_k
@@ -275,7 +277,7 @@ def _byo(root) -> dict:
 
 
 def test_input_files_lists_local_inputs(root, base):
-    from rag.config import input_files
+    from rag.config_files import input_files
 
     assert input_files(load_config(base)) == []  # miniworld: nothing to read
     assert input_files(load_config(_byo(root), check_files=False)) == [
@@ -292,7 +294,7 @@ def test_input_files_lists_local_inputs(root, base):
     ("qa-test.jsonl", "tasks.byo_qa.files.test"),
 ])
 def test_missing_input_file_names_key_and_path(root, tmp_path, monkeypatch, missing, key):
-    from rag.config import check_input_files
+    from rag.config_files import check_input_files
 
     cfg = _byo(root)
     monkeypatch.chdir(tmp_path)
@@ -413,7 +415,7 @@ def test_replicate_config_command_writes_a_config_that_loads(root, tmp_path, cap
 def test_a_further_generator_is_generators_group_with_its_own_keys(base):
     """generators.<name>.generator: its keys over generator's, validated as that group; its runs are
     <variant>@<name> with the tasks' seeds; its pretraining a section of its own, generator's unchanged."""
-    from rag.config import generator_runs
+    from rag.runs import generator_runs
 
     cfg = load_config(base)
     llama = cfg["generators"]["llama"]["generator"]

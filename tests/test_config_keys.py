@@ -12,7 +12,8 @@ import yaml
 
 from rag import config_keys, keyspec
 from rag import sections as S
-from rag.config import load_config, schema, sections
+from rag.config import load_config, sections
+from rag.config_keys import json_schema as schema
 from rag.errors import ConfigError
 from tests.conftest import ROOT
 
@@ -47,39 +48,39 @@ def test_there_is_one_schema_file():
 
 
 def test_section_fields_are_declared_keys_not_types_of_their_own():
-    """Each field of a typed section is a declared key (its type the declaration's), a nested
-    section, or attached by a reader; none names a type of its own."""
+    """Each field of a typed section is a top-level config key of its declared type (the same object), a part of
+    the group it names (the config's group is made of it), a nested section, or attached by a reader."""
     classes = _section_classes()
-    assert {S.TrainSection, S.EvalSection, S.QuestionEncoder, S.Miniworld} <= set(classes)
+    assert {S.TrainSection, S.EvalSection, S.DataSection, S.IndexSection} <= set(classes)
     for cls in classes:
-        hints = cls.__annotations__
-        for f in __import__("dataclasses").fields(cls):
-            if not f.metadata.get("key", True):
+        for name, f in cls.model_fields.items():
+            part = S._model(f.annotation)
+            if f.exclude or (part is not None and issubclass(part, S.Section)):
                 continue
-            if "part" in f.metadata:
-                assert issubclass(f.metadata["part"], S.Section), (cls, f.name)
-                continue
-            r = f.metadata["read"]
-            if r.path is None:  # a key only sections have: a definition of config_keys
-                assert f.name == "task_name" and keyspec.target(r.node) is keyspec.DEFINITIONS[config_keys.TASK_NAME]
-                continue
-            assert r.path.rsplit(".", 1)[-1] == f.name, (cls, f.name, r.path)
-            assert r.node is config_keys.key(r.path), (cls, f.name)
-            declared = keyspec.py_type(r.node)
-            if f.name in hints:
-                assert hints[f.name] in (declared, declared | None), (cls, f.name)
+            if part is not None and name not in config_keys.Config.model_fields and name != "task":
+                assert part is config_keys.DecodeOptions, (cls, name)  # Decode's model kinds: a task's decode_* group
+            elif part is not None:
+                group = config_keys.Task if name == "task" else S._model(config_keys.Config.model_fields[name].annotation)
+                assert issubclass(group, part) or part is config_keys.MiniworldCut, (cls, name)
+            elif name == "task_name":
+                assert keyspec.leaf_of(f) is keyspec.leaf(config_keys.TaskName)
+            else:
+                assert keyspec.leaf_of(f) is keyspec.leaf_of(config_keys.Config.model_fields[name]), (cls, name)
+    # the retriever group is made of what its stages read, declared once
+    assert all(issubclass(config_keys.Retriever, part) for part in (config_keys.ContextEncoder, config_keys.QuestionEncoder,
+                                                                    config_keys.IndexOptions))
 
 
 def test_a_section_cannot_declare_a_type():
     with pytest.raises(TypeError, match="not a type of its own"):
         class Bad(S.Section):
-            k: int
-    with pytest.raises(KeyError, match="no config key 'train.kk' is declared"):
-        class Typo(S.Section):
-            kk = S.read("train.kk")
-    with pytest.raises(TypeError, match="metrics.qbleu1 is a group of keys"):
-        class NoPart(S.Section, every_key_of="metrics"):
-            pass
+            k: keyspec.Int()
+    with pytest.raises(TypeError, match="not a type of its own"):
+        class Retyped(S.Section):
+            seed: keyspec.Int(ge=0)
+    with pytest.raises(TypeError, match="not a type of its own"):
+        class NoPart(S.Section):
+            train: config_keys.QBleuWeights
 
 
 def _leaves(node, path=()):
@@ -90,13 +91,22 @@ def _leaves(node, path=()):
         yield path, node
 
 
+def _default(path: tuple):
+    """The declared default of the config key at ``path``."""
+    f = config_keys.Config.model_fields[path[0]]
+    value = f.default_factory() if f.default_factory else f.default
+    for part in path[1:]:
+        value = getattr(value, part)
+    return keyspec.plain(value)
+
+
 def test_config_yaml_sets_the_declared_defaults():
     with open(ROOT / "config.yaml", encoding="utf-8") as fh:
         base = yaml.safe_load(fh)
     leaves = [(p, v) for p, v in _leaves(base) if p[0] not in ("tasks", "generators", "retrievers")]  # the experiment's own: no default
     assert len(leaves) > 40
     for path, value in leaves:
-        default = keyspec.resolve(config_keys.key(".".join(path))["default"])  # as declared there (a ref's own)
+        default = _default(path)
         assert default == value and type(default) is type(value), ".".join(path)
 
 
@@ -131,19 +141,20 @@ TOY = textwrap.dedent('''
     # rag/config_keys.py with one line added: train.toy, an integer >= 1, default 7
     path = Path("rag/config_keys.py").resolve()
     src = path.read_text(encoding="utf-8")
-    anchor = '        "warmup_steps": Int('
+    anchor = '    warmup_steps: Int('
     assert src.count(anchor) == 1
-    edited = src.replace(anchor, '        "toy": Int(minimum=1, default=7, description="a toy key"),\\n' + anchor)
+    edited = src.replace(anchor, '    toy: Int(ge=1) = Field(7, description="a toy key")\\n' + anchor)
     mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("rag.config_keys", loader=None))
     mod.__file__ = str(path)
     sys.modules["rag.config_keys"] = mod
     exec(compile(edited, str(path), "exec"), mod.__dict__)
 
     from rag import sections as S
-    from rag.config import load_config, schema, sections
+    from rag.config import load_config, sections
+    from rag.config_keys import json_schema as schema
     from rag.errors import ConfigError
 
-    out = {"schema": schema()["properties"]["train"]["properties"]["toy"]}
+    out = {"schema": schema()["$defs"]["Train"]["properties"]["toy"]}
     cfg = load_config("config.yaml", check_files=False)
     out["default"] = cfg["train"]["toy"]
     try:
@@ -153,7 +164,7 @@ TOY = textwrap.dedent('''
     parts = sections(cfg)
     out["sections"] = sorted(n for n, p in parts.items() if "toy" in p.get("train", {}))
     out["typed"] = S.TrainSection.from_dict(parts["train_nq"], "train_nq.json").train.toy
-    out["type"] = S.TrainOptions.__annotations__["toy"].__name__
+    out["type"] = S.Train.model_fields["toy"].annotation.__name__
     bad = json.loads(json.dumps(parts["train_nq"]))
     bad["train"]["toy"] = 0
     try:

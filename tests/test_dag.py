@@ -93,7 +93,8 @@ def dry_run_requests(out: str) -> dict[str, list[dict]]:
 def test_plan_is_the_dry_run_under_the_slurm_profile(tmp_path, config):
     """rag plan's jobs and each job's requests are what ``snakemake --dry-run`` with the same
     profile plans, for a run from empty (the config's local inputs in place: empty files here)."""
-    from rag.config import input_files, load_config
+    from rag.config import load_config
+    from rag.config_files import input_files
 
     for _, path in input_files(load_config(ROOT / config, check_files=False)):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)

@@ -105,7 +105,7 @@ def test_a_reranker_s_retrieval_option_reruns_its_fine_tunes_and_trains_no_cross
 
 @pytest.mark.slow
 def test_an_edited_family_file_reruns_its_retrievers_runs_alone(retrievers_run):
-    """A family of the user's is an input by content (rag.config.input_files): its file edited, with its date
+    """A family of the user's is an input by content (rag.config_files.input_files): its file edited, with its date
     kept, changes its retriever's section (which holds the file's sha256) and so re-runs that retriever's
     fine-tunes and the report, nothing else."""
     import os

@@ -35,7 +35,8 @@ def test_paper_scale_docs_e5_and_reranker_config_is_valid():
 
     import yaml
 
-    from rag.config import load_config, retriever_runs
+    from rag.config import load_config
+    from rag.runs import retriever_runs
     from rag.retrieval import retriever_files
 
     text = (ROOT / "docs" / "paper_scale.md").read_text()

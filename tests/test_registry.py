@@ -8,7 +8,7 @@ import re
 import pytest
 
 from rag import metrics as M
-from rag.config import schema
+from rag.config_keys import json_schema as schema
 from rag.data import paper_results
 from rag.data.formats import PARSERS
 from rag.data.table7 import table7, table7_rows
@@ -64,7 +64,7 @@ def test_retriever_entry(name):
     spec = RETRIEVERS[name]
     assert spec.name == name and set(spec.files) <= set(FILE_ROLES)
     # a family reads the passages, or names the retrievers that do (a hybrid's parts)
-    assert "passages" in spec.files or (spec.refs and set(spec.refs) <= set(spec.options))
+    assert "passages" in spec.files or (spec.refs and set(spec.refs) <= set(spec.options.model_fields))
     module, _, attr = spec.factory.partition(":")
     cls_name, _, method = attr.partition(".")
     cls = getattr(importlib.import_module(module), cls_name)
@@ -77,7 +77,7 @@ def test_metric_entry(name):
 
 
 def test_schema_enums_are_the_registry():
-    defs = schema()["definitions"]
+    defs = {"variant": schema()["properties"]["variants"]["items"], "task_name": schema()["properties"]["tasks"]["propertyNames"]}
     assert defs["variant"]["enum"] == list(VARIANTS)
     assert defs["task_name"]["enum"] == list(TASKS)
     assert schema()["properties"]["variants"]["default"] == list(VARIANTS)
@@ -244,7 +244,7 @@ def test_a_toy_task_with_its_own_format_is_three_files(tmp_path):
     assert len(list(user.iterdir())) == 3
 
     cfg = load_config(user / "config.yaml")
-    assert TASKS["toy"].display == "Toy QA" and "toy" in schema()["definitions"]["task_name"]["enum"]
+    assert TASKS["toy"].display == "Toy QA" and "toy" in schema()["properties"]["tasks"]["propertyNames"]["enum"]
     data = sections(cfg)["data_toy"]
     outs = {split: tmp_path / "data" / f"{split}.jsonl" for split in files}
     build_task(DataSection.from_dict(data, "data_toy"), outs, files)
@@ -364,7 +364,8 @@ def test_a_toy_metric_with_its_own_option_is_one_file_and_its_config_key(tmp_pat
     declared task's ``metrics``, and its option under config key ``metrics.options.<name>``; no code
     of the package edited or patched. compute, the per-example scores, the bootstrap's subset scorer,
     a report cell's interval and the task's scoring use it with the run's value of the option."""
-    from rag.config import input_files, load_config, sections
+    from rag.config import load_config, sections
+    from rag.config_files import input_files
     from rag.predictions import metric_options, score_predictions
     from rag.report.claims import cell_interval
     from rag.report.stats import mean_interval
@@ -428,7 +429,7 @@ def test_roles_name_registered_tasks_and_the_schema_default():
         assert set(getattr(ROLES, role)) <= set(TASKS), role
     assert set(ROLES.fine_tuning_strict) <= set(ROLES.fine_tuning)
     # Figure 3's task is the default of config key experiments.topk_task
-    assert schema()["properties"]["experiments"]["properties"]["topk_task"]["default"] == ROLES.topk
+    assert schema()["$defs"]["Experiments"]["properties"]["topk_task"]["default"] == ROLES.topk
     # the claims' labels and columns: every role task has them
     for task in (ROLES.qa, ROLES.topk, *ROLES.fine_tuning):
         assert TASKS[task].short and TASKS[task].column("table6")

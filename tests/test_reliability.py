@@ -379,7 +379,7 @@ VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.di
 
 
 def _schema_paths() -> list[tuple[str, ...]]:
-    from rag.config import schema
+    from rag.config_keys import json_schema as schema
 
     out = []
 
@@ -387,7 +387,7 @@ def _schema_paths() -> list[tuple[str, ...]]:
         if not isinstance(node, dict):
             return
         if "$ref" in node:
-            node = schema()["definitions"][node["$ref"].split("/")[-1]]
+            node = schema()["$defs"][node["$ref"].split("/")[-1]]
         for key, sub in (node.get("properties") or {}).items():
             out.append(path + (key,))
             walk(sub, path + (key,))

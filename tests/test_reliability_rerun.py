@@ -11,7 +11,7 @@ A local input replaced by other content with an  | each local input's sha256 is 
                                                  | jobs that read it and what follows them; hashed once per content
                                                  | (rag.manifest.sha256_files: cache in .snakemake/rag/)
 A local model folder (question / context         | the folder's sha256 (over its files': rag.manifest.sha256_folder)
-  encoder, generator.name_or_path) with other    | is a param of the jobs that load it (rag.config.model_folders):
+  encoder, generator.name_or_path) with other    | is a param of the jobs that load it (rag.config_files.model_folders):
   weights: "Nothing to be done"                  | the encoding, the fine-tunes or the generator's job re-run
 A second snakemake (after ``--unlock``) of a     | refused before any job starts (onstart, common.smk
   fine-tune that runs; with                      | check_run_locks): "error: <model> (train job) is being written

@@ -7,9 +7,10 @@ import copy
 
 import pytest
 
-from rag.config import load_config, retriever_runs, sections
+from rag.config import load_config, sections
 from rag.errors import ConfigError
 from rag.retrieval import retriever_files
+from rag.runs import retriever_runs
 from rag.tasks import RETRIEVERS, retriever_trains, variant_spec
 
 BASE = {"name": "t", "variants": ["rag_token", "rag_token_frozen", "rag_sequence_frozen", "rag_token_bm25", "closed_book"],
@@ -198,7 +199,7 @@ def test_a_retrievers_local_files_are_inputs_by_content(tmp_path, monkeypatch):
     workflow into the retriever's section); a Hugging Face name or package model is none."""
     from pathlib import Path
 
-    from rag.config import input_files, model_folders
+    from rag.config_files import input_files, model_folders
 
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     cfg = config()

@@ -112,15 +112,16 @@ def test_last_token_pooling_is_the_last_real_token_s_state(side):
 
 def test_each_side_s_section_reads_its_own_prefix():
     """A query prefix is no input of passage encoding (its embeddings are not redone), nor the reverse."""
-    from rag.sections import ContextEncoder, QuestionEncoder
+    from rag.config_keys import ContextEncoder, QuestionEncoder
+    from rag.sections import pick
 
-    cfg = {"retriever": {"question_encoder": "q", "context_encoder": "c", "pooling": "last", "normalize": False,
+    cfg = {"question_encoder": "q", "context_encoder": "c", "pooling": "last", "normalize": False,
                          "max_length": 64, "batch_size": 8, "score_scale": 1.0, "query_prefix": "query: ",
-                         "query_instruction": "find it", "passage_prefix": "passage: "}}
-    q = QuestionEncoder.of_config(cfg)
-    c = ContextEncoder.of_config(cfg)
+                         "query_instruction": "find it", "passage_prefix": "passage: "}
+    q = pick(QuestionEncoder, cfg)
+    c = pick(ContextEncoder, cfg)
     assert q["query_prefix"] == "query: " and q["query_instruction"] == "find it" and "passage_prefix" not in q
     assert c["passage_prefix"] == "passage: " and "query_prefix" not in c and "query_instruction" not in c
     assert QuestionEncoder(**q).encoder_text() == EncoderText("last", False, 64, "query: ", "find it")
     assert ContextEncoder(**c).encoder_text() == EncoderText("last", False, 64, "passage: ")
-    assert "passage_prefix" not in ContextEncoder.of_config({"retriever": {"pooling": "mean"}})
+    assert "passage_prefix" not in pick(ContextEncoder, {"pooling": "mean"})

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
 from ddp_worker import make_generator, make_tokenizer
@@ -226,9 +224,9 @@ def test_build_bart_sets_the_exact_match_separator_and_refuses_it_without_local_
     model = build_bart(tok, g)
     assert isinstance(model.model.encoder, LocalContextEncoder) and model.model.encoder.match_embed is not None
     assert list(model.config.query_separator) == query_separator(tok)
-    assert build_bart(tok, replace(g, exact_match=False)).model.encoder.match_embed is None
+    assert build_bart(tok, g.model_copy(update=dict(exact_match=False))).model.encoder.match_embed is None
     with pytest.raises(ConfigError, match="generator.exact_match"):
-        build_bart(tok, replace(g, local_context=0))
+        build_bart(tok, g.model_copy(update=dict(local_context=0)))
 
 
 def test_continuation_marks_the_source_positions_after_the_last_generated_token():
@@ -262,8 +260,8 @@ def test_copy_next_reads_on_from_the_copied_token_and_is_refused_without_copy(tm
     small = {"d_model": 16, "ffn": 32, "heads": 2, "layers": 1}
     g = typed_sections({"generator": small})["generator"].generator
     torch.manual_seed(0)
-    plain = build_bart(tok, replace(g, copy_next=False)).eval()
-    model = build_bart(tok, replace(g, copy_next=True)).eval()
+    plain = build_bart(tok, g.model_copy(update=dict(copy_next=False))).eval()
+    model = build_bart(tok, g.model_copy(update=dict(copy_next=True))).eval()
     missing = model.load_state_dict(plain.state_dict(), strict=False).missing_keys
     assert sorted(missing) == ["next_bias", "next_read.bias", "next_read.weight"]
     batch = tok(["the leader of kelvia is mira tolen"], return_tensors="pt")
@@ -280,4 +278,4 @@ def test_copy_next_reads_on_from_the_copied_token_and_is_refused_without_copy(tm
     assert float(before[0, 1, tolen]) < float(before[0, 1, others].max())  # as it did not before
     assert float((after[0, 0] - before[0, 0]).abs().max()) == 0.0  # the decoder start reads nothing on
     with pytest.raises(ConfigError, match="generator.copy_next"):
-        build_bart(tok, replace(g, copy=False, local_context=0, exact_match=False, copy_next=True))
+        build_bart(tok, g.model_copy(update=dict(copy=False, local_context=0, exact_match=False, copy_next=True)))

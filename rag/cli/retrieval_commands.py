@@ -33,7 +33,6 @@ def cmd_bm25(args) -> None:
 
 
 def cmd_train_reranker(args) -> None:
-    from dataclasses import replace
 
     from rag.errors import ConfigError
     from rag.sections import read_task_sections
@@ -41,7 +40,7 @@ def cmd_train_reranker(args) -> None:
 
     cfg = read_task_sections(args.config)
     if args.seed is not None:
-        cfg = replace(cfg, seed=args.seed)
+        cfg = cfg.model_copy(update={"seed": args.seed})
     if not cfg.retrievers or args.retriever not in cfg.retrievers:
         raise ConfigError(f"{' + '.join(args.config)}: no reranker_<name> or retriever_<name> section declaring {args.retriever!r} among the --config files")
     device = runtime.setup(cfg.device, seed=cfg.seed)

@@ -5,7 +5,6 @@ sections and device."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
 from rag import runtime
 from rag.cli import add_command
@@ -49,7 +48,7 @@ def task_setup(args) -> tuple[TrainSection, str]:
     (the fine-tune seed, wildcard ``{seed}``) replaces the section's top-level ``seed``."""
     cfg = read_task_sections(args.config)
     if args.seed is not None:
-        cfg = replace(cfg, seed=args.seed)
+        cfg = cfg.model_copy(update={"seed": args.seed})
     return cfg, runtime.setup(cfg.device, seed=cfg.seed, precision=cfg.precision)
 
 

@@ -26,7 +26,7 @@ from rag.models.interface import COPY_KEY, Generator, SourceStates
 from rag.models.seq2seq import DEFAULT_CHUNK_OVERHEAD, scored_logprobs
 
 if TYPE_CHECKING:
-    from rag.sections import GeneratorOptions
+    from rag.config_keys import Generator as GeneratorOptions
 
 PAD_TOKEN = "<pad>"  # added when a tokenizer has no pad token of its own, or pads with its EOS
 

@@ -19,7 +19,7 @@ from rag.models import seq2seq
 from rag.models.interface import Generator, SourceStates
 
 if TYPE_CHECKING:
-    from rag.sections import GeneratorOptions
+    from rag.config_keys import Generator as GeneratorOptions
 
 
 class LocalContextEncoder(BartEncoder):

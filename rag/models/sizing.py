@@ -202,7 +202,7 @@ def check_lora(cfg: dict) -> None:
     naming the key and the model's linear modules. A pretrained model this machine has no
     configuration of is left to the job that loads it. Seconds (torch, transformers, peft imported)
     where LoRA is configured: the workflow checks it in the process that plans the DAG."""
-    from rag.config import generator_groups
+    from rag.runs import generator_groups
     from rag.errors import ConfigError
     from rag.tasks import family_spec
 

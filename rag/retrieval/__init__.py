@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rag.retrieval.base import Retriever
-    from rag.sections import QuestionEncoder
+    from rag.config_keys import QuestionEncoder
 
 # role -> (command-line flag, takes several paths): the retrieval files a retriever may read
 FILE_ROLES: dict[str, tuple[str, bool]] = {

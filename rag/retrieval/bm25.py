@@ -11,7 +11,7 @@ import torch
 from rag.errors import DataError
 from rag.retrieval import RetrievalFiles
 from rag.retrieval.base import Retrieved, Retriever
-from rag.sections import QuestionEncoder
+from rag.config_keys import QuestionEncoder
 
 
 class BM25Retriever(Retriever):

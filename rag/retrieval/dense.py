@@ -10,7 +10,7 @@ import torch
 from rag import precision as P
 from rag.retrieval import RetrievalFiles
 from rag.retrieval.base import Retrieved, Retriever
-from rag.sections import QuestionEncoder
+from rag.config_keys import QuestionEncoder
 
 
 class DenseRetriever(Retriever):

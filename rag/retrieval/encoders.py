@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from rag.errors import ConfigError, DataError
-from rag.sections import EncoderText
+from rag.config_keys import EncoderText
 
 
 # the characters of a text tokenized for each token max_length keeps (Encoder.bound): a word piece or BPE

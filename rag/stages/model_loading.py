@@ -69,7 +69,7 @@ def check_k_in_passages(files: RetrievalFiles | None, ks: list[tuple[str, int]])
         return
     from itertools import islice
 
-    from rag.config import check_k
+    from rag.config_files import check_k
     from rag.data.corpus import iter_passages
 
     n = sum(1 for _ in islice(iter_passages(files.passages), max(k for _, k in ks)))

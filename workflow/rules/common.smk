@@ -11,9 +11,9 @@ from pathlib import Path
 from snakemake.io import IOFile
 from snakemake.utils import update_config
 
-from rag.config import (check_section_files, command_line_values, encoder_slug, generator_runs, hotswap_runs,
-                        retriever_declarations, retriever_runs,
-                        input_files, load_config, model_folders, read_config_file, run_seeds, sections, task_variants)
+from rag.config import command_line_values, load_config, read_config_file, sections
+from rag.config_files import check_section_files, encoder_slug, input_files, model_folders
+from rag.runs import generator_runs, hotswap_runs, retriever_declarations, retriever_runs, run_seeds, task_variants
 from rag.errors import ConfigError
 from rag.io import lock_holder
 from rag.manifest import canonical_hash, sha256_files, sha256_folder
@@ -49,7 +49,7 @@ R = f"results/{EXP}"
 # content re-runs that rule, and what follows it, even where the file's date is older than the
 # outputs' (cp -p, tar, rsync -a and unzip keep dates). Hashed once per content (rag.manifest.sha256_files).
 # A local model folder (retriever.question_encoder / context_encoder, a pretrained generator's
-# name_or_path: rag.config.model_folders) counts as its files' content does (rag.manifest.sha256_folder).
+# name_or_path: rag.config_files.model_folders) counts as its files' content does (rag.manifest.sha256_folder).
 try:
     _LOCAL = input_files(CFG)
     _SHA = sha256_files([path for _, path in _LOCAL], ".snakemake/rag/input-sha256.json")
