@@ -276,10 +276,7 @@ def _resolve_retrievers(cfg: dict) -> None:
         if name in own:
             raise ConfigError(f"config key '{where}': {name!r} is the name of the variants' own retriever {name} "
                               "(rag/tasks.py VARIANTS); give yours another")
-        if family.options is None and spec["options"]:
-            raise ConfigError(f"unknown config key '{where}.options.{next(iter(spec['options']))}'")
-        if family.options is not None:
-            spec["options"] = keyspec.plain(keyspec.validate(family.options, spec["options"], f"{where}.options"))
+        spec["options"] = keyspec.plain(keyspec.validate(family.options, spec["options"], f"{where}.options"))
     def walk(name: str, path: tuple[str, ...]) -> None:  # the retrievers a declared one names, down to registered ones
         for ref in retriever_refs(name, declared):
             if ref not in own and ref not in declared:

@@ -42,7 +42,7 @@ Sha256 = Str(pattern="^[0-9a-f]{64}$")
 
 def named(names) -> Any:
     """A mapping's names in its JSON schema (``json_schema_extra`` of a ``dict[names, ...]`` key)."""
-    return lambda schema: schema.update(propertyNames=leaf(names).__get_pydantic_json_schema__(None, None))
+    return lambda schema: schema.update(propertyNames=leaf(names).json_schema())
 
 
 # ------------------------------------------------------------------------------------ tasks

@@ -125,8 +125,11 @@ class Leaf:
                 raise PydanticCustomError("config", "{line}", {"line": bad.message, "path": bad.path}) from None
         return core_schema.no_info_plain_validator_function(validate)
 
-    def __get_pydantic_json_schema__(self, _schema, _handler) -> dict:
+    def json_schema(self) -> dict:
         return self.schema() if callable(self.schema) else dict(self.schema)
+
+    def __get_pydantic_json_schema__(self, _schema, _handler) -> dict:
+        return self.json_schema()
 
 
 def leaf(tp: Any) -> Leaf | None:
@@ -252,7 +255,7 @@ def List(item: Any, min_items: int | None = None, max_items: int | None = None, 
 
     def schema():
         return {"type": "array", **_set(minItems=min_items, maxItems=max_items, uniqueItems=unique or None),
-                "items": inner.__get_pydantic_json_schema__(None, None)}
+                "items": inner.json_schema()}
     lf = Leaf(f"a list of {inner.expected}", schema, check, lambda v: [inner.words(x) for x in v] if isinstance(v, list) else v)
     return _typed(tuple, lf)
 
@@ -278,8 +281,8 @@ def Map(values: Any = None, names: Any = None, min_items: int | None = None) -> 
 
     def schema():
         return {"type": "object", **_set(minProperties=min_items),
-                **({"propertyNames": named.__get_pydantic_json_schema__(None, None)} if named else {}),
-                **({"additionalProperties": of.__get_pydantic_json_schema__(None, None)} if of else {})}
+                **({"propertyNames": named.json_schema()} if named else {}),
+                **({"additionalProperties": of.json_schema()} if of else {})}
     lf = Leaf("an object", schema, check, lambda v: {k: of.words(x) for k, x in v.items()} if of and isinstance(v, dict) else v)
     return _typed(dict, lf)
 
@@ -298,7 +301,7 @@ def Nullable(tp: Any) -> Any:
                 lf.wrong(v)
             raise
 
-    lf = Leaf(f"{inner.expected} or null", lambda: {"anyOf": [inner.__get_pydantic_json_schema__(None, None), {"type": "null"}]},
+    lf = Leaf(f"{inner.expected} or null", lambda: {"anyOf": [inner.json_schema(), {"type": "null"}]},
               check, lambda v: None if v == "null" else inner.words(v), inner.numeric)
     return _typed(Union[get_args(tp)[0], None], lf)
 
@@ -320,7 +323,7 @@ def Either(*alternatives: Any) -> Any:
         lf.wrong(v)
 
     lf = Leaf(" or ".join(i.expected for i in inner),
-              lambda: {"anyOf": [i.__get_pydantic_json_schema__(None, None) for i in inner]}, check)
+              lambda: {"anyOf": [i.json_schema() for i in inner]}, check)
     return _typed(Any, lf)
 
 

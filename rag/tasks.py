@@ -127,8 +127,9 @@ class RetrieverSpec:
     # question_encoder_dir); a declared one's also gets declaration= (its options) and build= (name -> Retriever)
     factory: str
     description: str = ""
-    # a declaration's options: a model of rag.keyspec (its keys, their types and defaults), validated with the config
-    options: type | None = None
+    # a declaration's options: a model of rag.keyspec (its keys, their types and defaults), validated with the config;
+    # Key itself: none
+    options: type = Key
     refs: tuple[str, ...] = ()  # the options that name other retrievers (a hybrid's parts)
     # the options under which the gradient of its scores reaches a question encoder (of a retriever it names,
     # where it has refs); None: never (a variant that fine-tunes the question encoder cannot run it)
