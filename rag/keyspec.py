@@ -373,19 +373,11 @@ def validate(model: type[BaseModel], data: Any, prefix: str = "", where: str = "
         raise ConfigError(where + line(first, prefix)) from None
 
 
-def node_of(model: type[BaseModel], path: str) -> Any:
-    """The type of the key at dotted ``path`` of ``model`` ("train.k"; ``*``: any name of a mapping)."""
-    node: Any = model
-    for part in path.split("."):
-        if isinstance(node, type) and issubclass(node, BaseModel) and part in node.model_fields:
-            f = node.model_fields[part]
-            lf = leaf_of(f)
-            node = Annotated[f.annotation, lf] if lf else f.annotation
-        elif part == "*" and get_origin(node) is dict:
-            node = get_args(node)[1]
-        else:
-            raise KeyError(f"no config key {path!r} is declared (at {part!r})")
-    return node
+def field_type(model: type[BaseModel], name: str) -> Any:
+    """The type of key ``name`` of ``model``: its value type (``Annotated[..., Leaf]``), or its model or mapping."""
+    f = model.model_fields[name]
+    lf = leaf_of(f)
+    return Annotated[f.annotation, lf] if lf else f.annotation
 
 
 def read_words(value: Any, node: Any) -> Any:
@@ -396,7 +388,7 @@ def read_words(value: Any, node: Any) -> Any:
     if isinstance(node, type) and issubclass(node, BaseModel):
         if not isinstance(value, dict):
             return value
-        return {k: read_words(v, node_of(node, k)) if k in node.model_fields else v for k, v in value.items()}
+        return {k: read_words(v, field_type(node, k)) if k in node.model_fields else v for k, v in value.items()}
     if get_origin(node) is dict:
         return {k: read_words(v, get_args(node)[1]) for k, v in value.items()} if isinstance(value, dict) else value
     lf = leaf(node)
