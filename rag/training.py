@@ -50,10 +50,18 @@ def batch_indices(n: int, step: int, batch_size: int, seed: int) -> list[int]:
     return order[offset * batch_size : (offset + 1) * batch_size]
 
 
-def make_optimizer(system, lr: float, qenc_lr: float, train_question_encoder: bool, warmup: int, steps: int):
+def make_optimizer(system, lr: float, qenc_lr: float, train_question_encoder: bool, warmup: int, steps: int,
+                   train_passage_encoder: bool = False):
+    """AdamW over the generator (``lr``) and the retriever's encoders that train (``qenc_lr``: the question
+    encoder's, then the passage encoder's parameters it does not share), with warm-up and linear decay."""
     groups = [{"params": [p for p in system.generator.parameters() if p.requires_grad], "lr": lr}]
     if train_question_encoder and system.question_encoder is not None:
         groups.append({"params": [p for p in system.question_encoder.parameters() if p.requires_grad], "lr": qenc_lr})
+    if train_passage_encoder and system.context_encoder is not None:
+        taken = {id(p) for g in groups for p in g["params"]}  # shared with the question encoder: optimised once
+        own = [p for p in system.context_encoder.parameters() if p.requires_grad and id(p) not in taken]
+        if own:
+            groups.append({"params": own, "lr": qenc_lr})
     opt = torch.optim.AdamW(groups, weight_decay=0.01)
 
     def schedule(s: int) -> float:
@@ -191,16 +199,23 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
           qenc_lr: float, train_question_encoder: bool, warmup: int, epsilon: float, seed: int, ckpt_dir: Path,
           checkpoint_every: int, log_every: int, log_fn: Callable[[int, float], None] | None = None,
           progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1,
-          ddp_module=None, precision: str | None = None, identity: dict | None = None) -> list[float]:
+          ddp_module=None, precision: str | None = None, identity: dict | None = None,
+          train_passage_encoder: bool = False) -> list[float]:
     """Train ``system`` for ``steps`` steps, resumed from ``ckpt_dir/checkpoint.pt`` written under the
     same settings and ``identity``. ``ddp_module``: the DistributedDataParallel wrapper under torchrun;
-    ``precision`` (default: the system's) sets ``system.precision``."""
+    ``precision`` (default: the system's) sets ``system.precision``. ``train_passage_encoder``: the
+    retriever's passage encoder (``system.context_encoder``) trains too, at ``qenc_lr``."""
     from rag import precision as P
 
     torch.manual_seed(seed)
     if system.question_encoder is not None:
         system.question_encoder.requires_grad_(train_question_encoder)
-    opt, sched = make_optimizer(system, lr, qenc_lr, train_question_encoder, warmup, steps)
+    cenc = system.context_encoder
+    if train_passage_encoder and cenc is None:
+        raise ValueError("train_passage_encoder: the retriever has no passage encoder to train (DenseRetriever context_encoder)")
+    if cenc is not None:
+        cenc.requires_grad_(train_passage_encoder)
+    opt, sched = make_optimizer(system, lr, qenc_lr, train_question_encoder, warmup, steps, train_passage_encoder)
     if precision is not None:
         system.precision = precision
     scaler = P.grad_scaler(system.device.type, system.precision)  # None unless fp16
@@ -210,14 +225,22 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
     # what must not change across a resume (the world size may: the global batch is the same)
     run = {"steps": steps, "batch_size": batch_size, "k": k, "lr": lr, "qenc_lr": qenc_lr, "warmup": warmup,
            "epsilon": epsilon, "seed": seed, "train_question_encoder": train_question_encoder, "n": len(inputs),
+           **({"train_passage_encoder": True} if train_passage_encoder else {}),
+           **({"objective": system.objective, "objective_temperature": system.objective_temperature}
+              if system.objective != "marginal" else {}),
            **(identity or {})}
     # a frozen question encoder is the one the run was given: a resume loads it again, the checkpoint leaves it out
     trained_qenc = system.question_encoder if train_question_encoder else None
-    ckpt = Checkpoint(Path(ckpt_dir) / CKPT, run, {"generator": system.generator, "question_encoder": trained_qenc})
+    modules = {"generator": system.generator, "question_encoder": trained_qenc}
+    if train_passage_encoder:
+        modules["context_encoder"] = cenc
+    ckpt = Checkpoint(Path(ckpt_dir) / CKPT, run, modules)
     start, losses, _ = ckpt.load(opt, sched, scaler)
     system.train()
     if system.question_encoder is not None and not train_question_encoder:
         system.question_encoder.eval()
+    if cenc is not None and not train_passage_encoder:
+        cenc.eval()
     forward = ddp_module if ddp_module is not None else system
 
     def step_loss(step: int) -> torch.Tensor:

@@ -105,17 +105,24 @@ def make_world(seed: int = 0, n_docs: int = 6, words=WORDS, d: int = 16) -> Worl
     return World(tok, gen, qenc, enc, passages, doc_emb)
 
 
-def make_system(world: World, kind: str, generator=None, question_encoder=None):
+def make_system(world: World, kind: str, generator=None, question_encoder=None, passage_encoder: str | None = None,
+                objective: str = "marginal"):
+    """``passage_encoder``: None (the index's embeddings score), ``separate`` (a passage encoder of its own
+    re-encodes the retrieved passages) or ``shared`` (the question encoder's weights do)."""
     from rag.models.rag import RagSystem
     from rag.retrieval.dense import DenseRetriever
+    from rag.retrieval.encoders import Encoder, EncoderText
 
     qe = world.encoder
     if question_encoder is not None:
-        from rag.retrieval.encoders import Encoder, EncoderText
-
         qe = Encoder(question_encoder, world.tokenizer, EncoderText("pooler", False))
-    retriever = DenseRetriever(world.passages, qe, world.doc_emb, ExactIndex(world.doc_emb))
-    return RagSystem(generator if generator is not None else world.generator, world.tokenizer, kind, retriever)
+    ce = None
+    if passage_encoder is not None:
+        model = qe.model if passage_encoder == "shared" else make_question_encoder(len(world.tokenizer), seed=11)
+        ce = Encoder(model, world.tokenizer, EncoderText("pooler", False))
+    retriever = DenseRetriever(world.passages, qe, world.doc_emb, ExactIndex(world.doc_emb), context_encoder=ce)
+    return RagSystem(generator if generator is not None else world.generator, world.tokenizer, kind, retriever,
+                     objective=objective)
 
 
 QUESTIONS = ["what is the capital of france", "where is rome", "who was born in berlin", "which river is in london",
@@ -123,11 +130,13 @@ QUESTIONS = ["what is the capital of france", "where is rome", "who was born in 
 ANSWERS = ["paris", "italy", "germany", "the river", "spain", "france", "rome", "madrid"]
 
 
-def run_training(ckpt_dir, rank: int = 0, world: int = 1, ddp: bool = False, steps: int = 3, **kw):
+def run_training(ckpt_dir, rank: int = 0, world: int = 1, ddp: bool = False, steps: int = 3,
+                 passage_encoder: str | None = None, objective: str = "marginal", **kw):
     from rag.training import train
 
     w = make_world(seed=3)
-    system = make_system(w, "token")
+    system = make_system(w, "token", passage_encoder=passage_encoder, objective=objective)
+    kw.setdefault("train_passage_encoder", passage_encoder is not None)
     module = None
     if ddp:
         module = torch.nn.parallel.DistributedDataParallel(system)

@@ -1,7 +1,8 @@
 """A RAG model: a retriever (``rag.retrieval.Retriever``) and a generator behind the generator
-interface (:mod:`rag.models.interface`). Gradients reach a dense retriever's question encoder
-through the doc scores d(z).q(x) and the generator through the marginal likelihood. Under a
-``precision`` autocast (bf16/fp16) the doc scores, log-probabilities and marginalisation stay fp32.
+interface (:mod:`rag.models.interface`). Gradients reach a dense retriever's encoders through the doc
+scores d(z).q(x) and the generator through the marginal likelihood; under another retriever objective
+(:mod:`rag.models.objectives`) the retriever learns from that objective alone. Under a ``precision``
+autocast (bf16/fp16) the doc scores, log-probabilities and marginalisation stay fp32.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from rag.models.decoding import Hypothesis, beam_search, decode_ids
 from rag.models import seq2seq
 from rag.models.interface import Generator, SourceStates
 from rag.retrieval.base import Retrieved, Retriever
-from rag.models.marginal import rag_sequence_nll_from_logprobs, rag_token_nll, rag_token_nll_from_logprobs
+from rag.models.marginal import (rag_sequence_nll_from_logprobs, rag_token_nll, rag_token_nll_from_logprobs, shift_left,
+                                 token_logprobs)
+from rag.models.objectives import OBJECTIVES, document_loglik, retriever_loss
 
 
 @dataclass
@@ -40,14 +43,19 @@ class Prediction:
 
 class RagSystem(torch.nn.Module):
     """``generator``: a :class:`rag.models.interface.Generator` (its ``model`` becomes
-    ``self.generator``), or a seq2seq model, which :class:`rag.models.generator.Seq2SeqGenerator` wraps."""
+    ``self.generator``), or a seq2seq model, which :class:`rag.models.generator.Seq2SeqGenerator` wraps.
+    ``objective``: what trains the retriever (:data:`rag.models.objectives.OBJECTIVES`), its target's
+    ``objective_temperature``."""
 
     def __init__(self, generator, tokenizer, model: str, retriever: Retriever | None = None,
                  max_source_len: int = 192, max_target_len: int = 48, chunk_overhead: int | None = None,
-                 precision: str = "fp32"):
+                 precision: str = "fp32", objective: str = "marginal", objective_temperature: float = 1.0):
         super().__init__()
         if model not in ("sequence", "token", "closed_book"):
             raise ValueError(f"unknown model kind {model!r}")
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown retriever objective {objective!r} (known: {', '.join(OBJECTIVES)})")
+        self.objective, self.objective_temperature = objective, objective_temperature
         P.check(precision)  # a known value; autocast checks it against the device
         if not isinstance(generator, Generator):
             from rag.models.generator import Seq2SeqGenerator
@@ -97,6 +105,11 @@ class RagSystem(torch.nn.Module):
         """The retriever's trainable question encoder (None unless dense)."""
         return getattr(self.retriever, "question_encoder", None)
 
+    @property
+    def context_encoder(self):
+        """The retriever's passage encoder where it trains (None otherwise)."""
+        return getattr(self.retriever, "context_encoder", None)
+
     # ------------------------------------------------------------------ retrieval
     def retrieve(self, questions: list[str], k: int) -> Retrieved:
         """The retriever's top ``k`` passages; the question encoder runs under the precision autocast."""
@@ -124,24 +137,38 @@ class RagSystem(torch.nn.Module):
     def marginal_nll(self, src: torch.Tensor, mask: torch.Tensor, doc_scores: torch.Tensor | None, target_ids: torch.Tensor,
                      epsilon: float = 0.0) -> torch.Tensor:
         """Per-example NLL given the tokenized generator inputs [B*K, L] (question-major) and the doc
-        scores [B, K] (None for the BART baseline: one input per question); the loss in fp32."""
+        scores [B, K] (None for the BART baseline: one input per question); the loss in fp32. Under a
+        retriever objective other than the marginal, the generator's NLL takes the doc scores as constants
+        and the objective's loss (:func:`rag.models.objectives.retriever_loss`) is added."""
+        own = doc_scores is not None and self.objective != "marginal"  # the retriever learns from its objective
         if doc_scores is None:
             doc_scores, dec = torch.zeros(target_ids.shape[0], 1, device=src.device), target_ids
         else:
             dec = target_ids.repeat_interleave(doc_scores.shape[1], dim=0)
+        scores = doc_scores.detach() if own else doc_scores
         dev, overhead = src.device.type, self.chunk_overhead
         if self.model_kind == "token" and epsilon > 0:  # smoothing over the marginal needs every vocabulary entry
             with self.autocast():
                 logits = self.gen.logits(src, mask, dec, overhead)
             with P.full_precision(dev):
-                return rag_token_nll(logits, doc_scores, target_ids, self.pad_id, epsilon)
+                nll = rag_token_nll(logits, scores, target_ids, self.pad_id, epsilon)
+                if not own:
+                    return nll
+                ll, _ = token_logprobs(logits, shift_left(dec, self.pad_id), False)
+                return nll + self._retriever_loss(doc_scores, ll, target_ids)
         with self.autocast():
             ll, smooth = self.gen.target_logprobs(src, mask, dec, self.pad_id, epsilon > 0, overhead)
         with P.full_precision(dev):
             if self.model_kind == "token":
-                return rag_token_nll_from_logprobs(ll, doc_scores, target_ids, self.pad_id)
-            # RAG-Sequence; with one document and p(z|x) = 1 it is the plain generator NLL (BART)
-            return rag_sequence_nll_from_logprobs(ll, smooth, self.gen.vocab_size, doc_scores, target_ids, self.pad_id, epsilon)
+                nll = rag_token_nll_from_logprobs(ll, scores, target_ids, self.pad_id)
+            else:  # RAG-Sequence; with one document and p(z|x) = 1 it is the plain generator NLL (BART)
+                nll = rag_sequence_nll_from_logprobs(ll, smooth, self.gen.vocab_size, scores, target_ids, self.pad_id, epsilon)
+            return nll + self._retriever_loss(doc_scores, ll, target_ids) if own else nll
+
+    def _retriever_loss(self, doc_scores: torch.Tensor, ll: torch.Tensor, target_ids: torch.Tensor) -> torch.Tensor:
+        """The objective's loss per question from the doc scores and the target tokens' log-probabilities [B*K, T]."""
+        doc_ll = document_loglik(ll, target_ids, self.pad_id, doc_scores.shape[1])
+        return retriever_loss(self.objective, doc_scores, doc_ll, self.objective_temperature)
 
     def forward(self, questions: list[str], target_ids: torch.Tensor, k: int, epsilon: float = 0.0) -> torch.Tensor:
         """``loss``, so DistributedDataParallel can wrap the system (its hooks run on forward)."""

@@ -1,6 +1,8 @@
-"""Dense retrieval (DPR): a question encoder, a FAISS index and the fixed passage embeddings. The
-doc scores d(z).q(x) of the top K are recomputed from the stored embeddings (read in place), so
-gradients reach the question encoder."""
+"""Dense retrieval (DPR): a question encoder, a FAISS index and the passage embeddings it was built from. The
+doc scores d(z).q(x) of the top K are recomputed from the stored embeddings (read in place), so gradients
+reach the question encoder; with a trained passage encoder (``context_encoder``) the passages the index
+proposes are encoded again by it in the forward pass, so the scores carry gradients to both encoders (the
+index, built by an earlier state of that encoder, is stale: it only proposes)."""
 
 from __future__ import annotations
 
@@ -14,12 +16,18 @@ from rag.config_keys import QuestionEncoder
 
 
 class DenseRetriever(Retriever):
-    def __init__(self, passages, question_encoder, doc_emb, index, score_scale: float = 1.0):
+    def __init__(self, passages, question_encoder, doc_emb, index, score_scale: float = 1.0, context_encoder=None,
+                 rescore_depth: int | None = None):
         """``doc_emb``: the passage embeddings, an [n, d] array or the shards read in place
-        (:class:`rag.retrieval.index.EmbeddingShards`)."""
+        (:class:`rag.retrieval.index.EmbeddingShards`). ``context_encoder``: the passage encoder being trained
+        (an :class:`rag.retrieval.encoders.Encoder`; it may share its model with the question encoder); then the
+        index proposes the top ``rescore_depth`` passages (at least K; None: K), the current passage encoder
+        encodes them, and the best K by their fresh scores are retrieved."""
         super().__init__()
         self.passages = passages
         self.question_encoder = question_encoder
+        self.context_encoder = context_encoder
+        self.rescore_depth = rescore_depth
         self.doc_emb = doc_emb
         self.index = index
         self.score_scale = score_scale
@@ -49,16 +57,35 @@ class DenseRetriever(Retriever):
     def nested_top_k(self, k: int) -> bool:
         """Exact and IVF search rank one candidate set whatever K; HNSW's grows with K once K
         exceeds its efSearch (faiss searches max(efSearch, K) candidates)."""
+        if self.context_encoder is not None:  # the fresh scores reorder what the stale index proposed
+            return False
         hnsw = getattr(self.index, "hnsw", None)  # faiss.read_index gives the index's own class
         return hnsw is None or hnsw.efSearch >= k
 
     def retrieve(self, questions: list[str], k: int) -> Retrieved:
         q = self.question_encoder.encode_texts(questions).float()  # [B, d] (under the caller's autocast)
-        _, ids = self.index.search(np.ascontiguousarray(q.detach().cpu().numpy()), k)
+        depth = k if self.context_encoder is None else max(k, self.rescore_depth or k)
+        _, ids = self.index.search(np.ascontiguousarray(q.detach().cpu().numpy()), depth)
         if (ids < 0).any():
-            raise RuntimeError(f"the index returned fewer than K={k} passages; lower K or enlarge the corpus")
-        rows = self.doc_emb.rows(ids.ravel()) if hasattr(self.doc_emb, "rows") else self.doc_emb[ids.ravel()]
-        d = torch.from_numpy(rows.reshape(*ids.shape, -1)).to(q.device, torch.float32)  # [B, K, d], fixed
+            raise RuntimeError(f"the index returned fewer than K={depth} passages; lower K or enlarge the corpus")
+        if self.context_encoder is None:
+            rows = self.doc_emb.rows(ids.ravel()) if hasattr(self.doc_emb, "rows") else self.doc_emb[ids.ravel()]
+            d = torch.from_numpy(rows.reshape(*ids.shape, -1)).to(q.device, torch.float32)  # [B, K, d], fixed
+        else:  # [B, depth, d], encoded now, with their gradient
+            d = self.encode_rows(ids.ravel()).float().view(*ids.shape, -1)
         with P.full_precision(q.device.type):  # doc scores in fp32 whatever the precision
             scores = torch.bmm(q.unsqueeze(1), d.transpose(1, 2)).squeeze(1) * self.score_scale
+        if self.context_encoder is not None:  # the best K of the proposed by their fresh scores (ties: the index's order)
+            order = torch.argsort(-scores.detach(), dim=1, stable=True)[:, :k]
+            ids = np.take_along_axis(ids, order.cpu().numpy(), 1)
+            scores = torch.gather(scores, 1, order)
         return Retrieved(ids, scores)
+
+    def encode_rows(self, rows: np.ndarray) -> torch.Tensor:
+        """Passages ``rows`` encoded by the current passage encoder, as the index's embeddings were
+        (:func:`rag.retrieval.encoders.tokenize_passages`), with their gradient: [len(rows), d]."""
+        from rag.retrieval.encoders import tokenize_passages
+
+        enc = self.context_encoder
+        batch = tokenize_passages(enc, self.passages.titles, self.passages.texts, rows.tolist())
+        return enc(**{key: v.to(next(enc.parameters()).device) for key, v in batch.items()})

@@ -191,7 +191,7 @@ class Encoder(nn.Module):
         return self(**{k: v.to(next(self.parameters()).device) for k, v in batch.items()})
 
 
-def _tokenize_pairs(encoder: Encoder, titles: list[str], texts: list[str], idx) -> dict:
+def tokenize_passages(encoder: Encoder, titles: list[str], texts: list[str], idx) -> dict:
     """One batch of (title, text) sentence pairs, the head (:meth:`Encoder.head`: a prefix) before the title,
     truncating only the text, padded to the batch's longest."""
     head = encoder.head()
@@ -217,11 +217,11 @@ def encode_passages(encoder: Encoder, titles: list[str], texts: list[str], batch
         return np.zeros((0, 1), dtype=np.float32)
     result = None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode-tokenize") as pool:
-        pending = pool.submit(_tokenize_pairs, encoder, titles, texts, batches[0])
+        pending = pool.submit(tokenize_passages, encoder, titles, texts, batches[0])
         for k in tqdm(range(len(batches)), desc="encode", unit="batch", disable=not progress):
             batch = pending.result()
             if k + 1 < len(batches):
-                pending = pool.submit(_tokenize_pairs, encoder, titles, texts, batches[k + 1])
+                pending = pool.submit(tokenize_passages, encoder, titles, texts, batches[k + 1])
             vec = encoder(**{key: v.to(device) for key, v in batch.items()}).float().cpu().numpy()
             if result is None:
                 result = np.empty((n, vec.shape[1]), dtype=np.float32)
