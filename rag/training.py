@@ -153,10 +153,12 @@ def optimize(step_loss: Callable[[int], torch.Tensor], params: list, opt, sched,
              losses: list[float] | None = None, scaler=None, checkpoint: Checkpoint | None = None,
              checkpoint_every: int = 100, extra_state: Callable[[], dict] | None = None,
              log_every: int = 50, log_fn: Callable[[int, float], None] | None = None, desc: str = "train",
-             progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1) -> list[float]:
+             progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1,
+             after_step: Callable[[int], None] | None = None) -> list[float]:
     """Steps ``start`` .. ``steps`` - 1 of ``step_loss(step)`` (gradients clipped to norm 1); returns
-    ``losses`` extended with each step's loss (the mean over DDP processes). ``checkpoint`` is saved
-    every ``checkpoint_every`` steps and after the last; ``stop_after`` ends this call early."""
+    ``losses`` extended with each step's loss (the mean over DDP processes). ``after_step(steps done)`` runs
+    after each step but the last, before ``checkpoint`` is saved (every ``checkpoint_every`` steps and after the last);
+    ``stop_after`` ends this call early."""
     from tqdm.auto import tqdm
 
     losses = [] if losses is None else losses
@@ -187,6 +189,8 @@ def optimize(step_loss: Callable[[int], torch.Tensor], params: list, opt, sched,
             log_fn(step + 1, sum(losses[-log_every:]) / len(losses[-log_every:]))
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
         done_here += 1
+        if after_step is not None and step + 1 < steps:
+            after_step(step + 1)
         if checkpoint is not None and rank == 0 and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
             checkpoint.save(opt, sched, step + 1, losses, scaler, extra_state() if extra_state else None,
                             final=step + 1 == steps)
@@ -200,11 +204,13 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
           checkpoint_every: int, log_every: int, log_fn: Callable[[int, float], None] | None = None,
           progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1,
           ddp_module=None, precision: str | None = None, identity: dict | None = None,
-          train_passage_encoder: bool = False) -> list[float]:
+          train_passage_encoder: bool = False, keeper=None) -> list[float]:
     """Train ``system`` for ``steps`` steps, resumed from ``ckpt_dir/checkpoint.pt`` written under the
     same settings and ``identity``. ``ddp_module``: the DistributedDataParallel wrapper under torchrun;
     ``precision`` (default: the system's) sets ``system.precision``. ``train_passage_encoder``: the
-    retriever's passage encoder (``system.context_encoder``) trains too, at ``qenc_lr``."""
+    retriever's passage encoder (``system.context_encoder``) trains too, at ``qenc_lr``, its index kept by
+    ``keeper`` (:class:`rag.retrieval.refresh.IndexKeeper`; None: the index as it is), whose state the
+    checkpoint holds; the keeper is closed when training ends."""
     from rag import precision as P
 
     torch.manual_seed(seed)
@@ -226,6 +232,7 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
     run = {"steps": steps, "batch_size": batch_size, "k": k, "lr": lr, "qenc_lr": qenc_lr, "warmup": warmup,
            "epsilon": epsilon, "seed": seed, "train_question_encoder": train_question_encoder, "n": len(inputs),
            **({"train_passage_encoder": True} if train_passage_encoder else {}),
+           **({"index_refresh": vars(keeper.options)} if keeper is not None else {}),
            **({"objective": system.objective, "objective_temperature": system.objective_temperature}
               if system.objective != "marginal" else {}),
            **(identity or {})}
@@ -235,7 +242,9 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
     if train_passage_encoder:
         modules["context_encoder"] = cenc
     ckpt = Checkpoint(Path(ckpt_dir) / CKPT, run, modules)
-    start, losses, _ = ckpt.load(opt, sched, scaler)
+    start, losses, extra = ckpt.load(opt, sched, scaler)
+    if keeper is not None:
+        keeper.start(extra.get("index"))
     system.train()
     if system.question_encoder is not None and not train_question_encoder:
         system.question_encoder.eval()
@@ -251,9 +260,15 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
         return forward(q, tgt, k, epsilon) if ddp_module is not None else system.loss(q, tgt, k, epsilon)
 
     params = [p for g in opt.param_groups for p in g["params"]]
-    optimize(step_loss, params, opt, sched, steps=steps, start=start, losses=losses, scaler=scaler, checkpoint=ckpt,
-             checkpoint_every=checkpoint_every, log_every=log_every, log_fn=log_fn, progress=progress,
-             stop_after=stop_after, rank=rank, world=world)
+    try:
+        optimize(step_loss, params, opt, sched, steps=steps, start=start, losses=losses, scaler=scaler, checkpoint=ckpt,
+                 checkpoint_every=checkpoint_every, log_every=log_every, log_fn=log_fn, progress=progress,
+                 stop_after=stop_after, rank=rank, world=world,
+                 extra_state=(lambda: {"index": keeper.state()}) if keeper is not None else None,
+                 after_step=keeper.after_step if keeper is not None else None)
+    finally:
+        if keeper is not None:
+            keeper.close()
     system.eval()
     return losses
 

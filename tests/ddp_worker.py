@@ -131,12 +131,21 @@ ANSWERS = ["paris", "italy", "germany", "the river", "spain", "france", "rome", 
 
 
 def run_training(ckpt_dir, rank: int = 0, world: int = 1, ddp: bool = False, steps: int = 3,
-                 passage_encoder: str | None = None, objective: str = "marginal", **kw):
+                 passage_encoder: str | None = None, objective: str = "marginal", refresh=None, channel=None,
+                 keepers: list | None = None, **kw):
+    """Train the tiny RAG-Token system; (its parameters, the losses). ``refresh``: a RefreshOptions, the index
+    kept by an IndexKeeper (over ``channel`` for async; appended to ``keepers``)."""
     from rag.training import train
 
     w = make_world(seed=3)
     system = make_system(w, "token", passage_encoder=passage_encoder, objective=objective)
     kw.setdefault("train_passage_encoder", passage_encoder is not None)
+    if refresh is not None:
+        from rag.retrieval.refresh import IndexKeeper
+
+        kw["keeper"] = IndexKeeper(system.retriever, refresh, QUESTIONS[:4], 2, channel=channel)
+        if keepers is not None:
+            keepers.append(kw["keeper"])
     module = None
     if ddp:
         module = torch.nn.parallel.DistributedDataParallel(system)
