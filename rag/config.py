@@ -19,7 +19,7 @@ import yaml
 from rag import config_keys, keyspec
 from rag.config_files import (check_file_names, check_input_files, check_k, check_local_corpus_k, check_models,
                               check_parsers, check_tracking_uri)
-from rag.config_keys import Config, Generator, TaskDeclaration
+from rag.config_keys import Config, ContextEncoder, Generator, TaskDeclaration
 from rag.errors import ConfigError
 from rag.io import MAX_CONFIG_VALUES, alias_bomb, not_a_file, read_yaml
 from rag.precision import check as check_precision
@@ -276,7 +276,16 @@ def _resolve_retrievers(cfg: dict) -> None:
         if name in own:
             raise ConfigError(f"config key '{where}': {name!r} is the name of the variants' own retriever {name} "
                               "(rag/tasks.py VARIANTS); give yours another")
+        if family.passage_encoding:  # the encoder that built the index its runs start from
+            if "context_encoder" in (spec["options"] or {}):
+                raise ConfigError(f"config key '{where}.options.context_encoder': the retriever group's passage encoding "
+                                  "(retriever.context_encoder and its options) fills it in; set those")
+            spec["options"] = {**(spec["options"] or {}), "context_encoder": keyspec.plain(pick(ContextEncoder, cfg["retriever"]))}
         spec["options"] = keyspec.plain(keyspec.validate(family.options, spec["options"], f"{where}.options"))
+        if spec["options"].get("index_refresh") == "async" and cfg["train"]["ddp_processes"] > 1:
+            raise ConfigError(f"config key '{where}.options.index_refresh': async runs one training process beside its "
+                              f"encoder processes; train.ddp_processes is {cfg['train']['ddp_processes']} (set it to 1, or "
+                              "refresh the index synchronously)")
     def walk(name: str, path: tuple[str, ...]) -> None:  # the retrievers a declared one names, down to registered ones
         for ref in retriever_refs(name, declared):
             if ref not in own and ref not in declared:

@@ -314,7 +314,7 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
             if kind == "ivfpq" and pq is None:
                 continue
             indexes[kind] = {**index_bytes(kind, n, d, **kw), "label": label, "configured": kind == r["index"]}
-    sizes["retrievers"] = retriever_sizes(cfg, indexes.get(r["index"]))
+    sizes["retrievers"] = retriever_sizes(cfg, indexes.get(r["index"]), n)
     from rag.models.sizing import fine_tune_memory
     from rag.tasks import split_variant
 
@@ -355,13 +355,14 @@ def make_plan(cfg: dict, *, config_paths: list[Path], profile_path: Path | None,
             "records": str(results / "resources") if records else None, "rules": plans, "compute": compute(plans, device, cores, schedule, records, planned_s)}
 
 
-def retriever_sizes(cfg: dict, index: dict | None) -> dict[str, dict]:
+def retriever_sizes(cfg: dict, index: dict | None, n: int | None = None) -> dict[str, dict]:
     """Per further retriever (config key retrievers): its family, the retrieval files it reads (the dense index's
     memory where it reads one), its runs, and a reranker's cross-encoder passes: (question, passage) pairs a
     training step (train.batch_size x depth), a test question (depth), its own training (train_steps x
     train_batch_questions x (1 + negatives)), the pairs its job scores once (depth for each question of its
     tasks' splits, which the fine-tunes read), and at most those its runs that fine-tune the question encoder
-    score beside them (their first stage's lists move)."""
+    score beside them (their first stage's lists move); an end-to-end retriever's encoding of the corpus (``n``
+    passages: :func:`refresh_cost`)."""
     from rag.runs import retriever_runs, run_seeds
     from rag.retrieval import retriever_files, retrievers_reading
     from rag.tasks import split_variant, variant_retriever, variant_spec
@@ -385,8 +386,39 @@ def retriever_sizes(cfg: dict, index: dict | None) -> dict[str, dict]:
                 "pairs_scored": o["depth"] * sum(count(t, ("train", "dev", "test")) for t in spec["tasks"]),
                 "pairs_runs": sum(len(run_seeds(cfg, t, v)) * o["depth"] * (steps[t] * cfg["train"]["batch_size"] + count(t, ("dev", "test")))
                                   for t, v in moving)}
+        if spec["options"].get("context_encoder") is not None and spec["options"].get("train_passage_encoder"):
+            entry["end2end"] = refresh_cost(cfg, spec["options"], mine, n)
         out[name] = entry
     return out
+
+
+def refresh_cost(cfg: dict, options: dict, runs: list[tuple[str, str]], n: int | None) -> dict:
+    """What keeping an end-to-end retriever's index costs its ``runs`` ((task, variant) pairs): each run's
+    refreshes ((steps - 1) // refresh_every for ``refresh``, none otherwise) and its final index, each the corpus of
+    ``n`` passages encoded once; the passages its training steps encode again (batch_size x K, or x rerank_depth);
+    the seconds of those encodings at the passage encoder's measured throughput on the config's device (None: not
+    measured), its GPU-hours on a GPU."""
+    from rag.runs import run_seeds
+
+    t = cfg["train"]
+    per_step = t["batch_size"] * (options["rerank_depth"] if options["index_refresh"] == "rerank" else t["k"])
+    refreshes, encoded, in_training = 0, 0, 0
+    for task, variant in runs:
+        steps = cfg["tasks"][task].get("steps") or t["steps"]
+        mine = (steps - 1) // options["refresh_every"] if options["index_refresh"] == "refresh" else 0
+        seeds = len(run_seeds(cfg, task, variant))
+        refreshes += seeds * mine
+        encoded += seeds * (mine + 1) * (n or 0)
+        in_training += seeds * steps * per_step
+    encoder = options["context_encoder"]["context_encoder"]
+    rate = throughput("encode", {"encoder": encoder, "device": cfg["device"], "precision": cfg["precision"]})
+    per_s = rate["value"] * (cfg["threads"] if rate.get("per_thread") else 1) if rate else None
+    seconds = encoded / per_s if per_s and n else None
+    return {"strategy": options["index_refresh"], "refreshes": refreshes, "passages_encoded": encoded if n else None,
+            "passages_per_train_step": per_step, "passages_in_training": in_training, "encode_seconds": seconds,
+            "gpu_hours": seconds / 3600 if seconds is not None and cfg["device"].startswith("cuda") else None,
+            "encode_how": (f"{rate['value']:,.1f} {rate['unit']} ({rate['measured_on']}; {rate['source']})" if rate
+                           else f"no throughput of {encoder} on {cfg['device']} in {cfg['precision']} has been measured")}
 
 
 def retrieval_memory(rule: str, cfg: dict, sizes: dict, index: dict) -> tuple[float, str]:
@@ -609,6 +641,15 @@ def render(plan: dict) -> str:
                            f"{rr['pairs_scored']:,} scored once for its runs, at most {rr['pairs_runs']:,} more in runs that "
                            "fine-tune the question encoder (time: not measured on this device; see rule train_reranker's and "
                            "train's records)")
+            if "end2end" in e:
+                x = e["end2end"]
+                when = (f"{x['passages_encoded']:,} passages encoded" if x["passages_encoded"] is not None
+                        else "the corpus (size unknown) encoded")
+                cost = (f"{_dur(x['encode_seconds'])}" + (f", {x['gpu_hours']:.2f} GPU-hours" if x["gpu_hours"] is not None else "")
+                        if x["encode_seconds"] is not None else "time not measured")
+                out.append(f"  {'':<12} index kept by {x['strategy']}: {x['refreshes']} refresh(es) and each run's final "
+                           f"index, {when} ({cost}: {x['encode_how']}); {x['passages_per_train_step']:,} passages encoded "
+                           f"again a training step, {x['passages_in_training']:,} in all")
     out += ["", "Throughputs (measured; the device they were measured on)"]
     for t in plan["throughputs"]:
         what = t.get("encoder") or t.get("index") or (f"generator d_model {t['generator']['d_model']}" if "generator" in t else "")

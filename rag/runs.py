@@ -160,3 +160,14 @@ def _seeds_by_run(cfg: dict) -> str:
     parts = [f"{', '.join(map(str, seeds))} ({', '.join(runs)})" for seeds, runs in sorted(by.items(), key=lambda x: -len(x[0]))
              if seeds != most]
     return "; ".join(parts + [f"{', '.join(map(str, most))} (the other runs)"])
+
+
+def train_processes(cfg: dict, variant: str) -> int:
+    """The processes of a train job of ``variant`` (torchrun's --nproc-per-node): train.ddp_processes, and for a run
+    of an end-to-end retriever refreshed asynchronously, its training process and its encoder_processes."""
+    from rag.tasks import variant_retriever
+
+    options = cfg["retrievers"].get(variant_retriever(variant) or "", {}).get("options") or {}
+    if options.get("index_refresh") == "async":
+        return 1 + options["encoder_processes"]
+    return cfg["train"]["ddp_processes"]

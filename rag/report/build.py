@@ -350,7 +350,9 @@ def _recall_at(rows: list[dict], j: int, passages, row_of, answers: bool, regex:
 
 def retriever_summary(decl: dict) -> str:
     """A declared retriever (family and options) in a few words: the retrievers table's note."""
-    options = ", ".join(f"{k} {'+'.join(v) if isinstance(v, list) else v}" for k, v in sorted(decl["options"].items()))
+    # an option the config fills in (an end-to-end retriever's passage encoding, a group of its own) is left out
+    options = ", ".join(f"{k} {'+'.join(v) if isinstance(v, list) else v}" for k, v in sorted(decl["options"].items())
+                        if not isinstance(v, dict))
     return decl["family"] + (f" ({options})" if options else "")
 
 

@@ -20,9 +20,10 @@ class DenseRetriever(Retriever):
                  rescore_depth: int | None = None):
         """``doc_emb``: the passage embeddings, an [n, d] array or the shards read in place
         (:class:`rag.retrieval.index.EmbeddingShards`). ``context_encoder``: the passage encoder being trained
-        (an :class:`rag.retrieval.encoders.Encoder`; it may share its model with the question encoder); then the
-        index proposes the top ``rescore_depth`` passages (at least K; None: K), the current passage encoder
-        encodes them, and the best K by their fresh scores are retrieved."""
+        (an :class:`rag.retrieval.encoders.Encoder`; it may share its model with the question encoder); then, in
+        training mode, the index proposes the top ``rescore_depth`` passages (at least K; None: K), the current
+        passage encoder encodes them, and the best K by their fresh scores are retrieved. In eval mode the index's
+        own embeddings score, as without one (the index of a trained model is built by its final passage encoder)."""
         super().__init__()
         self.passages = passages
         self.question_encoder = question_encoder
@@ -57,25 +58,31 @@ class DenseRetriever(Retriever):
     def nested_top_k(self, k: int) -> bool:
         """Exact and IVF search rank one candidate set whatever K; HNSW's grows with K once K
         exceeds its efSearch (faiss searches max(efSearch, K) candidates)."""
-        if self.context_encoder is not None:  # the fresh scores reorder what the stale index proposed
+        if self.reencodes:  # the fresh scores reorder what the stale index proposed
             return False
         hnsw = getattr(self.index, "hnsw", None)  # faiss.read_index gives the index's own class
         return hnsw is None or hnsw.efSearch >= k
 
+    @property
+    def reencodes(self) -> bool:
+        """Whether the passages the index proposes are encoded again (a passage encoder, in training mode)."""
+        return self.context_encoder is not None and self.context_encoder.training
+
     def retrieve(self, questions: list[str], k: int) -> Retrieved:
         q = self.question_encoder.encode_texts(questions).float()  # [B, d] (under the caller's autocast)
-        depth = k if self.context_encoder is None else max(k, self.rescore_depth or k)
+        reencode = self.reencodes
+        depth = max(k, self.rescore_depth or k) if reencode else k
         _, ids = self.index.search(np.ascontiguousarray(q.detach().cpu().numpy()), depth)
         if (ids < 0).any():
             raise RuntimeError(f"the index returned fewer than K={depth} passages; lower K or enlarge the corpus")
-        if self.context_encoder is None:
+        if not reencode:
             rows = self.doc_emb.rows(ids.ravel()) if hasattr(self.doc_emb, "rows") else self.doc_emb[ids.ravel()]
             d = torch.from_numpy(rows.reshape(*ids.shape, -1)).to(q.device, torch.float32)  # [B, K, d], fixed
         else:  # [B, depth, d], encoded now, with their gradient
             d = self.encode_rows(ids.ravel()).float().view(*ids.shape, -1)
         with P.full_precision(q.device.type):  # doc scores in fp32 whatever the precision
             scores = torch.bmm(q.unsqueeze(1), d.transpose(1, 2)).squeeze(1) * self.score_scale
-        if self.context_encoder is not None:  # the best K of the proposed by their fresh scores (ties: the index's order)
+        if reencode:  # the best K of the proposed by their fresh scores (ties: the index's order)
             order = torch.argsort(-scores.detach(), dim=1, stable=True)[:, :k]
             ids = np.take_along_axis(ids, order.cpu().numpy(), 1)
             scores = torch.gather(scores, 1, order)

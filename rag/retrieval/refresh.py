@@ -106,6 +106,10 @@ class IndexKeeper:
                 self._asked = snapshot(self.retriever.context_encoder)
                 self.channel.submit(self._asked)
 
+    def finish(self, step: int, emb: np.ndarray, cpu: float, waited: float) -> None:
+        """The index over ``emb`` (the corpus encoded by the final passage encoder) swapped in, recorded at ``step``."""
+        self._record(step, self._swap(emb, None), cpu, waited)
+
     def close(self) -> None:
         """Stop the encoder processes (an encoding in flight is dropped)."""
         if self.channel is not None:

@@ -8,7 +8,7 @@ import logging
 import time
 from pathlib import Path
 
-from rag.errors import DataError
+from rag.errors import ConfigError, DataError
 from rag.io import atomic_dir, read_jsonl, write_json
 from rag.retrieval import RetrievalFiles
 from rag.sections import TrainSection
@@ -92,6 +92,36 @@ def fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data: str |
 
 
 
+def _end_to_end(cfg: TrainSection, variant: str, system) -> dict | None:
+    """The options of the run's end-to-end retriever (family end2end), its objective and frozen generator set on
+    ``system``; None for a run of another retriever."""
+    retriever = variant_retriever(variant)
+    if system.context_encoder is None or retriever is None:
+        return None
+    options = cfg.retrievers[retriever]["options"]
+    system.objective, system.objective_temperature = options["objective"], options["objective_temperature"]
+    if not options["train_generator"]:  # REPLUG: the generator only supervises the retriever
+        system.generator.requires_grad_(False)
+    return options
+
+
+def _save_end_to_end(system, keeper, folder: Path, steps: int) -> dict:
+    """The trained passage encoder and its index into the model folder (rag.retrieval.end2end.save_trained), swapped
+    into the retriever for the evaluation that follows; the refreshes' records (``refresh.json``, the last one the
+    final index's, its step the run's last) summed up as the run's metrics."""
+    from rag.retrieval.end2end import save_trained
+
+    cpu, wall = time.process_time(), time.perf_counter()
+    emb = save_trained(system.retriever, folder, keeper.options.batch_size)
+    keeper.finish(steps, emb, time.process_time() - cpu, time.perf_counter() - wall)
+    records = keeper.records
+    write_json(folder / "refresh.json", {"strategy": keeper.options.strategy, "records": records})
+    refreshes = records[:-1]
+    return {"index_refreshes": len(refreshes), "refresh_cpu_seconds": sum(r["cpu_seconds"] for r in refreshes),
+            "final_index_cpu_seconds": records[-1]["cpu_seconds"], "final_index_overlap": records[-1]["overlap"],
+            **({"mean_refresh_overlap": sum(r["overlap"] for r in refreshes) / len(refreshes)} if refreshes else {})}
+
+
 def checkpoint_identity(cfg: TrainSection, variant: str, init, n_train: int, data: dict,
                         files: RetrievalFiles | None) -> dict:
     """What a fine-tune's checkpoint is resumed under (a checkpoint of another identity is not): its
@@ -132,6 +162,26 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     if spec.classifies:
         ensure_label_tokens(system.tokenizer, system.generator, list(spec.labels))
     system.prepare_training()  # after the label tokens: a causal LM's adapters wrap the resized model
+    e2e = _end_to_end(cfg, variant, system)
+    passages_train = bool(e2e and e2e["train_passage_encoder"])
+    encoders = e2e["encoder_processes"] if passages_train and e2e["index_refresh"] == "async" else 0
+    trainers, channel = world - encoders, None
+    if encoders:  # the job's last processes encode the corpus for the first, over a gloo group (CPU tensors)
+        import torch.distributed as dist
+
+        from rag.retrieval.encoders import shard_range
+        from rag.retrieval.refresh import DistributedEncoding, serve
+
+        if trainers != 1:
+            raise ConfigError(f"index_refresh async: {world} processes for {encoders} encoder processes and one training "
+                              "process (launch the job as the train rule does)")
+        group = dist.new_group(backend="gloo")
+        if rank >= trainers:
+            share = shard_range(len(system.passages), rank - trainers, encoders)
+            done = serve(system.retriever.context_encoder, system.passages, share, 0, e2e["context_encoder"]["batch_size"], group)
+            log.info("%s/%s: encoder process %d encoded %d snapshot(s)", name, variant, rank, done)
+            return
+        channel = DistributedEncoding(list(range(trainers, world)), len(system.passages), system.retriever.index.d, group)
     inputs, targets = _targets_for_training(cfg, system, rows)
     run = None
     if rank == 0:
@@ -144,7 +194,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
                     "generator": cfg.generator.to_dict(), "variant": variant, "init_from": init, "n_train": len(inputs),
                     "seed": cfg.seed})
     ddp_module = None
-    if world > 1:  # ddp_setup chose this process' GPU (LOCAL_RANK) before the model was built
+    if trainers > 1:  # ddp_setup chose this process' GPU (LOCAL_RANK) before the model was built
         # frozen parts (lower question-encoder layers, pooler) get no gradient: let DDP skip them
         ddp_module = torch.nn.parallel.DistributedDataParallel(system, find_unused_parameters=True)
     # the checkpoint resumes under the same train_<task> section (not eval_<task>) and the same
@@ -154,14 +204,22 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     data = data_entries(passages=files.passages if retrieves else None,
                         index=(files.index or files.bm25) if retrieves else None, splits=splits, init=init)
     identity = checkpoint_identity(cfg, variant, init, len(inputs), data, files if retrieves else None)
+    keeper = None
+    if passages_train:
+        from rag.retrieval.refresh import IndexKeeper, RefreshOptions
+
+        probe = [r["input"] for r in read_jsonl(eval_io["dev"][0], required=("input",))] if eval_io and "dev" in eval_io else inputs
+        keeper = IndexKeeper(system.retriever, RefreshOptions(e2e["index_refresh"], e2e["refresh_every"], e2e["rerank_depth"],
+                                                              e2e["context_encoder"]["batch_size"]),
+                             probe[: e2e["probe_questions"]], t.k, channel=channel)
     start = time.time()
     try:
         losses = train(system, inputs, targets, steps=t.steps, batch_size=t.batch_size, k=t.k, lr=t.lr,
                        qenc_lr=t.question_encoder_lr, train_question_encoder=vspec.train_question_encoder,
                        warmup=t.warmup_steps, epsilon=t.label_smoothing, seed=cfg.seed, ckpt_dir=Path(checkpoint_dir),
                        checkpoint_every=t.checkpoint_every, log_every=t.log_every,
-                       rank=rank, world=world, ddp_module=ddp_module, precision=cfg.precision,
-                       identity=identity)
+                       rank=rank, world=trainers, ddp_module=ddp_module, precision=cfg.precision,
+                       identity=identity, train_passage_encoder=passages_train, keeper=keeper)
     except BaseException:
         if run is not None:
             run.finish("FAILED")
@@ -172,11 +230,14 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     # the whole curve, also the steps done before a resume (they come back with the checkpoint)
     run.curve("train_loss", loss_curve(losses, t.log_every))
     run.metrics({"train_seconds": seconds, "final_train_loss": sum(losses[-10:]) / max(1, len(losses[-10:]))})
+    refresh = None
     with atomic_dir(out) as tmp:
         system.gen.save(tmp / "generator")
         # in the state the run tokenizes with, whatever the tokenizers did last (a resume at the last step: nothing)
         save_tokenizer(system.tokenizer, tmp / "generator", cfg.generator.max_source_len)
-        if system.question_encoder is not None and vspec.train_question_encoder:
+        if passages_train:  # its passage encoder and the index it makes of the corpus, what evaluation reads
+            refresh = _save_end_to_end(system, keeper, tmp, t.steps)
+        if system.question_encoder is not None and (vspec.train_question_encoder or passages_train):
             system.question_encoder.model.save_pretrained(tmp / "question_encoder")
             save_tokenizer(system.question_encoder.tokenizer, tmp / "question_encoder", system.question_encoder.max_length)
         elif q_dir:
@@ -194,6 +255,8 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
                     **({f"retriever_{variant_retriever(variant)}": {"retrievers": cfg.retrievers}} if cfg.retrievers else {})},
             seed=cfg.seed, device=device, threads=torch.get_num_threads(), precision=cfg.precision, data=data))
     run.artifact(Path(out) / "manifest.json")
+    if refresh is not None:
+        run.metrics(refresh)
     log.info("%s/%s: %d steps in %.1fs, final loss %.3f", name, variant, t.steps, seconds, losses[-1] if losses else float("nan"))
     if eval_io:  # evaluate in this process (config key evaluate_in_train_job): no second start-up
         # the saved generator, and the retriever as trained (its question encoder is the one just saved)

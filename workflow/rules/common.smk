@@ -13,7 +13,8 @@ from snakemake.utils import update_config
 
 from rag.config import command_line_values, load_config, read_config_file, sections
 from rag.config_files import check_section_files, encoder_slug, input_files, model_folders
-from rag.runs import generator_runs, hotswap_runs, retriever_declarations, retriever_runs, run_seeds, task_variants
+from rag.runs import (generator_runs, hotswap_runs, retriever_declarations, retriever_runs, run_seeds, task_variants,
+                      train_processes)
 from rag.errors import ConfigError
 from rag.io import lock_holder
 from rag.manifest import canonical_hash, sha256_files, sha256_folder

@@ -67,9 +67,10 @@ rule train:
         evaluate=fused_eval_args,
         **(METRIC_FILES if FUSED_EVAL else {}),
         **QUESTION_ENCODER,
-        # train.ddp_processes > 1: data-parallel training, one process per device, through torchrun
-        launcher=(["torchrun", "--standalone", "--nproc-per-node", str(CFG["train"]["ddp_processes"]), "-m"]
-                  if CFG["train"]["ddp_processes"] > 1 else []),
+        # train.ddp_processes > 1: data-parallel training, one process per device, through torchrun; an end-to-end
+        # retriever refreshed asynchronously: its training process and its encoder processes (rag.runs.train_processes)
+        launcher=lambda w: (["torchrun", "--standalone", "--nproc-per-node", str(train_processes(CFG, w.variant)), "-m"]
+                            if train_processes(CFG, w.variant) > 1 else []),
         record=record_file("train", "task", "variant", "seed"),
     threads: CFG["threads"]
     resources:
