@@ -277,6 +277,8 @@ class FurtherRetriever(Key):
     options: Map() = Field({}, description="the family's options (rag/tasks.py RETRIEVERS: a hybrid's parts, fusion, rrf_k, weight, depth, score_scale), validated as the family declares them")
     tasks: List(TaskName, min_items=1, unique=True) = Field(description="the tasks its runs fine-tune, each of them a task of the config")
     variants: Variants = absent("the variants it runs in place of their own retriever (default: those of each task's variants that use the dense retriever and that it can serve: one that fine-tunes the question encoder needs a retriever its gradient reaches)")
+    seeds: Seeds = absent("the fine-tune seeds of its runs (default: those of its variants on each task)")
+    target: Enum(("retrievers", "end2end")) = Field("retrievers", description="the target that runs its runs and whose report sets them side by side: retrievers (reports/<name>/retrievers.html) or end2end (reports/<name>/end2end.html, the end-to-end retrievers' strategies, objectives and claims rows)")
 
 
 # ------------------------------------------------------------------------------------ training, experiments, metrics

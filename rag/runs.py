@@ -22,13 +22,16 @@ def generator_runs(cfg: dict) -> list[tuple[str, str]]:
             for v in (spec.get("variants") or task_variants(cfg, task))]
 
 
-def retriever_runs(cfg: dict) -> list[tuple[str, str]]:
-    """(task, ``<variant>+<retriever>``) of every run of the further retrievers (config key ``retrievers``):
-    its variants, else those of each task's variants that use the dense retriever and that it can serve."""
+def retriever_runs(cfg: dict, target: str | None = None) -> list[tuple[str, str]]:
+    """(task, ``<variant>+<retriever>``) of every run of the further retrievers (config key ``retrievers``), or of
+    those the ``target`` runs (their key ``target``): its variants, else those of each task's variants that use
+    the dense retriever and that it can serve."""
     from rag.tasks import RETRIEVER_SEP, VARIANTS, retriever_trains
 
     out = []
     for name, spec in cfg["retrievers"].items():
+        if target is not None and spec["target"] != target:
+            continue
         trains = retriever_trains(name, cfg["retrievers"])
         for task in spec["tasks"]:
             variants = spec.get("variants") or [v for v in task_variants(cfg, task) if VARIANTS[v].retriever == "dense"
@@ -105,9 +108,12 @@ def task_variants(cfg: dict, task: str) -> list[str]:
 def run_seeds(cfg: dict, task: str, variant: str) -> list[int]:
     """The fine-tune seeds of ``task`` x ``variant``: ``tasks.<task>.variant_seeds`` of the variant, else
     ``tasks.<task>.seeds``, else the top-level ``seeds``; of these two the first alone for a variant of
-    ``one_seed_variants``."""
-    from rag.tasks import split_variant
+    ``one_seed_variants``; those of its declared retriever's ``seeds`` (a run ``<variant>+<name>``) over all."""
+    from rag.tasks import split_variant, variant_retriever
 
+    declared = (cfg.get("retrievers") or {}).get(variant_retriever(variant) or "", {})
+    if declared.get("seeds"):  # retrievers.<name>.seeds
+        return list(declared["seeds"])
     base, spec = split_variant(variant)[0], cfg["tasks"][task]
     if base in spec.get("variant_seeds", {}):
         return list(spec["variant_seeds"][base])

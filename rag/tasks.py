@@ -389,6 +389,7 @@ class End2EndOptions(Key):
 
     train_passage_encoder: Bool() = Field(True, description="the passage encoder trains too (false: the question encoder alone, under the objective)")
     share_encoders: Bool() = Field(False, description="one model encodes questions and passages (the question encoder's)")
+    passage_encoder_layers: Nullable(Int(ge=0)) = Field(None, description="fine-tune only the top N layers of the passage encoder, its embeddings and lower layers fixed (null: all; shared encoders: train.question_encoder_layers)")
     index_refresh: Enum(("none", "rerank", "refresh", "async")) = Field("rerank", description="how the index is kept while the passage encoder trains: none (the starting index proposes the top K), rerank (it proposes rerank_depth, the passage encoder picks K), refresh (the training process encodes the corpus again every refresh_every steps, training waiting), async (encoder processes of the job encode a snapshot every refresh_every steps while training goes on)")
     refresh_every: Int(ge=1) = Field(40, description="steps between refreshes")
     encoder_processes: Int(ge=1) = Field(1, description="async: the job's processes (GPUs) that encode the corpus, beside the training one")

@@ -78,14 +78,19 @@ class DenseRetriever(Retriever):
         if not reencode:
             rows = self.doc_emb.rows(ids.ravel()) if hasattr(self.doc_emb, "rows") else self.doc_emb[ids.ravel()]
             d = torch.from_numpy(rows.reshape(*ids.shape, -1)).to(q.device, torch.float32)  # [B, K, d], fixed
-        else:  # [B, depth, d], encoded now, with their gradient
-            d = self.encode_rows(ids.ravel()).float().view(*ids.shape, -1)
+        else:
+            if depth > k:  # the best K of the proposed by their fresh scores (ties: the index's order), ranked
+                with torch.no_grad(), P.full_precision(q.device.type):  # without a gradient: only the K chosen need one
+                    fresh = torch.bmm(q.detach().float().unsqueeze(1),
+                                      self.encode_rows(ids.ravel()).float().view(*ids.shape, -1).transpose(1, 2)).squeeze(1)
+                order = torch.argsort(-fresh, dim=1, stable=True)[:, :k]
+                ids = np.take_along_axis(ids, order.cpu().numpy(), 1)
+            d = self.encode_rows(ids.ravel()).float().view(*ids.shape, -1)  # [B, K, d], encoded now, with their gradient
         with P.full_precision(q.device.type):  # doc scores in fp32 whatever the precision
             scores = torch.bmm(q.unsqueeze(1), d.transpose(1, 2)).squeeze(1) * self.score_scale
-        if reencode:  # the best K of the proposed by their fresh scores (ties: the index's order)
-            order = torch.argsort(-scores.detach(), dim=1, stable=True)[:, :k]
-            ids = np.take_along_axis(ids, order.cpu().numpy(), 1)
-            scores = torch.gather(scores, 1, order)
+        if reencode:  # best first by their fresh scores (ties: the index's order)
+            order = torch.argsort(-scores.detach(), dim=1, stable=True)
+            ids, scores = np.take_along_axis(ids, order.cpu().numpy(), 1), torch.gather(scores, 1, order)
         return Retrieved(ids, scores)
 
     def encode_rows(self, rows: np.ndarray) -> torch.Tensor:

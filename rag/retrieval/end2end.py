@@ -23,6 +23,7 @@ INDEX_DIR = "index"
 CONTEXT_DIR = "context_encoder"
 SHARD = "emb-0.npy"
 INDEX = "flat.faiss"
+REFRESH_FILE = "refresh.json"  # the index's refreshes, their staleness and cost (rag.stages.fine_tuning)
 
 
 class End2EndRetriever(DenseRetriever):
@@ -83,3 +84,28 @@ def save_trained(retriever, folder: str | Path, batch_size: int = 32) -> np.ndar
     save_index(build_index(emb, "flat"), index_dir / INDEX)
     write_shard_record(index_dir / INDEX, EmbeddingShards([index_dir / SHARD]))
     return emb
+
+
+def refresh_summary(record: dict) -> dict:
+    """The run's index keeping in numbers, from its ``refresh.json`` (``record``): its refreshes (the records but the
+    last, the final index's), their CPU seconds (an async run's: its encoder processes'), the mean overlap of the
+    stale and fresh top K over them (absent without refreshes), the final index's cost and overlap, and the training
+    process' CPU seconds (a synchronous refresh's included)."""
+    records = record["records"]
+    refreshes = records[:-1]
+    return {"index_refreshes": len(refreshes), "refresh_cpu_seconds": sum(r["cpu_seconds"] for r in refreshes),
+            "final_index_cpu_seconds": records[-1]["cpu_seconds"], "final_index_overlap": records[-1]["overlap"],
+            **({"mean_refresh_overlap": sum(r["overlap"] for r in refreshes) / len(refreshes)} if refreshes else {}),
+            "train_cpu_seconds": record["train_cpu_seconds"]}
+
+
+def read_refresh(model_dir: str | Path) -> dict | None:
+    """The index keeping of a trained model folder (:func:`refresh_summary` with its strategy and objective), None
+    for a model whose passage encoder did not train."""
+    from rag.io import read_json
+
+    path = Path(model_dir) / REFRESH_FILE
+    if not path.is_file():
+        return None
+    record = read_json(path)
+    return {"strategy": record["strategy"], "objective": record["objective"], **refresh_summary(record)}

@@ -21,6 +21,8 @@ def evaluate_model(cfg: TrainSection, variant: str, io: dict[str, tuple[str, str
                    files: RetrievalFiles | None = None, retriever=None) -> None:
     """Decode dev and test with the saved model folder, score, write predictions + metrics, log to its
     run. ``io``: split -> (data, predictions, metrics files); ``retriever`` or the variant's over ``files``."""
+    from rag.retrieval.end2end import read_refresh
+
     name, ev = cfg.task_name, cfg.decoding()
     model = variant_spec(variant).model
     if retriever is None and variant_spec(variant).retriever is not None:
@@ -30,6 +32,7 @@ def evaluate_model(cfg: TrainSection, variant: str, io: dict[str, tuple[str, str
     run = model_run(cfg, variant, meta, "evaluate", {"evaluated": "yes"})
     dec = ev.decode.of(model).to_dict()
     manifest = _manifest(Path(model_dir), io)
+    index_refresh = read_refresh(model_dir)  # a passage encoder trained: how its index was kept, at what cost
     for split, (data_path, pred_path, metrics_path) in io.items():
         rows = read_jsonl(data_path, required=("id", "input", "targets"))
         t = time.time()
@@ -41,6 +44,8 @@ def evaluate_model(cfg: TrainSection, variant: str, io: dict[str, tuple[str, str
                   "metric_options": metric_options(ev),
                   "decode": dec, "decode_seconds": seconds, "mlflow_run_id": run.run_id,
                   "mlflow_experiment_id": run.experiment_id}
+        if index_refresh is not None:  # the end-to-end report's strategies and objectives tables read it
+            result["index_refresh"] = index_refresh
         if manifest is not None:  # what produced these numbers (rag.manifest), read by the report
             result["manifest"] = manifest
         write_json(metrics_path, result)

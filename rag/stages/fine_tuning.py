@@ -100,26 +100,27 @@ def _end_to_end(cfg: TrainSection, variant: str, system) -> dict | None:
         return None
     options = cfg.retrievers[retriever]["options"]
     system.objective, system.objective_temperature = options["objective"], options["objective_temperature"]
+    if not options["share_encoders"]:
+        system.context_encoder.train_top_layers = options["passage_encoder_layers"]
     if not options["train_generator"]:  # REPLUG: the generator only supervises the retriever
         system.generator.requires_grad_(False)
     return options
 
 
-def _save_end_to_end(system, keeper, folder: Path, steps: int) -> dict:
+def _save_end_to_end(system, keeper, folder: Path, steps: int, train_cpu: float) -> dict:
     """The trained passage encoder and its index into the model folder (rag.retrieval.end2end.save_trained), swapped
-    into the retriever for the evaluation that follows; the refreshes' records (``refresh.json``, the last one the
-    final index's, its step the run's last) summed up as the run's metrics."""
-    from rag.retrieval.end2end import save_trained
+    into the retriever for the evaluation that follows; the refreshes' records (the last one the final index's, its
+    step the run's last) and the training process' CPU seconds (``train_cpu``, its refreshes included) into
+    ``refresh.json``; their summary (rag.retrieval.end2end.refresh_summary), the run's metrics."""
+    from rag.retrieval.end2end import REFRESH_FILE, refresh_summary, save_trained
 
     cpu, wall = time.process_time(), time.perf_counter()
     emb = save_trained(system.retriever, folder, keeper.options.batch_size)
     keeper.finish(steps, emb, time.process_time() - cpu, time.perf_counter() - wall)
-    records = keeper.records
-    write_json(folder / "refresh.json", {"strategy": keeper.options.strategy, "records": records})
-    refreshes = records[:-1]
-    return {"index_refreshes": len(refreshes), "refresh_cpu_seconds": sum(r["cpu_seconds"] for r in refreshes),
-            "final_index_cpu_seconds": records[-1]["cpu_seconds"], "final_index_overlap": records[-1]["overlap"],
-            **({"mean_refresh_overlap": sum(r["overlap"] for r in refreshes) / len(refreshes)} if refreshes else {})}
+    record = {"strategy": keeper.options.strategy, "objective": system.objective, "train_cpu_seconds": train_cpu,
+              "records": keeper.records}
+    write_json(folder / REFRESH_FILE, record)
+    return refresh_summary(record)
 
 
 def checkpoint_identity(cfg: TrainSection, variant: str, init, n_train: int, data: dict,
@@ -212,7 +213,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
         keeper = IndexKeeper(system.retriever, RefreshOptions(e2e["index_refresh"], e2e["refresh_every"], e2e["rerank_depth"],
                                                               e2e["context_encoder"]["batch_size"]),
                              probe[: e2e["probe_questions"]], t.k, channel=channel)
-    start = time.time()
+    start, cpu = time.time(), time.process_time()
     try:
         losses = train(system, inputs, targets, steps=t.steps, batch_size=t.batch_size, k=t.k, lr=t.lr,
                        qenc_lr=t.question_encoder_lr, train_question_encoder=vspec.train_question_encoder,
@@ -224,7 +225,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
         if run is not None:
             run.finish("FAILED")
         raise
-    seconds = time.time() - start
+    seconds, cpu = time.time() - start, time.process_time() - cpu
     if rank != 0:
         return
     # the whole curve, also the steps done before a resume (they come back with the checkpoint)
@@ -236,7 +237,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
         # in the state the run tokenizes with, whatever the tokenizers did last (a resume at the last step: nothing)
         save_tokenizer(system.tokenizer, tmp / "generator", cfg.generator.max_source_len)
         if passages_train:  # its passage encoder and the index it makes of the corpus, what evaluation reads
-            refresh = _save_end_to_end(system, keeper, tmp, t.steps)
+            refresh = _save_end_to_end(system, keeper, tmp, t.steps, cpu)
         if system.question_encoder is not None and (vspec.train_question_encoder or passages_train):
             system.question_encoder.model.save_pretrained(tmp / "question_encoder")
             save_tokenizer(system.question_encoder.tokenizer, tmp / "question_encoder", system.question_encoder.max_length)

@@ -64,11 +64,13 @@ TASK_NAMES = sorted(CFG["tasks"])
 TASK_VARIANTS = {task: task_variants(CFG, task) for task in TASK_NAMES}
 # the runs of the further generators (config key generators): (task, <variant>@<generator>), run by target generators
 GENERATOR_RUNS = generator_runs(CFG)
-# the runs of the further retrievers (config key retrievers): (task, <variant>+<retriever>), run by target retrievers
-RETRIEVER_RUNS = retriever_runs(CFG)
+# the runs of the further retrievers (config key retrievers): (task, <variant>+<retriever>), run by target retrievers,
+# and those of the retrievers whose key target is end2end, run by target end2end
+RETRIEVER_RUNS = retriever_runs(CFG, "retrievers")
+END2END_RUNS = retriever_runs(CFG, "end2end")
 # the fine-tune seeds of each task x variant (seeds, one_seed_variants, tasks.<task>.seeds): wildcard {seed}
 SEEDS = {(task, v): run_seeds(CFG, task, v)
-         for task, v in [(t, v) for t in TASK_NAMES for v in TASK_VARIANTS[t]] + GENERATOR_RUNS + RETRIEVER_RUNS}
+         for task, v in [(t, v) for t in TASK_NAMES for v in TASK_VARIANTS[t]] + GENERATOR_RUNS + RETRIEVER_RUNS + END2END_RUNS}
 # one fine-tune's folder: its model, checkpoint and dev/test outputs
 RUN = f"{R}/runs/{{task}}/{{variant}}/seed{{seed}}"
 ENCODER = encoder_slug(CFG["retriever"]["context_encoder"])
@@ -314,12 +316,12 @@ def generator_model(wildcards):
     return f"{R}/generator/model" if name is None else f"{R}/generators/{name}/model"
 
 
-def run_files(kind, generators=False, retrievers=False):
+def run_files(kind, generators=False, retrievers=False, end2end=False):
     """Every run's dev and test <kind> file (metrics.json | predictions.jsonl), task by task, seed by
     seed; with ``generators``, the further generators' runs after them, with ``retrievers`` the further
-    retrievers'."""
+    retrievers', with ``end2end`` those of target end2end."""
     runs = [(run["task"], run["variant"]) for run in SECTIONS["report"]["runs"]]  # as rag check --experiment reads them
-    further = (GENERATOR_RUNS if generators else []) + (RETRIEVER_RUNS if retrievers else [])
+    further = (GENERATOR_RUNS if generators else []) + (RETRIEVER_RUNS if retrievers else []) + (END2END_RUNS if end2end else [])
     return [f"{R}/runs/{task}/{variant}/seed{seed}/{split}/{kind}"
             for task, variant in runs + further for seed in SEEDS[(task, variant)]
             for split in ("dev", "test")]
@@ -361,13 +363,14 @@ def all_targets():
     return [f"reports/{EXP}/report.html"] + run_files("metrics.json")
 
 
-def report_inputs(wildcards, generators=False, retrievers=False):
+def report_inputs(wildcards, generators=False, retrievers=False, end2end=False):
     """Exactly the files the report reads: every run's metrics and predictions (in the same order;
-    with ``generators``, the further generators' runs too, with ``retrievers`` the further retrievers'), the
-    Figure 3, hot-swap and oracle results where configured, and the band file (config key bands) where one is named."""
+    with ``generators``, the further generators' runs too, with ``retrievers`` the further retrievers', with
+    ``end2end`` those of target end2end), the Figure 3, hot-swap and oracle results where configured, and the band
+    file (config key bands) where one is named."""
     return {
-        "metrics": run_files("metrics.json", generators, retrievers),
-        "predictions": run_files("predictions.jsonl", generators, retrievers),
+        "metrics": run_files("metrics.json", generators, retrievers, end2end),
+        "predictions": run_files("predictions.jsonl", generators, retrievers, end2end),
         "topk": experiment_files("topk"),
         "hotswap": experiment_files("hotswap"),
         "oracle": experiment_files("oracle"),

@@ -57,7 +57,7 @@ if CFG["generators"]:  # config key generators: {} leaves the experiment without
 
 
 
-if CFG["retrievers"]:  # config key retrievers: {} leaves the experiment without a retrievers target
+if RETRIEVER_RUNS:  # no runs of config key retrievers with target retrievers: no retrievers target
 
     use rule report as report_retrievers with:
         input:
@@ -80,6 +80,31 @@ if CFG["retrievers"]:  # config key retrievers: {} leaves the experiment without
         its variants beside their own retriever's runs, and the report that sets them side by side."""
         input:
             f"reports/{EXP}/retrievers.html",
+
+if END2END_RUNS:  # no retriever of config key retrievers with target end2end: no end2end target
+
+    use rule report as report_end2end with:
+        input:
+            unpack(lambda w: report_inputs(w, end2end=True)),
+            cfg=section("report"),
+            passages=corpus_passages(NAME),
+        output:
+            html=f"reports/{EXP}/end2end.html",
+            table1=f"{R}/tables/end2end/table1.csv",
+            table2=f"{R}/tables/end2end/table2.csv",
+            table5=f"{R}/tables/end2end/table5.csv",
+            table6=f"{R}/tables/end2end/table6.csv",
+        params:
+            record=record_file("report_end2end"),
+        log:
+            f"{R}/logs/report_end2end.log",
+
+    rule end2end:
+        """`snakemake --cores all end2end`: the retrievers trained end to end (config key retrievers, target
+        end2end) beside the question encoder trained alone and the frozen retriever, and the report with their
+        index refresh strategies, objectives and claims rows."""
+        input:
+            f"reports/{EXP}/end2end.html",
 
 if BANDS:  # config key bands: null leaves the experiment without a check target
 
