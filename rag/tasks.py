@@ -384,17 +384,22 @@ class RerankOptions(Key):
     add_first_stage: Bool() = Field(False, description="add the first stage's scores to the cross-encoder's (and its gradient)")
 
 
+# an end-to-end retriever's index strategies (rag.retrieval.refresh) and objectives (rag.models.objectives), in order
+INDEX_STRATEGIES = ("none", "rerank", "refresh", "async")
+RETRIEVER_OBJECTIVES = ("marginal", "emdr2", "pdist", "lsr")
+
+
 class End2EndOptions(Key):
     """An end-to-end dense retriever's options (config key ``retrievers.<name>.options``; rag/retrieval/end2end.py)."""
 
     train_passage_encoder: Bool() = Field(True, description="the passage encoder trains too (false: the question encoder alone, under the objective)")
     share_encoders: Bool() = Field(False, description="one model encodes questions and passages (the question encoder's)")
     passage_encoder_layers: Nullable(Int(ge=0)) = Field(None, description="fine-tune only the top N layers of the passage encoder, its embeddings and lower layers fixed (null: all; shared encoders: train.question_encoder_layers)")
-    index_refresh: Enum(("none", "rerank", "refresh", "async")) = Field("rerank", description="how the index is kept while the passage encoder trains: none (the starting index proposes the top K), rerank (it proposes rerank_depth, the passage encoder picks K), refresh (the training process encodes the corpus again every refresh_every steps, training waiting), async (encoder processes of the job encode a snapshot every refresh_every steps while training goes on)")
+    index_refresh: Enum(INDEX_STRATEGIES) = Field("rerank", description="how the index is kept while the passage encoder trains: none (the starting index proposes the top K), rerank (it proposes rerank_depth, the passage encoder picks K), refresh (the training process encodes the corpus again every refresh_every steps, training waiting), async (encoder processes of the job encode a snapshot every refresh_every steps while training goes on)")
     refresh_every: Int(ge=1) = Field(40, description="steps between refreshes")
     encoder_processes: Int(ge=1) = Field(1, description="async: the job's processes (GPUs) that encode the corpus, beside the training one")
     rerank_depth: Int(ge=1) = Field(20, description="rerank: the starting index's top L the current passage encoder rescores")
-    objective: Enum(("marginal", "emdr2", "pdist", "lsr")) = Field("marginal", description="what trains the retriever: RAG's marginal likelihood, EMDR², perplexity distillation (Atlas) or LM-supervised retrieval (REPLUG)")
+    objective: Enum(RETRIEVER_OBJECTIVES) = Field("marginal", description="what trains the retriever: RAG's marginal likelihood, EMDR², perplexity distillation (Atlas) or LM-supervised retrieval (REPLUG)")
     objective_temperature: Num(gt=0) = Field(1.0, description="pdist, lsr: the temperature of the generator's distribution over the K passages")
     train_generator: Bool() = Field(True, description="false: the generator stays as pretrained and only supervises the retriever (REPLUG)")
     probe_questions: Int(ge=0) = Field(50, description="dev questions on which each refresh's stale and fresh top K are compared")

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from rag.io import read_jsonl
 from rag.report.claims import verdict
 
 
@@ -95,10 +96,12 @@ def test_default_world_makes_retrieval_a_real_problem():
     assert r1 >= b1 + 5, (r1, b1)
 
 
-def _fake_experiment(root, seeds=(1, 2, 3), n=30, generators=()):
+def _fake_experiment(root, seeds=(1, 2, 3), n=30, generators=(), end2end=None):
     """Every file the checklist reads, several fine-tune seeds each: predictions with retrieved
     passages, the K sweep, the hot-swap and the oracle, as the DAG writes them; with ``generators``,
-    the runs of further generators of those names (<variant>@<name>) on NQ and TriviaQA."""
+    the runs of further generators of those names (<variant>@<name>) on NQ and TriviaQA; with ``end2end``
+    (name -> (strategy, objective, training CPU-s, refresh CPU-s, share right)), RAG-Sequence runs of end-to-end
+    retrievers on NQ (rag_sequence+<name>), their metrics' index_refresh as the DAG writes it."""
     import json
 
     from rag.report.inputs import ReportInputs
@@ -115,6 +118,8 @@ def _fake_experiment(root, seeds=(1, 2, 3), n=30, generators=()):
     runs = {"nq": ["rag_token", "rag_sequence", "rag_token_frozen", "rag_sequence_frozen", "rag_token_bm25", "closed_book"],
             "triviaqa": ["rag_token", "rag_sequence", "rag_token_frozen", "rag_sequence_frozen"],
             "fever3": ["rag_token", "closed_book"], "fever2": ["rag_token", "closed_book"], "jeopardy": ["rag_token", "closed_book"]}
+    end2end = end2end or {}
+    runs["nq"] += [f"rag_sequence+{name}" for name in end2end]
     for task in ("nq", "triviaqa"):
         runs[task] += [f"{v}@{g}" for g in generators for v in ("rag_token", "rag_sequence", "rag_token_frozen",
                                                                    "rag_sequence_frozen", "closed_book")]
@@ -126,13 +131,19 @@ def _fake_experiment(root, seeds=(1, 2, 3), n=30, generators=()):
                 for j in range(n):
                     label = task.startswith("fever")
                     target = ["SUPPORTS"] if label else ([f"clue {j}"] if task == "jeopardy" else ["answer"])
-                    right = rng.random() < (0.8 if "frozen" not in variant and base != "closed_book" else 0.4)
+                    e2e = end2end.get(variant.partition("+")[2])
+                    right = rng.random() < (e2e[4] if e2e else 0.8 if "frozen" not in variant and base != "closed_book" else 0.4)
                     rows.append({"id": f"{task}-{j:03d}", "input": "q", "targets": target,
                                  "prediction": target[0] if right else ("REFUTES" if label else f"word {j} {seed}"),
                                  "doc_ids": [] if base == "closed_book" else [f"p{(j + k + (0 if right else 1)) % 8}" for k in range(5)]})
                 d = root / "runs" / task / variant / f"seed{seed}" / "test"
+                e2e = end2end.get(variant.partition("+")[2])
+                kept = {"index_refresh": {"strategy": e2e[0], "objective": e2e[1], "index_refreshes": 3 * (e2e[0] in ("refresh", "async")),
+                                          "refresh_cpu_seconds": e2e[3] + seed, "train_cpu_seconds": e2e[2] + seed,
+                                          "final_index_cpu_seconds": 5.0, "final_index_overlap": 0.5,
+                                          **({"mean_refresh_overlap": 0.8} if e2e[0] in ("refresh", "async") else {})}} if e2e else {}
                 metrics.append(write(d / "metrics.json", {"task": task, "variant": variant, "split": "test", "seed": seed,
-                                                           "n": n, "metrics": {}}))
+                                                           "n": n, "metrics": {}, **kept}))
                 preds.append(write(d / "predictions.jsonl", rows))
             if task == "nq" and variant in ("rag_token", "rag_sequence"):
                 for seed in seeds:
@@ -215,3 +226,54 @@ def test_fine_tuned_and_frozen_twins_are_paired_by_seed(tmp_path):
     row = {c.claim: c for c in build_claims(inputs, passages)}["… and the answers (RAG-Token, NQ)"]
     iv = mean_interval([(1, a), (-1, b)])
     assert (row.diff, row.lo, row.hi) == (iv.estimate, iv.lo, iv.hi) and row.spread.startswith("3 vs 2 seeds")
+
+
+E2E = {"none": ("none", "marginal", 100.0, 0.0, 0.8), "rr": ("rerank", "marginal", 160.0, 0.0, 0.85),
+       "rf": ("refresh", "marginal", 140.0, 40.0, 0.95), "as": ("async", "marginal", 110.0, 45.0, 0.9),
+       "em": ("refresh", "emdr2", 140.0, 40.0, 0.9), "ls": ("refresh", "lsr", 140.0, 40.0, 0.5)}
+
+
+def test_end_to_end_runs_add_their_rows_read_from_their_index_keeping(tmp_path):
+    """Runs whose passage encoder trained (metrics.json index_refresh) add their rows: the refreshed one over the
+    question encoder alone at recall@1 and EM, rerank against refresh with the CPU each costs over none, and each
+    objective of the strategy that several objectives ran against the frozen retriever; the rows read these runs."""
+    from rag.report.claims import END2END_BARS, Evidence, build_claims
+
+    inputs, passages = _fake_experiment(tmp_path, end2end=E2E)
+    claims = build_claims(inputs, passages)
+    assert [c.claim for c in claims[:21]] == [c.claim for c in build_claims(*_fake_experiment(tmp_path / "alone"))]
+    rows = {c.claim: c for c in claims[21:]}
+    assert len(rows) == 2 + 1 + 3, list(rows)
+    ev = Evidence(inputs, passages)
+    both = rows["Training the passage encoder too beats the question encoder alone (NQ)"]
+    diff = ev.hits("nq", "rag_sequence+rf", 1).mean() - ev.hits("nq", "rag_sequence", 1).mean()
+    assert both.diff == pytest.approx(diff) and "RAG-Sequence (rf) vs RAG-Sequence" in both.measured
+    assert both.bar_met == (diff >= END2END_BARS["passage_recall"] and both.lo > 0)
+    rerank = rows["Re-ranking the stale index's top L comes within a point of refreshing it, at half the cost"]
+    # over none (100 + seed): rerank 60, refresh 40 (its refresh is in its training process): ratio 1.5, bar not met
+    assert "60 vs 40 (ratio 1.50)" in rerank.measured and rerank.bar_met is False
+    objectives = [c for c in claims[21:] if c.claim.startswith("The ")]
+    assert [c.claim for c in objectives] == [f"The {o} objective trains the retriever (NQ)" for o in ("marginal", "emdr2", "lsr")]
+    lsr = ev.hits("nq", "rag_sequence+ls", 1).mean() - ev.hits("nq", "rag_sequence_frozen", 1).mean()
+    assert objectives[2].diff == pytest.approx(lsr)
+
+
+def test_end_to_end_tables_set_the_strategies_and_the_objectives_side_by_side(tmp_path):
+    """The strategies table: the frozen retriever, the question encoder alone, then each marginal run by strategy
+    with its refreshes, staleness and CPU; the objectives table: the refresh runs by objective (recall, CPU)."""
+    from rag.data.corpus import Passages
+    from rag.report.build import Runs, end2end_tables
+
+    inputs, texts = _fake_experiment(tmp_path, end2end=E2E)
+    passages = Passages(list(texts), list(texts), list(texts.values()))
+    strategies, objectives = end2end_tables(Runs(inputs, "http://x", None, None), passages)
+    labels = [label for label, _, _ in strategies.rows]
+    assert labels == ["Natural Questions: RAG-Sequence-Frozen", "Natural Questions: RAG-Sequence"] + [
+        f"Natural Questions: RAG-Sequence ({n}): {s}" for n, s in (("none", "none"), ("rr", "rerank"), ("rf", "refresh"), ("as", "async"))]
+    cells = dict((label, cells) for label, cells, _ in strategies.rows)
+    async_ = cells["Natural Questions: RAG-Sequence (as): async"]
+    assert [c.value for c in async_[3:]] == [3.0, pytest.approx(80.0), 47.0, 112.0]  # seeds 1-3: 45 + 2, 110 + 2 (their mean)
+    assert [label.rpartition(": ")[2] for label, _, _ in objectives.rows][2:] == ["marginal", "emdr2", "lsr"]
+    hits = [[any(texts[d] == "answer" for d in r["doc_ids"][:1]) for r in read_jsonl(p)]
+            for _, p in sorted(inputs.predictions[("nq", "rag_sequence+ls", "test")].items())]
+    assert objectives.rows[-1][1][0].value == pytest.approx(100 * np.mean([np.mean(h) for h in hits]))

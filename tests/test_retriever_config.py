@@ -212,6 +212,25 @@ def test_an_end_to_end_retriever_carries_the_passage_encoding_that_built_its_sta
         load_config(data, check_files=False)
 
 
+def test_a_declared_retriever_names_its_target_and_its_seeds():
+    """retrievers.<name>.target: the runs of target end2end are not the retrievers target's; seeds: its runs' own."""
+    from rag.runs import run_seeds
+
+    data = copy.deepcopy(BASE)
+    data["retrievers"] = {"hy": {**HY, "tasks": ["nq"], "variants": ["rag_token_frozen"]},
+                          "e2e": {"family": "end2end", "tasks": ["nq"], "variants": ["rag_sequence"], "seeds": [2, 5],
+                                  "target": "end2end"}}
+    cfg = load_config(data, check_files=False)
+    assert retriever_runs(cfg, "retrievers") == [("nq", "rag_token_frozen+hy")]
+    assert retriever_runs(cfg, "end2end") == [("nq", "rag_sequence+e2e")]
+    assert retriever_runs(cfg) == retriever_runs(cfg, "retrievers") + retriever_runs(cfg, "end2end")
+    assert run_seeds(cfg, "nq", "rag_sequence+e2e") == [2, 5]
+    assert run_seeds(cfg, "nq", "rag_token_frozen+hy") == run_seeds(cfg, "nq", "rag_token_frozen")
+    data["retrievers"]["e2e"]["target"] = "generators"
+    with pytest.raises(ConfigError, match=r"config key 'retrievers.e2e.target'"):
+        load_config(data, check_files=False)
+
+
 def test_an_asynchronous_refresh_launches_its_encoder_processes_beside_one_training_process():
     from rag.runs import train_processes
 

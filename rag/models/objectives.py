@@ -19,8 +19,7 @@ from __future__ import annotations
 import torch
 
 from rag.models.marginal import shift_left
-
-OBJECTIVES = ("marginal", "emdr2", "pdist", "lsr")
+from rag.tasks import RETRIEVER_OBJECTIVES as OBJECTIVES
 
 
 def document_loglik(ll: torch.Tensor, target: torch.Tensor, pad_id: int, k: int) -> torch.Tensor:

@@ -14,7 +14,7 @@ from urllib.parse import quote
 from rag.errors import ConfigError, DataError
 from rag.io import atomic_open, read_json, read_jsonl
 from rag.report import TABLE_KEYS
-from rag.report.claims import Evidence, build_claims, cell_interval
+from rag.report.claims import Evidence, build_claims, cell_interval, frozen_twin
 from rag.report.inputs import ReportInputs
 from rag.tasks import TASKS, VARIANTS, paper_column, variant_spec
 
@@ -373,7 +373,8 @@ def retrievers_table(runs: Runs, retrievers: dict[str, dict], passages) -> Table
     columns = ([f"answer recall@{j}" for j in RECALL_AT] + [f"passage recall@{j}" for j in RECALL_AT] + ["primary metric"])
     table = Table("retrievers", "Retrievers side by side", "each variant fine-tuned on the same tasks and seeds with "
                   "its own retriever and with each further retriever of the experiment", "dev and test", columns)
-    table.notes = [f"{name}: {retriever_summary(decl)}" for name, decl in retrievers.items()]
+    ran = {variant_retriever(v) for v in further}
+    table.notes = [f"{name}: {retriever_summary(decl)}" for name, decl in retrievers.items() if name in ran]
     for split in ("test", "dev"):
         for task in runs.tasks:
             kinds = TASKS[task] if task in TASKS else None
@@ -397,6 +398,98 @@ def retrievers_table(runs: Runs, retrievers: dict[str, dict], passages) -> Table
                         label += f" ({metric_spec(primary).display})"
                     table.rows.append((label, cells, "measured-only"))
     return table
+
+
+def _answer_recall(runs: Runs, task: str, variant: str, j: int, passages, row_of) -> Cell:
+    """The mean over seeds of a run's test answer recall at ``j`` (:func:`_recall_at`); blank where unknown."""
+    kinds = TASKS[task] if task in TASKS else None
+    files = runs.inputs.predictions.get((task, variant, "test")) or {}
+    if kinds is None or not kinds.answers_in_passages or not files:
+        return Cell()
+    vals = [_recall_at(read_jsonl(path), j, passages, row_of, True, kinds.regex_targets) for _, path in sorted(files.items())]
+    v = None if None in vals else sum(vals) / len(vals)
+    return Cell(_fmt(v), value=v)
+
+
+def _mean_cell(runs: Runs, task: str, variant: str, field: str, scale: float = 1.0) -> Cell:
+    """The mean over seeds of ``field`` of a run's test ``index_refresh`` (metrics.json; times ``scale``)."""
+    vals = runs.values(task, variant, "test", field, "index_refresh")
+    v = None if vals is None else scale * sum(vals) / len(vals)
+    return Cell(_fmt(v), value=v)
+
+
+def end_to_end_runs(runs: Runs, task: str) -> dict[str, dict]:
+    """variant -> how its index was kept (metrics.json ``index_refresh``: strategy, objective, ...) of ``task``'s
+    runs whose passage encoder trained, in the report's variant order."""
+    out = {}
+    for v in runs.variants:
+        seeds = runs.by_seed.get((task, v, "test")) or {}
+        kept = [d.get("index_refresh") for d in seeds.values()]
+        if kept and all(isinstance(k, dict) for k in kept):
+            out[v] = kept[0]
+    return out
+
+
+def end2end_tables(runs: Runs, passages) -> list[Table]:
+    """The retrievers trained end to end (runs whose passage encoder trained: their metrics' ``index_refresh``) side
+    by side, per task on test: the index refresh strategies (the runs of RAG's marginal objective) with their
+    staleness and cost, and the objectives (the runs of the strategy that more than one objective ran), each after
+    the frozen retriever and the question encoder trained alone. [] when none ran or the passages are not at hand."""
+    from rag.tasks import INDEX_STRATEGIES as STRATEGIES, RETRIEVER_OBJECTIVES as OBJECTIVES, split_variant
+
+    tasks = {t: e for t in runs.tasks if (e := end_to_end_runs(runs, t))}
+    if not tasks or passages is None:
+        return []
+    row_of = passages.index_of()
+    recall = [f"answer recall@{j}" for j in (1, 5)]
+    strategies = Table("end2end_strategies", "Index refresh strategies", "the passage encoder trained with the question "
+                       "encoder (RAG's marginal), its index kept by each strategy, beside the question encoder trained alone "
+                       "and the frozen retriever; staleness: the share of the stale index's top K the fresh one keeps, over "
+                       "the probe questions at each refresh", "test",
+                       recall + ["primary metric", "index refreshes", "stale/fresh top-K overlap %", "refresh CPU-s",
+                                 "training CPU-s"])
+    objectives = Table("end2end_objectives", "Retriever objectives", "what trains the retriever (both encoders), under one "
+                       "index strategy, beside the question encoder trained alone and the frozen retriever", "test",
+                       recall + ["primary metric", "training CPU-s", "refresh CPU-s"])
+
+    def measured(task, v):
+        primary = TASKS[task].primary if task in TASKS else None
+        return [_answer_recall(runs, task, v, j, passages, row_of) for j in (1, 5)] + [
+            runs.cell(task, v, "test", primary, None) if primary else Cell()]
+
+    for task, kept in tasks.items():
+        for base in _ordered({split_variant(v)[0] for v in kept}, VARIANTS):
+            refs = [r for r in (frozen_twin(base), base) if r and (task, r, "test") in runs.metrics]
+            mine = {v: k for v, k in kept.items() if split_variant(v)[0] == base}
+            label = lambda v: f"{_task_name(task)}: {_variant_name(v)}"  # noqa: E731
+            by_strategy = sorted((v for v, k in mine.items() if k["objective"] == "marginal"),
+                                 key=lambda v: STRATEGIES.index(mine[v]["strategy"]))
+            for r in refs:
+                strategies.rows.append((label(r), measured(task, r) + [Cell()] * 4, "measured-only"))
+            for v in by_strategy:
+                strategies.rows.append((f"{label(v)}: {mine[v]['strategy']}", measured(task, v) + [
+                    _mean_cell(runs, task, v, "index_refreshes"), _mean_cell(runs, task, v, "mean_refresh_overlap", 100),
+                    _mean_cell(runs, task, v, "refresh_cpu_seconds"), _mean_cell(runs, task, v, "train_cpu_seconds")],
+                    "measured-only"))
+            counts: dict[str, int] = {}
+            for k in mine.values():
+                counts[k["strategy"]] = counts.get(k["strategy"], 0) + 1
+            shared = [st for st in STRATEGIES if counts.get(st, 0) > 1 and any(
+                k["strategy"] == st and k["objective"] != "marginal" for k in mine.values())]
+            if not shared:
+                continue
+            for r in refs:
+                objectives.rows.append((label(r), measured(task, r) + [Cell()] * 2, "measured-only"))
+            for v in sorted((v for v, k in mine.items() if k["strategy"] == shared[0]),
+                            key=lambda v: OBJECTIVES.index(mine[v]["objective"])):
+                objectives.rows.append((f"{label(v)}: {mine[v]['objective']}", measured(task, v) + [
+                    _mean_cell(runs, task, v, "train_cpu_seconds"), _mean_cell(runs, task, v, "refresh_cpu_seconds")],
+                    "measured-only"))
+            objectives.notes.append(f"{_task_name(task)} {_variant_name(base)}: every objective under index_refresh "
+                                    f"{shared[0]}")
+    strategies.notes.append("refresh CPU-s: the refreshes' encoding (an async run's in its encoder processes); training "
+                            "CPU-s: the training process', a synchronous refresh included; both the mean over seeds")
+    return [t for t in (strategies, objectives) if t.rows]
 
 
 def seeds_line(runs: Runs) -> str:
@@ -721,6 +814,7 @@ def build_report(
         log.warning("passages file %s not found; showing titles only", passages)
     if retrievers and (table := retrievers_table(runs, retrievers, read)) is not None:
         built.append(table)
+    built += end2end_tables(runs, read)
     context = {
         "seeds_line": seeds_line(runs),
         "claims": build_claims(inputs, texts, paper, retrievers),

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-STRATEGIES = ("none", "rerank", "refresh", "async")
+from rag.tasks import INDEX_STRATEGIES as STRATEGIES
 
 
 @dataclass(frozen=True)
