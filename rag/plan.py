@@ -394,18 +394,20 @@ def retriever_sizes(cfg: dict, index: dict | None, n: int | None = None) -> dict
 
 def refresh_cost(cfg: dict, options: dict, runs: list[tuple[str, str]], n: int | None) -> dict:
     """What keeping an end-to-end retriever's index costs its ``runs`` ((task, variant) pairs): each run's
-    refreshes ((steps - 1) // refresh_every for ``refresh``, none otherwise) and its final index, each the corpus of
-    ``n`` passages encoded once; the passages its training steps encode again (batch_size x K, or x rerank_depth);
+    refreshes ((steps - 1) // refresh_every for ``refresh`` and ``async``, at most, for the latter, whose encoder
+    processes do them while training goes on; none otherwise) and its final index, each the corpus of ``n`` passages
+    encoded once; the passages its training steps encode again (batch_size x K; rerank: and the rerank_depth it
+    ranks, without a gradient);
     the seconds of those encodings at the passage encoder's measured throughput on the config's device (None: not
     measured), its GPU-hours on a GPU."""
     from rag.runs import run_seeds
 
     t = cfg["train"]
-    per_step = t["batch_size"] * (options["rerank_depth"] if options["index_refresh"] == "rerank" else t["k"])
+    per_step = t["batch_size"] * (t["k"] + (options["rerank_depth"] if options["index_refresh"] == "rerank" else 0))
     refreshes, encoded, in_training = 0, 0, 0
     for task, variant in runs:
         steps = cfg["tasks"][task].get("steps") or t["steps"]
-        mine = (steps - 1) // options["refresh_every"] if options["index_refresh"] == "refresh" else 0
+        mine = (steps - 1) // options["refresh_every"] if options["index_refresh"] in ("refresh", "async") else 0
         seeds = len(run_seeds(cfg, task, variant))
         refreshes += seeds * mine
         encoded += seeds * (mine + 1) * (n or 0)

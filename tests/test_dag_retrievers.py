@@ -1,6 +1,7 @@
 """Further retrievers through the DAG (config key retrievers): a hybrid of the dense and BM25 retrievers, a reranker
 over it (its cross-encoder trained by the DAG) and a toy family of the user's (one file: its retriever and its
-registry entry, no file of the package edited), run beside a finished e2e experiment by `snakemake retrievers`."""
+registry entry, no file of the package edited), run beside a finished e2e experiment by `snakemake retrievers`, and
+two end-to-end retrievers by `snakemake end2end` in the same call."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tests.conftest import ROOT, job_counts, smk
 @pytest.fixture(scope="module")
 def retrievers_run(e2e, tmp_path_factory):
     """A copy of the finished e2e folder, tests/data/e2e_retrievers.yaml over its config and the toy family's file
-    beside it, `snakemake retrievers` run in it: (the folder, the run, results/e2e's file times before it)."""
+    beside it, `snakemake retrievers end2end` run in it: (the folder, the run, results/e2e's file times before it)."""
     work = tmp_path_factory.mktemp("retrievers") / "work"
     shutil.copytree(e2e[0], work, symlinks=True)
     shutil.copy(ROOT / "tests/data/toy_retriever.py", work)
@@ -23,7 +24,7 @@ def retrievers_run(e2e, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", str(ROOT))
         # both files after --configfile (the last option: it takes every following word)
-        run = smk(work, "retrievers", "--configfile", str(ROOT / "tests/data/e2e.yaml"), str(ROOT / "tests/data/e2e_retrievers.yaml"))
+        run = smk(work, "retrievers", "end2end", "--configfile", str(ROOT / "tests/data/e2e.yaml"), str(ROOT / "tests/data/e2e_retrievers.yaml"))
     return work, run, mtimes
 
 
@@ -34,7 +35,8 @@ def test_further_retrievers_run_beside_the_experiment(retrievers_run):
     work, run, mtimes = retrievers_run
     assert run.returncode == 0, run.stderr[-4000:]
     counts = job_counts(run.stdout + run.stderr)
-    assert counts["train"] == 10 and counts["train_reranker"] == 1 and counts["report_retrievers"] == 1, counts
+    assert counts["train"] == 10 and counts["train_reranker"] == 1, counts
+    assert counts["report_retrievers"] == 1 and counts["report_end2end"] == 1, counts
     assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())  # nothing of e2e's runs written again
     runs = work / "results/e2e/runs/nq"
     assert sorted(p.name for p in runs.iterdir() if "+" in p.name) == ["rag_sequence+e2e", "rag_sequence_frozen+toy",
@@ -129,6 +131,26 @@ def test_the_retrievers_report_sets_them_side_by_side(retrievers_run):
                 "Natural Questions test: RAG-Sequence-Frozen (toy)", "Natural Questions test: RAG-Token-Frozen (rr)"):
         assert row in html, row
     assert "hy: hybrid (depth None, fusion weighted, parts dense+bm25" in html and "toy: toy_retriever.py:FAMILY" in html
+
+
+@pytest.mark.slow
+def test_the_end_to_end_report_holds_their_strategies_and_claims_rows(retrievers_run):
+    """reports/e2e/end2end.html: the end-to-end runs (target end2end), not the retrievers target's; the refreshed
+    one in the strategies table after the frozen retriever and the question encoder alone, its refreshes from its
+    metrics; its claims rows against RAG-Sequence."""
+    import pandas as pd
+
+    work, run, _ = retrievers_run
+    assert run.returncode == 0, run.stderr[-4000:]
+    html = (work / "reports/e2e/end2end.html").read_text()
+    assert "Index refresh strategies" in html and "(hy)" not in html and "(rr)" not in html
+    strategies = next(t for t in pd.read_html(str(work / "reports/e2e/end2end.html")) if "index refreshes" in t.columns)
+    labels = list(strategies.iloc[:, 0])
+    assert labels == ["Natural Questions: RAG-Sequence-Frozen", "Natural Questions: RAG-Sequence",
+                      "Natural Questions: RAG-Sequence (e2e): refresh"], labels
+    steps = json.loads((work / "results/e2e/config/train_nq.json").read_text())["train"]["steps"]
+    assert float(strategies["index refreshes"].iloc[2]) == (steps - 1) // 2  # refresh_every 2
+    assert "Training the passage encoder too beats the question encoder alone (NQ)" in html
 
 
 @pytest.mark.slow

@@ -404,7 +404,8 @@ def test_each_further_retriever_is_sized(tmp_path):
 def test_an_end_to_end_retriever_s_refreshes_are_sized():
     """rag plan's cost of keeping an end-to-end retriever's index (rag.plan.refresh_cost): (steps - 1) // refresh_every
     refreshes a run and its final index, each the whole corpus encoded, timed at the passage encoder's measured
-    throughput; rerank encodes rerank_depth passages a question in each training step and refreshes nothing."""
+    throughput (async: as many at most, by its encoder processes); rerank ranks rerank_depth passages a question in
+    each training step beside the K it encodes with a gradient, and refreshes nothing."""
     import yaml
 
     from rag.config import load_config
@@ -427,6 +428,9 @@ def test_an_end_to_end_retriever_s_refreshes_are_sized():
     assert got["passages_in_training"] == seeds * steps * cfg["train"]["batch_size"] * cfg["train"]["k"]
     rerank = refresh_cost(cfg, {**cfg["retrievers"]["e2e"]["options"], "index_refresh": "rerank"}, runs, 1000)
     assert rerank["refreshes"] == 0 and rerank["passages_encoded"] == seeds * 1000
-    assert rerank["passages_per_train_step"] == cfg["train"]["batch_size"] * 20
+    assert rerank["passages_per_train_step"] == cfg["train"]["batch_size"] * (20 + cfg["train"]["k"])
+    asynchronous = refresh_cost(cfg, {**cfg["retrievers"]["e2e"]["options"], "index_refresh": "async"}, runs, 1000)
+    assert asynchronous["refreshes"] == got["refreshes"] and asynchronous["passages_encoded"] == got["passages_encoded"]
+    assert refresh_cost(cfg, {**cfg["retrievers"]["e2e"]["options"], "index_refresh": "none"}, runs, 1000)["refreshes"] == 0
     unmeasured = refresh_cost({**cfg, "device": "cuda"}, cfg["retrievers"]["e2e"]["options"], runs, 1000)
     assert unmeasured["encode_seconds"] is None and "no throughput" in unmeasured["encode_how"]
