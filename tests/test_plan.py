@@ -340,6 +340,30 @@ def test_a_causal_lm_on_the_papers_retriever_is_planned_on_one_gpu():
     assert 6.2e9 < train["need"]["gpu_memory_bytes"] < 80e9  # more than the fp32 weights, less than an H100
 
 
+def test_the_papers_setup_with_both_encoders_trained_is_planned_with_its_refreshes():
+    """config/paper_end2end.yaml after config/paper.yaml: the end-to-end retriever on NQ (RAG-Sequence and RAG-Token,
+    the paper's one seed), refreshed asynchronously every 500 of 6,000 steps: 11 refreshes a run and its final index,
+    each the 21M passages encoded, in GPU-hours at the measured H100 rate; a train job of 1 + 3 processes."""
+    from snakemake.utils import update_config
+
+    from rag.config import load_config, read_config_file
+    from rag.runs import train_processes
+
+    res = _plan("--configfile", "config/paper.yaml", "config/paper_end2end.yaml", "--json")
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    e2e = plan["sizes"]["retrievers"]["e2e"]
+    assert e2e["family"] == "end2end" and e2e["runs"] == 2
+    x = e2e["end2end"]
+    assert x["strategy"] == "async" and x["refreshes"] == 2 * (5999 // 500)
+    assert x["passages_encoded"] == 2 * (5999 // 500 + 1) * 21_015_324 and x["gpu_hours"] > 1
+    merged: dict = {}
+    for path in ("config/paper.yaml", "config/paper_end2end.yaml"):
+        update_config(merged, read_config_file(ROOT / path))
+    cfg = load_config(merged, check_files=False)
+    assert train_processes(cfg, "rag_token+e2e") == 4 and train_processes(cfg, "rag_token") == 1
+
+
 def test_the_wall_time_of_a_dag_scheduled_on_its_cores():
     """rag.plan.makespan against schedules worked by hand: a job starts once the jobs it waits for are done
     and its cores are free, higher priority first; a job of more threads than cores takes them all."""
