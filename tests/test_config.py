@@ -185,7 +185,7 @@ def _edited(base, *path, value):
     # (and the passage encoding of the end-to-end retrievers, which their sections and the report's declarations hold)
     (("retriever", "max_length"), 64, {"encode", "report"} | {f"train_{t}" for t in
                                                    ("nq", "triviaqa", "webquestions", "curatedtrec", "msmarco", "jeopardy", "fever3", "fever2")}
-     | {f"retriever_e2e_{n}" for n in ("none", "rerank", "refresh", "async", "emdr2", "pdist", "lsr")}),
+     | {f"retriever_e2e_{n}" for n in ("none", "rerank", "refresh", "async", "pdist", "lsr")}),
     (("retriever", "index"), "hnsw", {"index", "report"}),  # the report's scale summary names the index
     (("retriever", "hnsw_ef_search"), 64, set()),  # a flat index has no such parameter
     (("retriever", "shards"), 4, set()),  # a rule param (the shard ranges), in no section

@@ -234,6 +234,23 @@ def test_an_objective_trains_the_retriever_and_the_marginal_the_generator(world,
         assert rel_diff(ref, ours, part) < TOL, part
 
 
+@pytest.mark.parametrize("kind, same", [("sequence", True), ("token", False)])
+def test_emdr2_trains_as_rag_sequence_s_marginal_and_not_as_rag_token_s(world, kind, same):
+    """EMDR² (-log sum_z p(z|x) p(y|x,z), the generator's part constant) beside the generator's NLL on constant
+    doc scores: under RAG-Sequence every gradient is the marginal's (so the default's end2end target runs no EMDR²
+    beside its marginal run); under RAG-Token, whose marginal is per token, the encoders' differ."""
+    out = {}
+    for objective in ("marginal", "emdr2"):
+        gen, qenc, cenc = parts(world, shared=False)
+        system = project_system(world, gen, qenc, cenc, kind, None, objective=objective, temperature=1.0)
+        system.train()
+        system.loss(QUESTIONS, system.tokenize_targets(ANSWERS), 3).backward()
+        out[objective] = grads(gen, qenc, cenc)
+    for part in ("generator", "question", "passage"):
+        diff = rel_diff(out["marginal"], out["emdr2"], part)
+        assert (diff < TOL) if (same or part == "generator") else (diff > 1e-3), (part, diff)
+
+
 @pytest.mark.parametrize("passage_encoder, objective", [("separate", "marginal"), ("shared", "pdist")])
 def test_a_run_training_the_passage_encoder_resumes_where_an_uninterrupted_one_ends(tmp_path, passage_encoder, objective):
     """The passage encoder trains (its weights move, at the question encoder's rate), its state is in the
