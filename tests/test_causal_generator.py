@@ -141,6 +141,42 @@ def test_gradients_reach_the_question_encoder_as_the_reference_s(world, arch, ki
         assert float((mine[n] - ref[n]).abs().max()) <= 1e-5 * max(1.0, float(ref[n].abs().max())), n
 
 
+@pytest.mark.parametrize("arch", ["llama", "copy_llama"])
+@pytest.mark.parametrize("kind", ["sequence", "token"])
+@pytest.mark.parametrize("objective", ["emdr2", "pdist", "lsr"])
+def test_a_retriever_objective_reads_the_causal_lm_s_likelihood_of_each_passage(world, arch, kind, objective):
+    """Under EMDR², PDist or LSR a causal LM's system loss is the reference NLL plus the objective on the doc scores
+    and log p(y|x,z) of each (question, passage) prompt from a plain forward; the generator's gradient is the NLL's,
+    the question encoder's the objective's alone (rag.models.objectives: their closed forms, tests/test_passage_encoder.py)."""
+    from rag.models.objectives import retriever_loss
+
+    system = make_system(world, arch, kind)
+    system.objective, system.objective_temperature = objective, 0.5
+    qenc, gen = dict(system.question_encoder.model.named_parameters()), dict(system.generator.named_parameters())
+
+    def grads_of(loss, params):
+        system.zero_grad(set_to_none=True)
+        loss.backward()
+        return {n: (p.grad.clone() if p.grad is not None else torch.zeros_like(p)) for n, p in params.items()}
+
+    mine_loss = system_nll(system, QUESTIONS, ANSWERS, K)
+    mine = grads_of(mine_loss.sum(), {**{f"q.{n}": p for n, p in qenc.items()}, **{f"g.{n}": p for n, p in gen.items()}})
+    got, ids = prompts(system, QUESTIONS, K)
+    tok, doc_ll = system.tokenizer, []
+    for i, answer in enumerate(ANSWERS):
+        body = tok(answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        lp = torch.stack([forward_lp(system.generator, pr, body) for pr in ids[i]])  # [K, T, V]
+        doc_ll.append(lp.gather(-1, torch.tensor(body)[None, :, None].expand(len(lp), -1, 1))[..., 0].sum(1).detach())
+    objective_loss = retriever_loss(objective, got.scores.float(), torch.stack(doc_ll), 0.5)
+    nll = reference_nll(system, QUESTIONS, ANSWERS, K)
+    assert float((mine_loss - nll - objective_loss).detach().abs().max()) < 1e-4
+    ref = {**{f"q.{n}": g for n, g in grads_of(objective_loss.sum(), qenc).items()},
+           **{f"g.{n}": g for n, g in grads_of(nll.sum(), gen).items()}}
+    assert any(float(g.abs().sum()) > 0 for n, g in mine.items() if n.startswith("q."))
+    for n in mine:
+        assert float((mine[n] - ref[n]).abs().max()) <= 1e-4 * max(1.0, float(ref[n].abs().max())), n
+
+
 # ---------------------------------------------------------------- decoding
 MAX_LEN = 3
 WORDS = ("a", "b")  # a vocabulary of 10 tokens
