@@ -464,7 +464,7 @@ def end2end_tables(runs: Runs, passages) -> list[Table]:
             label = lambda v: f"{_task_name(task)}: {_variant_name(v)}"  # noqa: E731
             by_strategy = sorted((v for v, k in mine.items() if k["objective"] == "marginal"),
                                  key=lambda v: STRATEGIES.index(mine[v]["strategy"]))
-            for r in refs:
+            for r in refs if by_strategy else ():
                 strategies.rows.append((label(r), measured(task, r) + [Cell()] * 4, "measured-only"))
             for v in by_strategy:
                 strategies.rows.append((f"{label(v)}: {mine[v]['strategy']}", measured(task, v) + [
