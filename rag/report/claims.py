@@ -328,9 +328,9 @@ def index_keeping(ev: Evidence, task: str) -> dict[str, list[dict]]:
     return out
 
 
-# both encoders trained (refreshed) over the question encoder alone, NQ answer recall@1 (world 13: +12.8 [+8.3, +17.3])
-# and EM (+9.2 [+4.8, +13.6]); an objective over the frozen retriever at recall@1 (+29.0 to +30.7); rerank against
-# refresh: the anchors' claim (world 13: -1.7 points at 3.2 times refresh's CPU over none; docs/models.md)
+# both encoders trained (refreshed) over the question encoder alone, NQ answer recall@1 (worlds 13 / 14: +12.8 / +15.0,
+# lower ends +8.3 / +10.7) and EM (+9.2 / +11.3); an objective over the frozen retriever at recall@1 (+27.3 to +30.7);
+# rerank against refresh: the anchors' claim (-1.7 / -2.3 points at 3.2 / 3.5 times refresh's CPU over none; docs/models.md)
 END2END_BARS = {"passage_recall": 5.0, "passage_em": 3.0, "objective_recall": 10.0, "rerank_recall": -1.0, "rerank_cost": 0.5}
 
 
