@@ -348,7 +348,7 @@ class Config(Key):
     retriever: Retriever = Retriever()
     generator: Generator = Generator()
     generators: dict[Name, FurtherGenerator] = Field({}, json_schema_extra=named(Name), description="further generators, set beside generator's: each is pretrained as generator is and fine-tuned as <variant>@<name> (results/<name>/runs/<task>/<variant>@<name>/); `snakemake --cores all generators` runs them and writes reports/<name>/generators.html, their tables and claims beside generator's (docs/models.md)")
-    retrievers: dict[Name, FurtherRetriever] = Field({}, json_schema_extra=named(Name), description="further retrievers, set beside retriever's: each runs its variants as <variant>+<name> (results/<name>/runs/<task>/<variant>+<name>/); `snakemake --cores all retrievers` runs them and writes reports/<name>/retrievers.html, their retrieval and answers beside the variants' own (docs/models.md)")
+    retrievers: dict[Name, FurtherRetriever] = Field({}, json_schema_extra=named(Name), description="further retrievers, set beside retriever's: each runs its variants as <variant>+<name> (results/<name>/runs/<task>/<variant>+<name>/); `snakemake --cores all retrievers` (or `end2end`, as their key target says) runs them and writes reports/<name>/retrievers.html (end2end.html), their retrieval and answers beside the variants' own (docs/models.md)")
     train: Train = Train()
     experiments: Experiments = Experiments()
     resources: Map(Map()) = Field({}, description="cluster resources per rule name (runtime minutes, mem_mb, gpu, slurm_partition, ...); key 'default' for all")
