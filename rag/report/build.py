@@ -14,7 +14,7 @@ from urllib.parse import quote
 from rag.errors import ConfigError, DataError
 from rag.io import atomic_open, read_json, read_jsonl
 from rag.report import TABLE_KEYS
-from rag.report.claims import Evidence, build_claims, cell_interval, frozen_twin
+from rag.report.claims import Evidence, build_claims, cell_interval, frozen_twin, objectives_strategy
 from rag.report.inputs import ReportInputs
 from rag.tasks import TASKS, VARIANTS, paper_column, variant_spec
 
@@ -471,22 +471,18 @@ def end2end_tables(runs: Runs, passages) -> list[Table]:
                     _mean_cell(runs, task, v, "index_refreshes"), _mean_cell(runs, task, v, "mean_refresh_overlap", 100),
                     _mean_cell(runs, task, v, "refresh_cpu_seconds"), _mean_cell(runs, task, v, "train_cpu_seconds")],
                     "measured-only"))
-            counts: dict[str, int] = {}
-            for k in mine.values():
-                counts[k["strategy"]] = counts.get(k["strategy"], 0) + 1
-            shared = [st for st in STRATEGIES if counts.get(st, 0) > 1 and any(
-                k["strategy"] == st and k["objective"] != "marginal" for k in mine.values())]
-            if not shared:
+            shared = objectives_strategy(mine)
+            if shared is None:
                 continue
             for r in refs:
                 objectives.rows.append((label(r), measured(task, r) + [Cell()] * 2, "measured-only"))
-            for v in sorted((v for v, k in mine.items() if k["strategy"] == shared[0]),
+            for v in sorted((v for v, k in mine.items() if k["strategy"] == shared),
                             key=lambda v: OBJECTIVES.index(mine[v]["objective"])):
                 objectives.rows.append((f"{label(v)}: {mine[v]['objective']}", measured(task, v) + [
                     _mean_cell(runs, task, v, "train_cpu_seconds"), _mean_cell(runs, task, v, "refresh_cpu_seconds")],
                     "measured-only"))
             objectives.notes.append(f"{_task_name(task)} {_variant_name(base)}: every objective under index_refresh "
-                                    f"{shared[0]}")
+                                    f"{shared}")
     strategies.notes.append("refresh CPU-s: the refreshes' encoding (an async run's in its encoder processes); training "
                             "CPU-s: the training process', a synchronous refresh included; both the mean over seeds")
     return [t for t in (strategies, objectives) if t.rows]

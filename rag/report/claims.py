@@ -328,6 +328,16 @@ def index_keeping(ev: Evidence, task: str) -> dict[str, list[dict]]:
     return out
 
 
+def objectives_strategy(kept: dict[str, dict]) -> str | None:
+    """The index strategy under which the objectives are compared: the first (rag.tasks.INDEX_STRATEGIES order) that
+    more than one of the runs ``kept`` (variant -> its index_refresh) ran, one of them under an objective other than
+    the marginal; None where there is none."""
+    from rag.tasks import INDEX_STRATEGIES
+
+    return next((s for s in INDEX_STRATEGIES if sum(k["strategy"] == s for k in kept.values()) > 1 and any(
+        k["strategy"] == s and k["objective"] != "marginal" for k in kept.values())), None)
+
+
 # both encoders trained (refreshed) over the question encoder alone, NQ answer recall@1 (worlds 13 / 14: +12.8 / +15.0,
 # lower ends +8.3 / +10.7) and EM (+9.2 / +11.3); an objective over the frozen retriever at recall@1 (+27.3 to +30.7);
 # rerank against refresh: the anchors' claim (-1.7 / -2.3 points at 3.2 / 3.5 times refresh's CPU over none; docs/models.md)
@@ -339,7 +349,7 @@ def end2end_claims(ev: Evidence) -> list[Claim]:
     index strategy and objective: both encoders trained over the question encoder alone (rag-end2end), re-ranking
     within a point of refreshing at at most half its cost (Atlas, OpenRAG), each objective over the frozen retriever
     (Atlas, EMDR², REPLUG). [] where none ran."""
-    from rag.tasks import INDEX_STRATEGIES, RETRIEVER_OBJECTIVES
+    from rag.tasks import RETRIEVER_OBJECTIVES
 
     qa = ROLES.qa
     QA, regex, col = TASKS[qa].short, TASKS[qa].regex_targets, TASKS[qa].column("table6")
@@ -373,9 +383,7 @@ def end2end_claims(ev: Evidence) -> list[Claim]:
                         f"≥ {b['rerank_recall']:+g} points, cost ratio ≤ {b['rerank_cost']:g}",
                         lambda d: d >= b["rerank_recall"] and ratio <= b["rerank_cost"])
         out.append(c)
-    counts = {s: sum(first(v)["strategy"] == s for v in kept) for s in INDEX_STRATEGIES}
-    shared = next((s for s in INDEX_STRATEGIES if counts[s] > 1 and any(
-        first(v)["strategy"] == s and first(v)["objective"] != "marginal" for v in kept)), None)
+    shared = objectives_strategy({v: first(v) for v in kept})
     if shared is not None:
         for v in sorted((v for v in kept if first(v)["strategy"] == shared), key=lambda v: RETRIEVER_OBJECTIVES.index(first(v)["objective"])):
             frozen = frozen_twin(v)
