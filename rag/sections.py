@@ -20,7 +20,7 @@ from rag.config_keys import (ContextEncoder, CorpusOptions, DecodeOptions, Devic
                              QuestionEncoder, Seed, TaskData, TaskDeclaration, TaskName, TaskOptions, Train,
                              TrackingStore)
 from rag.errors import ConfigError
-from rag.keyspec import Key, absent, leaf, leaf_of, validate
+from rag.keyspec import Key, absent, validate
 
 S = TypeVar("S", bound="Section")
 MODELS = ("sequence", "token", "closed_book")  # the model kinds of rag.tasks VariantSpec.model
@@ -42,52 +42,10 @@ def pick(model: type[BaseModel], data: Mapping) -> dict:
     return out
 
 
-def _groups(model: type[BaseModel]) -> list[type]:
-    """The models of the config's groups, ``model``'s and theirs (a mapping's values too)."""
-    out = []
-    for f in model.model_fields.values():
-        args = get_args(f.annotation) if get_origin(f.annotation) is dict else (f.annotation,)
-        for sub in filter(None, (_model(a) for a in args)):
-            out += [sub, *_groups(sub)]
-    return out
-
-
-def _part_of(part: type, group: type | None) -> bool:
-    """Is model ``part`` a part of the config's group ``group`` (made of it, or of it and parts of other groups); with
-    no group (a field named for no key), one of the config's groups itself?"""
-    from rag.config_keys import Config
-
-    groups = _groups(Config)
-    if group is None:
-        return part in groups
-    bases = [b for b in part.__bases__ if b is not Key]
-    return issubclass(group, part) or (any(issubclass(group, b) for b in bases) and all(
-        any(issubclass(g, b) for g in groups) for b in bases))
-
-
 class Section(Key):
     """A section: its fields top-level keys of the config (of the key's own type), parts of the groups they name
-    (``task``: tasks.<task>), nested sections, and (``exclude``) what a reader attaches; a field of a type of its own
-    is a TypeError (a key is declared once, in rag.config_keys)."""
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kw) -> None:
-        super().__pydantic_init_subclass__(**kw)
-        from rag.config_keys import Config
-
-        for k, f in cls.model_fields.items():
-            sub, own = _model(f.annotation), leaf_of(f)
-            if f.exclude or (sub is not None and issubclass(sub, Section)):
-                continue
-            key = Config.model_fields.get(k)
-            if sub is not None:
-                fits = _part_of(sub, get_args(Config.model_fields["tasks"].annotation)[1] if k == "task"
-                                else key and _model(key.annotation))
-            else:
-                fits = own is not None and own is (leaf(TaskName) if k == "task_name" else key and leaf_of(key))
-            if not fits:
-                raise TypeError(f"{cls.__name__}.{k}: a section field is a config key of its declared type, a part of "
-                                "the group it names or a section, not a type of its own")
+    (``task``: tasks.<task>), nested sections, and (``exclude``) what a reader attaches; never a type of its own (a key
+    is declared once, in rag.config_keys: tests/test_config_keys.py)."""
 
     @classmethod
     def of_config(cls, cfg: Mapping, task: str | None = None) -> dict:

@@ -71,18 +71,6 @@ def test_section_fields_are_declared_keys_not_types_of_their_own():
                                                                     config_keys.IndexOptions))
 
 
-def test_a_section_cannot_declare_a_type():
-    with pytest.raises(TypeError, match="not a type of its own"):
-        class Bad(S.Section):
-            k: keyspec.Int()
-    with pytest.raises(TypeError, match="not a type of its own"):
-        class Retyped(S.Section):
-            seed: keyspec.Int(ge=0)
-    with pytest.raises(TypeError, match="not a type of its own"):
-        class NoPart(S.Section):
-            train: config_keys.QBleuWeights
-
-
 def _leaves(node, path=()):
     if isinstance(node, dict) and node:
         for key, value in node.items():
