@@ -10,8 +10,9 @@ import logging
 import math
 import os
 import random
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -19,6 +20,9 @@ from rag.errors import ConfigError
 from rag.io import atomic_path
 from rag.models.pretraining_data import Restatements, cloze_example, curriculum_window
 from rag.tasks import FEVER3_LABELS
+
+if TYPE_CHECKING:
+    from rag.config_keys import Train
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +54,11 @@ def batch_indices(n: int, step: int, batch_size: int, seed: int) -> list[int]:
     return order[offset * batch_size : (offset + 1) * batch_size]
 
 
-def make_optimizer(system, lr: float, qenc_lr: float, train_question_encoder: bool, warmup: int, steps: int,
-                   train_passage_encoder: bool = False):
-    """AdamW over the generator (``lr``) and the retriever's encoders that train (``qenc_lr``: the question
-    encoder's, then the passage encoder's parameters it does not share), with warm-up and linear decay."""
+def make_optimizer(system, t: Train, train_question_encoder: bool, train_passage_encoder: bool = False):
+    """AdamW over the generator (``t.lr``) and the retriever's encoders that train (``t.question_encoder_lr``: the
+    question encoder's, then the passage encoder's parameters it does not share), with ``t.warmup_steps`` of warm-up and
+    linear decay to ``t.steps``."""
+    lr, qenc_lr, warmup, steps = t.lr, t.question_encoder_lr, t.warmup_steps, t.steps
     trained = [p for p in system.generator.parameters() if p.requires_grad]  # none: a frozen generator
     groups = [{"params": trained, "lr": lr}] if trained else []
     if train_question_encoder and system.question_encoder is not None:
@@ -200,20 +205,35 @@ def optimize(step_loss: Callable[[int], torch.Tensor], params: list, opt, sched,
     return losses
 
 
-def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_size: int, k: int, lr: float,
-          qenc_lr: float, train_question_encoder: bool, warmup: int, epsilon: float, seed: int, ckpt_dir: Path,
-          checkpoint_every: int, log_every: int, log_fn: Callable[[int, float], None] | None = None,
-          progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1,
-          ddp_module=None, precision: str | None = None, identity: dict | None = None,
+@dataclass(frozen=True)
+class TrainRun:
+    """How a fine-tuning run runs, apart from what it learns (its ``train`` section): the checkpoint folder and the
+    ``identity`` a resume must match, the seed, logging, an early stop, the DDP processes (this one's ``rank`` of
+    ``world``, ``ddp_module`` the DistributedDataParallel wrapper under torchrun) and the precision (None: the
+    system's)."""
+
+    ckpt_dir: Path
+    seed: int
+    identity: dict | None = None
+    log_fn: Callable[[int, float], None] | None = None
+    progress: bool = True
+    stop_after: int | None = None
+    rank: int = 0
+    world: int = 1
+    ddp_module: Any = None
+    precision: str | None = None
+
+
+def train(system, inputs: list[str], targets: list[str], t: Train, how: TrainRun, *, train_question_encoder: bool,
           train_passage_encoder: bool = False, keeper=None) -> list[float]:
-    """Train ``system`` for ``steps`` steps, resumed from ``ckpt_dir/checkpoint.pt`` written under the
-    same settings and ``identity``. ``ddp_module``: the DistributedDataParallel wrapper under torchrun;
-    ``precision`` (default: the system's) sets ``system.precision``. ``train_passage_encoder``: the
-    retriever's passage encoder (``system.context_encoder``) trains too, at ``qenc_lr``, its index kept by
-    ``keeper`` (:class:`rag.retrieval.refresh.IndexKeeper`; None: the index as it is), whose state the
-    checkpoint holds; the keeper is closed when training ends."""
+    """Train ``system`` for ``t.steps`` steps (the train section ``t``), resumed from ``how.ckpt_dir/checkpoint.pt``
+    written under the same settings and identity. ``train_passage_encoder``: the retriever's passage encoder
+    (``system.context_encoder``) trains too, at the question encoder's learning rate, its index kept by ``keeper``
+    (:class:`rag.retrieval.refresh.IndexKeeper`; None: the index as it is), whose state the checkpoint holds; the
+    keeper is closed when training ends."""
     from rag import precision as P
 
+    seed, world = how.seed, how.world
     torch.manual_seed(seed)
     if system.question_encoder is not None:
         system.question_encoder.requires_grad_(train_question_encoder)
@@ -222,27 +242,28 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
         raise ValueError("train_passage_encoder: the retriever has no passage encoder to train (DenseRetriever context_encoder)")
     if cenc is not None:
         cenc.requires_grad_(train_passage_encoder)
-    opt, sched = make_optimizer(system, lr, qenc_lr, train_question_encoder, warmup, steps, train_passage_encoder)
-    if precision is not None:
-        system.precision = precision
+    opt, sched = make_optimizer(system, t, train_question_encoder, train_passage_encoder)
+    if how.precision is not None:
+        system.precision = how.precision
     scaler = P.grad_scaler(system.device.type, system.precision)  # None unless fp16
-    if world > 1 and batch_size % world:
-        raise ConfigError(f"train.batch_size {batch_size} must be a multiple of the number of processes ({world}): "
+    if world > 1 and t.batch_size % world:
+        raise ConfigError(f"train.batch_size {t.batch_size} must be a multiple of the number of processes ({world}): "
                           "DDP averages per-process mean losses, equal to the global mean only for equal shards")
     # what must not change across a resume (the world size may: the global batch is the same)
-    run = {"steps": steps, "batch_size": batch_size, "k": k, "lr": lr, "qenc_lr": qenc_lr, "warmup": warmup,
-           "epsilon": epsilon, "seed": seed, "train_question_encoder": train_question_encoder, "n": len(inputs),
+    run = {"steps": t.steps, "batch_size": t.batch_size, "k": t.k, "lr": t.lr, "qenc_lr": t.question_encoder_lr,
+           "warmup": t.warmup_steps, "epsilon": t.label_smoothing, "seed": seed,
+           "train_question_encoder": train_question_encoder, "n": len(inputs),
            **({"train_passage_encoder": True} if train_passage_encoder else {}),
            **({"index_refresh": vars(keeper.options)} if keeper is not None else {}),
            **({"objective": system.objective, "objective_temperature": system.objective_temperature}
               if system.objective != "marginal" else {}),
-           **(identity or {})}
+           **(how.identity or {})}
     # a frozen question encoder is the one the run was given: a resume loads it again, the checkpoint leaves it out
     trained_qenc = system.question_encoder if train_question_encoder else None
     modules = {"generator": system.generator, "question_encoder": trained_qenc}
     if train_passage_encoder:
         modules["context_encoder"] = cenc
-    ckpt = Checkpoint(Path(ckpt_dir) / CKPT, run, modules)
+    ckpt = Checkpoint(Path(how.ckpt_dir) / CKPT, run, modules)
     start, losses, extra = ckpt.load(opt, sched, scaler)
     if keeper is not None:
         keeper.start(extra.get("index"))
@@ -251,20 +272,20 @@ def train(system, inputs: list[str], targets: list[str], *, steps: int, batch_si
         system.question_encoder.eval()
     if cenc is not None and not train_passage_encoder:
         cenc.eval()
-    forward = ddp_module if ddp_module is not None else system
+    forward = how.ddp_module if how.ddp_module is not None else system.loss
 
     def step_loss(step: int) -> torch.Tensor:
-        idx = batch_indices(len(inputs), step, batch_size, seed)
-        idx = idx[rank::world]  # this process's equal shard of the global batch
+        idx = batch_indices(len(inputs), step, t.batch_size, seed)
+        idx = idx[how.rank::world]  # this process's equal shard of the global batch
         q = [inputs[i] for i in idx]
         tgt = system.tokenize_targets([targets[i] for i in idx])
-        return forward(q, tgt, k, epsilon) if ddp_module is not None else system.loss(q, tgt, k, epsilon)
+        return forward(q, tgt, t.k, t.label_smoothing)
 
     params = [p for g in opt.param_groups for p in g["params"]]
     try:
-        optimize(step_loss, params, opt, sched, steps=steps, start=start, losses=losses, scaler=scaler, checkpoint=ckpt,
-                 checkpoint_every=checkpoint_every, log_every=log_every, log_fn=log_fn, progress=progress,
-                 stop_after=stop_after, rank=rank, world=world,
+        optimize(step_loss, params, opt, sched, steps=t.steps, start=start, losses=losses, scaler=scaler, checkpoint=ckpt,
+                 checkpoint_every=t.checkpoint_every, log_every=t.log_every, log_fn=how.log_fn, progress=how.progress,
+                 stop_after=how.stop_after, rank=how.rank, world=world,
                  extra_state=(lambda: {"index": keeper.state()}) if keeper is not None else None,
                  after_step=keeper.after_step if keeper is not None else None)
     finally:

@@ -135,7 +135,8 @@ def run_training(ckpt_dir, rank: int = 0, world: int = 1, ddp: bool = False, ste
                  keepers: list | None = None, **kw):
     """Train the tiny RAG-Token system; (its parameters, the losses). ``refresh``: a RefreshOptions, the index
     kept by an IndexKeeper (over ``channel`` for async; appended to ``keepers``)."""
-    from rag.training import train
+    from rag.config_keys import Train
+    from rag.training import TrainRun, train
 
     w = make_world(seed=3)
     system = make_system(w, "token", passage_encoder=passage_encoder, objective=objective)
@@ -149,10 +150,13 @@ def run_training(ckpt_dir, rank: int = 0, world: int = 1, ddp: bool = False, ste
     module = None
     if ddp:
         module = torch.nn.parallel.DistributedDataParallel(system)
-    args = dict(steps=steps, batch_size=4, k=2, lr=1e-2, qenc_lr=1e-2, train_question_encoder=True, warmup=1,
-                epsilon=0.1, seed=5, ckpt_dir=Path(ckpt_dir), checkpoint_every=100, log_every=1, progress=False)
-    args.update(kw)
-    losses = train(system, QUESTIONS, ANSWERS, rank=rank, world=world, ddp_module=module, **args)
+    section = {"steps": steps, "batch_size": 4, "k": 2, "lr": 1e-2, "question_encoder_lr": 1e-2, "warmup_steps": 1,
+               "label_smoothing": 0.1, "checkpoint_every": 100, "log_every": 1}
+    section.update({key: kw.pop(key) for key in list(kw) if key in Train.model_fields})
+    how = {"progress": False, **{key: kw.pop(key) for key in list(kw) if key in TrainRun.__dataclass_fields__}}
+    kw.setdefault("train_question_encoder", True)
+    losses = train(system, QUESTIONS, ANSWERS, Train(**section),
+                   TrainRun(Path(ckpt_dir), 5, rank=rank, world=world, ddp_module=module, **how), **kw)
     params = {n: p.detach().clone() for n, p in system.named_parameters()}
     return params, losses
 

@@ -290,6 +290,7 @@ def test_label_scores_are_the_first_answer_token_s(small_world, arch):
 @pytest.mark.parametrize("arch", ["llama", "copy_llama"])
 def test_lora_trains_the_adapters_and_the_question_encoder_only(world, tmp_path, checkpointing, arch):
     from rag.models.interface import load_generator, saved_family
+    from rag.config_keys import Train
     from rag.training import make_optimizer
 
     system = make_system(world, arch, "token", lora={"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]},
@@ -298,7 +299,7 @@ def test_lora_trains_the_adapters_and_the_question_encoder_only(world, tmp_path,
     assert system.generator.get_base_model().is_activation_checkpointing == checkpointing
     system.train()
     before = {n: p.detach().clone() for n, p in system.named_parameters()}
-    opt, _ = make_optimizer(system, 1e-2, 1e-2, True, 0, 1)
+    opt, _ = make_optimizer(system, Train(lr=1e-2, question_encoder_lr=1e-2, warmup_steps=0, steps=1), True)
     for _ in range(2):  # LoRA's B starts at 0: A moves from the second step on
         opt.zero_grad()
         system.loss(QUESTIONS, system.tokenize_targets(ANSWERS), K).backward()

@@ -150,7 +150,7 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
     from rag.manifest import build_manifest, data_entries
     from rag.models.tokenizer import ensure_label_tokens, save_tokenizer
     from rag.tracking import Run
-    from rag.training import loss_curve, train
+    from rag.training import TrainRun, loss_curve, train
 
     name = cfg.task_name
     spec, vspec, t = TASKS[name], variant_spec(variant), cfg.train
@@ -215,12 +215,11 @@ def _fine_tune(cfg: TrainSection, device: str, variant: str, *, train_data, gene
                              probe[: e2e["probe_questions"]], t.k, channel=channel)
     start, cpu = time.time(), time.process_time()
     try:
-        losses = train(system, inputs, targets, steps=t.steps, batch_size=t.batch_size, k=t.k, lr=t.lr,
-                       qenc_lr=t.question_encoder_lr, train_question_encoder=vspec.train_question_encoder,
-                       warmup=t.warmup_steps, epsilon=t.label_smoothing, seed=cfg.seed, ckpt_dir=Path(checkpoint_dir),
-                       checkpoint_every=t.checkpoint_every, log_every=t.log_every,
-                       rank=rank, world=trainers, ddp_module=ddp_module, precision=cfg.precision,
-                       identity=identity, train_passage_encoder=passages_train, keeper=keeper)
+        how = TrainRun(Path(checkpoint_dir), cfg.seed, identity, rank=rank, world=trainers, ddp_module=ddp_module,
+                       precision=cfg.precision)
+        losses = train(system, inputs, targets, t, how,
+                       train_question_encoder=vspec.train_question_encoder, train_passage_encoder=passages_train,
+                       keeper=keeper)
     except BaseException:
         if run is not None:
             run.finish("FAILED")
