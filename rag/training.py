@@ -22,7 +22,7 @@ from rag.models.pretraining_data import Restatements, cloze_example, curriculum_
 from rag.tasks import FEVER3_LABELS
 
 if TYPE_CHECKING:
-    from rag.config_keys import Train
+    from rag.config_keys import Generator, Train
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ class TrainRun:
     ``world``, ``ddp_module`` the DistributedDataParallel wrapper under torchrun) and the precision (None: the
     system's)."""
 
-    ckpt_dir: Path
+    ckpt_dir: Path | None
     seed: int
     identity: dict | None = None
     log_fn: Callable[[int, float], None] | None = None
@@ -299,24 +299,22 @@ PRETRAIN_LOG_EVERY = 50  # steps per point of the pretraining loss curve
 PRETRAIN_CHECKPOINT_EVERY = 100
 
 
-def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, batch_size: int, lr: float,
-             max_source_len: int, seed: int, log_fn=None, progress: bool = True, precision: str = "fp32",
-             chunk_overhead: int | None = None, restatements: Restatements | None = None,
-             restatement_share: float = 0.0, claim_share: float = 0.0, sentence_share: float = 0.0,
-             absent_share: float = 0.0, ckpt_path: str | Path | None = None, identity: dict | None = None,
-             checkpoint_every: int = PRETRAIN_CHECKPOINT_EVERY, stop_after: int | None = None,
-             generator=None) -> list[float]:
-    """Pretrain ``model`` (a seq2seq model, or the model of ``generator``) on cloze examples and a share
-    ``restatement_share`` of each batch from ``restatements`` (:class:`Restatements`; shares
-    ``claim_share``, ``sentence_share``, ``absent_share`` of those); resumable with ``ckpt_path``."""
+def pretrain(generator, titles: list[str], texts: list[str], g: Generator, how: TrainRun,
+             restatements: Restatements | None = None, checkpoint_every: int = PRETRAIN_CHECKPOINT_EVERY) -> list[float]:
+    """Pretrain ``generator`` (its model and tokenizer; built by its family's ``from_scratch``) for
+    ``g.pretrain_steps`` steps on cloze examples and a share ``g.pretrain_restatements`` of each batch from
+    ``restatements`` (:class:`Restatements`; shares ``g.pretrain_claims``, ``g.pretrain_sentences``,
+    ``g.pretrain_absent`` of those); resumable from ``how.ckpt_dir/checkpoint.pt`` (None: no checkpoint), at
+    ``how.precision`` (None: fp32)."""
     from rag import precision as P
-    from rag.models.generator import Seq2SeqGenerator
     from rag.models.seq2seq import chunk_overhead_for
 
-    if generator is None:  # a seq2seq model; pretraining targets are not truncated
-        generator = Seq2SeqGenerator(model, tokenizer, max_source_len, None)
+    model, tokenizer, seed, precision = generator.model, generator.tokenizer, how.seed, how.precision or "fp32"
+    steps, batch_size, lr = g.pretrain_steps, g.pretrain_batch_size, g.pretrain_lr
+    restatement_share, claim_share = g.pretrain_restatements, g.pretrain_claims
+    sentence_share, absent_share = g.pretrain_sentences, g.pretrain_absent
     device = next(model.parameters()).device
-    overhead = chunk_overhead_for(device.type, chunk_overhead)
+    overhead = chunk_overhead_for(device.type, g.chunk_overhead)
     scaler = P.grad_scaler(device.type, precision)
 
     rng = random.Random(seed)
@@ -324,12 +322,12 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100) * max(0.0, 1 - s / max(1, steps)))
     start, losses, ckpt = 0, [], None
-    if ckpt_path is not None:
-        run = {"steps": steps, "batch_size": batch_size, "lr": lr, "max_source_len": max_source_len, "seed": seed,
+    if how.ckpt_dir is not None:
+        run = {"steps": steps, "batch_size": batch_size, "lr": lr, "max_source_len": g.max_source_len, "seed": seed,
                "precision": precision, "restatement_share": restatement_share, "claim_share": claim_share,
-               "sentence_share": sentence_share, "n": len(texts), **(identity or {}),
+               "sentence_share": sentence_share, "n": len(texts), **(how.identity or {}),
                **({"absent_share": absent_share} if absent_share else {})}
-        ckpt = Checkpoint(ckpt_path, run, {"generator": model})
+        ckpt = Checkpoint(Path(how.ckpt_dir) / CKPT, run, {"generator": model})
         start, losses, extra = ckpt.load(opt, sched, scaler)
         if start:
             version, state, gauss = extra["sampler_rng"]
@@ -367,8 +365,8 @@ def pretrain(model, tokenizer, titles: list[str], texts: list[str], steps: int, 
 
     return optimize(step_loss, list(model.parameters()), opt, sched, steps=steps, start=start, losses=losses,
                     scaler=scaler, checkpoint=ckpt, checkpoint_every=checkpoint_every, extra_state=sampler_state,
-                    log_every=PRETRAIN_LOG_EVERY, log_fn=log_fn, desc="pretrain", progress=progress,
-                    stop_after=stop_after)
+                    log_every=PRETRAIN_LOG_EVERY, log_fn=how.log_fn, desc="pretrain", progress=how.progress,
+                    stop_after=how.stop_after)
 
 
 def loss_curve(losses: list[float], every: int = PRETRAIN_LOG_EVERY) -> list[tuple[int, float]]:

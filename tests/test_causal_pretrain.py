@@ -15,7 +15,7 @@ from rag.models.causal_lm import CausalLMGenerator, build_causal_lm
 from rag.models.pretraining_data import Restatements
 from rag.models.tokenizer import label_token, train_tokenizer
 from rag.tasks import FEVER3_LABELS
-from rag.training import pretrain
+from rag.training import TrainRun, pretrain
 
 ROOT = Path(__file__).resolve().parents[1]
 E2E = ROOT / "tests" / "data" / "e2e.yaml"
@@ -46,13 +46,15 @@ def setup(tmp_path_factory):
     return tok, g, ids, titles, texts, restated
 
 
-def _pretrain(setup, ckpt_path=None, stop_after=None, steps=STEPS, lr=1e-3):
+def _pretrain(setup, ckpt_dir=None, stop_after=None, steps=STEPS, lr=1e-3):
     tok, g, _, titles, texts, restated = setup
     torch.manual_seed(0)
     gen = CausalLMGenerator.from_options(build_causal_lm(tok, g), tok, g)
-    losses = pretrain(gen.model, tok, titles, texts, steps, 4, lr, g.max_source_len, seed=3, progress=False,
-                      restatements=restated, restatement_share=0.5, claim_share=0.3, ckpt_path=ckpt_path,
-                      checkpoint_every=4, stop_after=stop_after, generator=gen)
+    g = g.model_copy(update={"pretrain_steps": steps, "pretrain_batch_size": 4, "pretrain_lr": lr, "chunk_overhead": None,
+                             "pretrain_restatements": 0.5, "pretrain_claims": 0.3, "pretrain_sentences": 0.0,
+                             "pretrain_absent": 0.0})
+    losses = pretrain(gen, titles, texts, g, TrainRun(ckpt_dir, 3, progress=False, stop_after=stop_after), restated,
+                      checkpoint_every=4)
     return gen, {k: v.detach().clone() for k, v in gen.model.state_dict().items()}, losses
 
 
@@ -104,12 +106,12 @@ def test_pretraining_scores_the_span_after_the_cloze_prompt_and_learns(setup):
 
 def test_interrupted_causal_pretraining_resumes_bit_identical(setup, tmp_path, caplog):
     _, plain_state, plain_losses = _pretrain(setup)
-    _, state, losses = _pretrain(setup, tmp_path / "full.pt")
+    _, state, losses = _pretrain(setup, tmp_path / "full")
     assert losses == plain_losses and _equal(state, plain_state)  # checkpointing changes nothing
-    _, _, first = _pretrain(setup, tmp_path / "cut.pt", stop_after=6)  # the checkpoint holds step 4
+    _, _, first = _pretrain(setup, tmp_path / "cut", stop_after=6)  # the checkpoint holds step 4
     assert len(first) == 6
     with caplog.at_level("INFO", logger="rag.training"):
-        _, state, losses = _pretrain(setup, tmp_path / "cut.pt")
+        _, state, losses = _pretrain(setup, tmp_path / "cut")
     assert "at step 4" in caplog.text
     assert losses == plain_losses and _equal(state, plain_state)
 

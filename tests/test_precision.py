@@ -207,28 +207,31 @@ def test_pipeline_builds_the_system_with_the_configured_precision_and_chunking(w
 
 
 def test_generator_pretraining_honours_precision(tmp_path):
-    from rag.models.generator import build_bart
+    from rag.models.generator import Seq2SeqGenerator
     from tests.conftest import typed_sections
     from rag.models.tokenizer import train_tokenizer
-    from rag.training import pretrain
+    from rag.training import TrainRun, pretrain
 
     titles = ["Paris", "Rome", "Berlin", "Madrid"]
     texts = ["Paris is the capital of France. It lies on the Seine.", "Rome is the capital of Italy. It has 7 hills.",
              "Berlin is the capital of Germany. It lies on the Spree.", "Madrid is the capital of Spain. It is in Castile."]
     tok = train_tokenizer([f"{a} {b}" for a, b in zip(titles, texts)], 300, [], tmp_path)
     g = typed_sections({"generator": {"d_model": 16, "layers": 1, "heads": 2, "ffn": 32, "max_source_len": 64, "max_target_len": 16,
-                                      "copy": False, "local_context": 0, "exact_match": False}})["generator"].generator
+                                      "copy": False, "local_context": 0, "exact_match": False, "pretrain_steps": 2,
+                                      "pretrain_batch_size": 4, "pretrain_restatements": 0.0}})["generator"].generator
     losses = {}
     for prec in ("fp32", "bf16"):
         torch.manual_seed(0)
-        model = build_bart(tok, g)
+        gen = Seq2SeqGenerator.from_scratch(tok, g, "cpu")
+        model = gen.model
         dtypes, h = _record_dtypes(model.model.encoder.layers[0].fc1)
         try:
-            losses[prec] = pretrain(model, tok, titles, texts, 2, 4, 1e-3, 64, seed=1, progress=False, precision=prec)
+            losses[prec] = pretrain(gen, titles, texts, g, TrainRun(None, 1, progress=False, precision=prec))
         finally:
             h.remove()
         assert set(dtypes) == {torch.bfloat16 if prec == "bf16" else torch.float32}
         assert all(p.dtype == torch.float32 for p in model.parameters())
     assert losses["bf16"] == pytest.approx(losses["fp32"], rel=BF16_LOSS_RTOL)
     with pytest.raises(ConfigError, match="config key 'precision'"):
-        pretrain(build_bart(tok, g), tok, titles, texts, 1, 2, 1e-3, 64, seed=1, progress=False, precision="fp16")
+        pretrain(Seq2SeqGenerator.from_scratch(tok, g, "cpu"), titles, texts, g, TrainRun(None, 1, progress=False,
+                                                                                          precision="fp16"))

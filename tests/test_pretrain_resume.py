@@ -10,12 +10,12 @@ import torch
 
 from rag.config import load_config, sections
 from rag.data import miniworld
-from rag.models.generator import build_bart
+from rag.models.generator import Seq2SeqGenerator
 from rag.models.pretraining_data import Restatements
 from rag.models.tokenizer import label_token, train_tokenizer
 from rag.sections import GeneratorSection
 from rag.tasks import FEVER3_LABELS
-from rag.training import loss_curve, pretrain
+from rag.training import TrainRun, loss_curve, pretrain
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 12
@@ -35,14 +35,16 @@ def setup(tmp_path_factory):
     return tok, g, titles, texts, restated
 
 
-def _pretrain(setup, ckpt_path=None, stop_after=None, identity=None):
+def _pretrain(setup, ckpt_dir=None, stop_after=None, identity=None):
     tok, g, titles, texts, restated = setup
     torch.manual_seed(0)
-    model = build_bart(tok, g)
-    losses = pretrain(model, tok, titles, texts, STEPS, 4, 1e-3, g.max_source_len, seed=3, progress=False,
-                      restatements=restated, restatement_share=0.5, claim_share=0.3, absent_share=0.3, ckpt_path=ckpt_path,
-                      identity=identity, checkpoint_every=4, stop_after=stop_after)
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}, losses
+    gen = Seq2SeqGenerator.from_scratch(tok, g, "cpu")
+    g = g.model_copy(update={"pretrain_steps": STEPS, "pretrain_batch_size": 4, "pretrain_lr": 1e-3, "chunk_overhead": None,
+                             "pretrain_restatements": 0.5, "pretrain_claims": 0.3, "pretrain_sentences": 0.0,
+                             "pretrain_absent": 0.3})
+    losses = pretrain(gen, titles, texts, g, TrainRun(ckpt_dir, 3, identity, progress=False, stop_after=stop_after),
+                      restated, checkpoint_every=4)
+    return {k: v.detach().clone() for k, v in gen.model.state_dict().items()}, losses
 
 
 def _equal(a: dict, b: dict) -> bool:
@@ -57,13 +59,13 @@ def test_interrupted_pretraining_resumes_bit_identical(setup, tmp_path, caplog, 
     plain_state, plain_losses = _pretrain(setup)  # no checkpoint: the loop as the pretrain rule runs it
     assert set(drawn) == {"example", "claim", "absent"}
     monkeypatch.undo()
-    state, losses = _pretrain(setup, tmp_path / "full.pt")
+    state, losses = _pretrain(setup, tmp_path / "full")
     assert losses == plain_losses and _equal(state, plain_state)  # checkpointing changes nothing
     # stopped after 6 steps (the checkpoint holds step 4); a fresh model resumes at step 4
-    _, first = _pretrain(setup, tmp_path / "cut.pt", stop_after=6)
+    _, first = _pretrain(setup, tmp_path / "cut", stop_after=6)
     assert len(first) == 6
     with caplog.at_level("INFO", logger="rag.training"):
-        state, losses = _pretrain(setup, tmp_path / "cut.pt")
+        state, losses = _pretrain(setup, tmp_path / "cut")
     assert "at step 4" in caplog.text
     assert losses == plain_losses and _equal(state, plain_state)
     assert loss_curve(losses, 4) == [(s, sum(losses[s - 4 : s]) / 4) for s in (4, 8, 12)]
@@ -71,8 +73,8 @@ def test_interrupted_pretraining_resumes_bit_identical(setup, tmp_path, caplog, 
 
 def test_pretraining_checkpoint_of_other_inputs_is_not_resumed(setup, tmp_path, caplog):
     plain_state, plain_losses = _pretrain(setup)
-    _pretrain(setup, tmp_path / "c.pt", stop_after=4, identity={"config_hash": "old"})
+    _pretrain(setup, tmp_path / "c", stop_after=4, identity={"config_hash": "old"})
     with caplog.at_level("INFO", logger="rag.training"):
-        state, losses = _pretrain(setup, tmp_path / "c.pt", identity={"config_hash": "new"})
+        state, losses = _pretrain(setup, tmp_path / "c", identity={"config_hash": "new"})
     assert "another configuration" in caplog.text and "resumed" not in caplog.text
     assert losses == plain_losses and _equal(state, plain_state)

@@ -36,7 +36,7 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
     from rag.models.pretraining_data import Restatements
     from rag.models.tokenizer import label_token, save_tokenizer, train_tokenizer
     from rag.tasks import FEVER3_LABELS
-    from rag.training import loss_curve, pretrain
+    from rag.training import TrainRun, loss_curve, pretrain
 
     g = cfg.generator
     texts: list[str] = []
@@ -54,14 +54,14 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
 
         pools = kind_pools(ids, titles)
     restated = Restatements(records, ids, pools) if records is not None else None
-    ckpt_path = identity = None
+    ckpt_dir = identity = None
     hold = contextlib.ExitStack()
     if checkpoint_dir:  # the checkpoint is resumed by the same configuration and inputs only
         from rag.io import run_lock
         from rag.manifest import canonical_hash
 
         hold.enter_context(run_lock(checkpoint_dir, f"the pretraining of the generator {out}"))
-        ckpt_path = Path(checkpoint_dir) / "checkpoint.pt"
+        ckpt_dir = Path(checkpoint_dir)
         identity = {"config_hash": canonical_hash({"config": cfg.to_dict(), "passages": [ids, titles, texts],
                                                    "restatements": records}, 12)}
     with hold, atomic_dir(out) as tmp:
@@ -69,12 +69,8 @@ def pretrain_generator(cfg: GeneratorSection, device: str, passages: list[str | 
                                 [label_token(lb) for lb in FEVER3_LABELS], tmp)
         generator = generator_class(g.family).from_scratch(tok, g, device)
         t = time.time()
-        losses = pretrain(generator.model, tok, titles, texts, g.pretrain_steps, g.pretrain_batch_size, g.pretrain_lr,
-                            g.max_source_len, cfg.seed, precision=cfg.precision,
-                            chunk_overhead=g.chunk_overhead, restatements=restated,
-                            restatement_share=g.pretrain_restatements, claim_share=g.pretrain_claims,
-                            sentence_share=g.pretrain_sentences, absent_share=g.pretrain_absent, ckpt_path=ckpt_path, identity=identity,
-                            generator=generator)
+        losses = pretrain(generator, titles, texts, g, TrainRun(ckpt_dir, cfg.seed, identity, precision=cfg.precision),
+                          restated)
         generator.save(tmp)
         save_tokenizer(tok, tmp, g.max_source_len)  # as the run tokenizes, also after a resume at the last step
         write_json(tmp / "pretrain.json", {"init": "scratch", "steps": g.pretrain_steps, "seconds": time.time() - t,
