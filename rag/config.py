@@ -154,9 +154,6 @@ def _check_references(cfg: dict) -> None:
             for split in ("train", "dev", "test"):
                 if split not in files:
                     raise ConfigError(f"config key 'tasks.{name}.files.{split}': required for source {task['source']}")
-    from rag.scoring.qbleu import check_qbleu_weights
-
-    check_qbleu_weights(cfg["metrics"]["qbleu1"])
     from rag.metrics import METRICS
 
     for metric, given in cfg["metrics"].get("options", {}).items():

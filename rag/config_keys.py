@@ -17,6 +17,7 @@ from pydantic import Field
 
 from rag.keyspec import Bool, Either, Enum, Int, Key, List, Map, Nullable, Num, Str, absent, leaf
 from rag.tasks import GENERATOR_FAMILIES, KINDS, RENAMED_VARIANTS, RETRIEVERS, ROLES, SPLITS, TASKS, VARIANTS
+from rag.scoring.qbleu import QBleuWeights
 
 # the parameters each index type reads (retriever.index; the index section holds its type's only)
 INDEX_PARAMS = {"flat": (), "hnsw": ("hnsw_m", "hnsw_ef_search"), "ivfpq": ("ivf_lists", "pq_m")}
@@ -306,15 +307,6 @@ class Experiments(ExperimentOptions):
     topk_task: TaskName = ROLES.topk
     hotswap: Bool() = True
     oracle: Bool() = Field(True, description="miniworld: decode topk_task's test set with the gold passage as the only document (reader quality apart from retrieval)")
-
-
-class QBleuWeights(Key):
-    """The Q-BLEU-1 weights; stop-word weight = 1 - w_ner - w_qt - w_re, BLEU-1 weight = 1 - delta."""
-
-    w_ner: Num(ge=0, le=1) = 0.41
-    w_qt: Num(ge=0, le=1) = 0.20
-    w_re: Num(ge=0, le=1) = 0.20
-    delta: Num(ge=0, le=1) = 0.66
 
 
 class MetricOptions(Key):

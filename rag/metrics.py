@@ -21,10 +21,14 @@ Each is a :class:`Metric` class in :data:`METRICS` (``@register_metric``), found
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Sequence
+from typing import Annotated, Callable, ClassVar, Sequence
 
+import pydantic
+
+from rag import keyspec
 from rag.errors import ConfigError, DataError
 from rag.scoring.answer_match import exact_match, regex_match
 from rag.scoring.coco import bleu1, check_pairs, cooked_bleu, rouge_l_scores, tokenize_pairs
@@ -68,22 +72,9 @@ class Metric:
 
     @classmethod
     def checked_options(cls, given: dict) -> dict:
-        """The metric's options: its defaults (``options``) with ``given`` over them; ConfigError naming
-        config key ``metrics.options.<name>`` for an option it does not have or a value of another type."""
-        key = f"metrics.options.{cls.name}"
-        out = dict(cls.options)
-        for opt, value in given.items():
-            if opt not in cls.options:
-                known = ", ".join(cls.options) or "none"
-                raise ConfigError(f"config key '{key}.{opt}': metric {cls.name} has no option {opt!r} (its options: {known})")
-            default = cls.options[opt]
-            same = (isinstance(value, bool) == isinstance(default, bool)
-                    and isinstance(value, (int, float) if isinstance(default, float) else type(default)))
-            if not same:
-                raise ConfigError(f"config key '{key}.{opt}': expected {type(default).__name__} (default {default!r}), "
-                                  f"got {value!r}")
-            out[opt] = value
-        return out
+        """The metric's options: its defaults (``options``) with ``given`` over them, validated by
+        :func:`options_model`; a ConfigError naming config key ``metrics.options.<name>.<option>``."""
+        return keyspec.plain(keyspec.validate(options_model(cls), given, f"metrics.options.{cls.name}"))
 
     def score(self, predictions: Sequence[str], targets: Sequence[Sequence[str]]) -> float:
         """The corpus-level score in percent."""
@@ -123,6 +114,29 @@ class HitMetric(MeanMetric):
     def each(self, predictions, targets) -> list[bool]:
         check_pairs(predictions, targets, self.golds)
         return [bool(self.hit(p, t)) for p, t in zip(predictions, targets)]
+
+
+def _option_type(default):
+    """The value type of an option, that of its default (an int default: an integer; a float: a number)."""
+    for kind, of in ((bool, keyspec.Bool), (int, keyspec.Int), (float, keyspec.Num), (str, keyspec.Str)):
+        if isinstance(default, kind):
+            return of()
+    kind = type(default)
+
+    def check(v):
+        if not isinstance(v, kind):
+            lf.wrong(v)
+        return v
+    lf = keyspec.Leaf(kind.__name__, {}, check)
+    return Annotated[kind, lf]
+
+
+@functools.cache
+def options_model(metric: type[Metric]) -> type[keyspec.Key]:
+    """The options of ``metric`` as a model of keys (config key ``metrics.options.<name>``): one key per option,
+    its default the option's, its type that of the default."""
+    fields = {opt: (_option_type(default), default) for opt, default in metric.options.items()}
+    return pydantic.create_model(f"{metric.__name__}Options", __base__=keyspec.Key, **fields)
 
 
 # metric name -> its class, in the order of the module docstring

@@ -51,7 +51,7 @@ def metric_options(cfg: EvalSection) -> dict:
     """The scorer options this task's metrics use (recorded in metrics.json, shown by the report)."""
     from rag import metrics as M
 
-    from rag.scoring.qbleu import QBLEU_WEIGHT_KEYS, check_qbleu_weights
+    from rag.scoring.qbleu import QBleuWeights
 
     specs = [M.metric_spec(m) for m in TASKS[cfg.task_name].metrics]
     given = cfg.metrics
@@ -59,8 +59,7 @@ def metric_options(cfg: EvalSection) -> dict:
     if any(s.reads_tokenizer for s in specs):
         opts["tokenizer"] = given.tokenizer if given else "python"
     if any(s.reads_weights for s in specs):
-        w = check_qbleu_weights(given.qbleu1.to_dict() if given else {})
-        opts["qbleu1"] = {k: w[k] for k in QBLEU_WEIGHT_KEYS}
+        opts["qbleu1"] = (given.qbleu1 if given else QBleuWeights()).weights()
     for s in specs:
         if s.options:
             opts[s.name] = s.checked_options(dict((given.options or {}).get(s.name, {})) if given else {})

@@ -17,6 +17,7 @@ from rag.scoring import ptb_tokenizer as PTB
 from rag.scoring import qbleu as Q
 from rag.cli import main
 from rag.errors import ConfigError, DataError
+from rag.keyspec import validate
 
 HAS_JAVA = shutil.which("java") is not None
 
@@ -240,13 +241,15 @@ HEAD_VECTORS = json.loads((Path(__file__).parent / "data" / "qbleu_head_vectors.
 def test_qbleu_default_weights():
     assert Q.QBLEU_DEFAULT_WEIGHTS == {"w_ner": 0.41, "w_qt": 0.20, "w_re": 0.20, "delta": 0.66}
     assert Q.QBLEU_WEIGHT_SETS["readme"] == README_WEIGHTS
-    assert Q.check_qbleu_weights({})["w_sw"] == pytest.approx(0.19)
-    with pytest.raises(ConfigError, match=r"metrics.qbleu1': w_ner \+ w_qt \+ w_re = 1.1 > 1"):
-        Q.check_qbleu_weights({"w_ner": 0.9, "w_qt": 0.1, "w_re": 0.1})
-    with pytest.raises(ConfigError, match=r"metrics.qbleu1.delta': must be a number in \[0, 1\]"):
-        Q.check_qbleu_weights({"delta": 1.5})
-    with pytest.raises(ConfigError, match=r"metrics.qbleu1.w_stop'"):
-        Q.check_qbleu_weights({"w_stop": 0.1})
+    assert Q.QBleuWeights().w_sw == pytest.approx(0.19)
+    assert Q.QBleuWeights().weights() == Q.QBLEU_DEFAULT_WEIGHTS
+    weights = lambda w: validate(Q.QBleuWeights, w, "metrics.qbleu1")  # noqa: E731
+    with pytest.raises(ConfigError, match=r"^config key 'metrics.qbleu1': w_ner \+ w_qt \+ w_re = 1.1 > 1"):
+        weights({"w_ner": 0.9, "w_qt": 0.1, "w_re": 0.1})
+    with pytest.raises(ConfigError, match=r"^config key 'metrics.qbleu1.delta': 1.5 is greater than the maximum of 1$"):
+        weights({"delta": 1.5})
+    with pytest.raises(ConfigError, match=r"^unknown config key 'metrics.qbleu1.w_stop'$"):
+        weights({"w_stop": 0.1})
 
 
 def test_qbleu_components_like_authors_script():

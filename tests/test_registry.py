@@ -413,10 +413,13 @@ def test_a_toy_metric_with_its_own_option_is_one_file_and_its_config_key(tmp_pat
     assert sections(both)["eval_toy"]["metrics"]["options"] == {"first_words": {"words": 2}}
     assert "metrics" not in sections(both)["eval_nq"]
 
-    for metrics, key in (({"options": {"first_words": {"word": 2}}}, "metrics.options.first_words.word"),
-                         ({"options": {"first_words": {"words": "2"}}}, "metrics.options.first_words.words"),
-                         ({"options": {"bleu1": {"n": 2}}}, "metrics.options.bleu1")):
-        with pytest.raises(__import__("rag.errors").errors.ConfigError, match=f"^config key '{re.escape(key)}': "):
+    for metrics, line in (({"options": {"first_words": {"word": 2}}}, "unknown config key 'metrics.options.first_words.word'"),
+                          ({"options": {"first_words": {"words": "2"}}},
+                           "config key 'metrics.options.first_words.words': expected integer, got str '2' (write 2)"),
+                          ({"options": {"first_words": {"words": 2.0}}},
+                           "config key 'metrics.options.first_words.words': expected integer, got float 2.0 (write 2)"),
+                          ({"options": {"bleu1": {"n": 2}}}, "config key 'metrics.options.bleu1': ")):
+        with pytest.raises(__import__("rag.errors").errors.ConfigError, match=f"^{re.escape(line)}"):
             config(metrics)
 
 

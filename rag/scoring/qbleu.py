@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from rag.errors import ConfigError
+from pydantic import model_validator
+from pydantic_core import PydanticCustomError
+
+from rag.keyspec import Key, Num, validate
 from rag.scoring.coco import check_pairs, sentence_bleu_scorer
 from rag.scoring.ptb_tokenizer import tokenize_batch
 
@@ -24,23 +27,29 @@ QBLEU_DEFAULT_WEIGHTS = dict(QBLEU_WEIGHT_SETS["squad"])
 QBLEU_WEIGHT_KEYS = ("w_ner", "w_qt", "w_re", "delta")
 
 
-def check_qbleu_weights(weights: dict, where: str = "metrics.qbleu1") -> dict:
-    """Validate Q-BLEU weights (keys w_ner, w_qt, w_re, delta in [0, 1], w_ner + w_qt + w_re <= 1);
-    return them complete (missing keys from ``QBLEU_DEFAULT_WEIGHTS``) with w_sw added."""
-    unknown = sorted(set(weights) - set(QBLEU_WEIGHT_KEYS))
-    if unknown:
-        raise ConfigError(f"config key '{where}.{unknown[0]}': unknown; valid: {', '.join(QBLEU_WEIGHT_KEYS)}")
-    out = {**QBLEU_DEFAULT_WEIGHTS, **weights}
-    for k in QBLEU_WEIGHT_KEYS:
-        v = out[k]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
-            raise ConfigError(f"config key '{where}.{k}': must be a number in [0, 1], got {v!r}")
-    total = out["w_ner"] + out["w_qt"] + out["w_re"]
-    if total > 1.0 + 1e-9:
-        raise ConfigError(f"config key '{where}': w_ner + w_qt + w_re = {total:g} > 1 (the stop-word weight "
-                          "is 1 minus their sum)")
-    out["w_sw"] = max(0.0, 1.0 - total)
-    return out
+class QBleuWeights(Key):
+    """The Q-BLEU-1 weights; stop-word weight = 1 - w_ner - w_qt - w_re, BLEU-1 weight = 1 - delta."""
+
+    w_ner: Num(ge=0, le=1) = QBLEU_DEFAULT_WEIGHTS["w_ner"]
+    w_qt: Num(ge=0, le=1) = QBLEU_DEFAULT_WEIGHTS["w_qt"]
+    w_re: Num(ge=0, le=1) = QBLEU_DEFAULT_WEIGHTS["w_re"]
+    delta: Num(ge=0, le=1) = QBLEU_DEFAULT_WEIGHTS["delta"]
+
+    @model_validator(mode="after")
+    def _stop_word_weight(self) -> "QBleuWeights":
+        total = self.w_ner + self.w_qt + self.w_re
+        if total > 1.0 + 1e-9:
+            line = f"w_ner + w_qt + w_re = {total:g} > 1 (the stop-word weight is 1 minus their sum)"
+            raise PydanticCustomError("config", "{line}", {"line": line, "path": ()})
+        return self
+
+    @property
+    def w_sw(self) -> float:
+        return max(0.0, 1.0 - self.w_ner - self.w_qt - self.w_re)
+
+    def weights(self) -> dict:
+        """The four weights by name, in QBLEU_WEIGHT_KEYS' order."""
+        return {k: getattr(self, k) for k in QBLEU_WEIGHT_KEYS}
 
 
 # The authors' stop-word list (answerability_score.py; nltk's English list of that time, as used
@@ -94,8 +103,8 @@ def qbleu1_scores(predictions: Sequence[str], references: Sequence[Sequence[str]
     (github.com/PrekshaNema25/Answerability-Metric at ec5cf5e) computes it (tests/data/qbleu_head_vectors.json).
     An empty prediction scores 0."""
     check_pairs(predictions, references)
-    W = check_qbleu_weights(weights, "qbleu1 weights")
-    w_ner, w_qt, w_re, delta = W["w_ner"], W["w_qt"], W["w_re"], W["delta"]
+    W = validate(QBleuWeights, weights, "qbleu1 weights")
+    w_ner, w_qt, w_re, delta = W.w_ner, W.w_qt, W.w_re, W.delta
     w_sw = 1.0 - w_ner - w_qt - w_re
 
     pairs = [(p, r) for p, refs in zip(predictions, references) for r in refs]
