@@ -155,20 +155,38 @@ class Checkpoint:
         return aside
 
 
-def optimize(step_loss: Callable[[int], torch.Tensor], params: list, opt, sched, *, steps: int, start: int = 0,
-             losses: list[float] | None = None, scaler=None, checkpoint: Checkpoint | None = None,
-             checkpoint_every: int = 100, extra_state: Callable[[], dict] | None = None,
-             log_every: int = 50, log_fn: Callable[[int, float], None] | None = None, desc: str = "train",
-             progress: bool = True, stop_after: int | None = None, rank: int = 0, world: int = 1,
-             after_step: Callable[[int], None] | None = None) -> list[float]:
-    """Steps ``start`` .. ``steps`` - 1 of ``step_loss(step)`` (gradients clipped to norm 1); returns
-    ``losses`` extended with each step's loss (the mean over DDP processes). ``after_step(steps done)`` runs
-    after each step but the last, before ``checkpoint`` is saved (every ``checkpoint_every`` steps and after the last);
-    ``stop_after`` ends this call early."""
+@dataclass(frozen=True)
+class TrainRun:
+    """How a training run (fine-tuning or pretraining) runs, apart from what it learns (its config section): the
+    checkpoint folder (None: none) and the ``identity`` a resume must match, the seed, logging, the progress bar, an
+    early stop, the DDP processes (this one's ``rank`` of ``world``, ``ddp_module`` the DistributedDataParallel
+    wrapper under torchrun) and the precision (None: the system's; fp32 for pretraining)."""
+
+    ckpt_dir: Path | None
+    seed: int
+    identity: dict | None = None
+    log_fn: Callable[[int, float], None] | None = None
+    progress: bool = True
+    stop_after: int | None = None
+    rank: int = 0
+    world: int = 1
+    ddp_module: Any = None
+    precision: str | None = None
+
+
+def optimize(step_loss: Callable[[int], torch.Tensor], params: list, opt, sched, how: TrainRun, *, steps: int,
+             start: int = 0, losses: list[float] | None = None, scaler=None, checkpoint: Checkpoint | None = None,
+             checkpoint_every: int = 100, extra_state: Callable[[], dict] | None = None, log_every: int = 50,
+             desc: str = "train", after_step: Callable[[int], None] | None = None) -> list[float]:
+    """Steps ``start`` .. ``steps`` - 1 of ``step_loss(step)`` (gradients clipped to norm 1), run as ``how`` says (its
+    logging, progress bar, early stop, DDP rank and world); returns ``losses`` extended with each step's loss (the
+    mean over DDP processes). ``after_step(steps done)`` runs after each step but the last, before ``checkpoint`` is
+    saved (every ``checkpoint_every`` steps and after the last); ``how.stop_after`` ends this call early."""
     from tqdm.auto import tqdm
 
+    rank, world, log_fn, stop_after = how.rank, how.world, how.log_fn, how.stop_after
     losses = [] if losses is None else losses
-    bar = tqdm(range(start, steps), desc=desc, unit="step", disable=not progress or rank != 0, initial=start, total=steps)
+    bar = tqdm(range(start, steps), desc=desc, unit="step", disable=not how.progress or rank != 0, initial=start, total=steps)
     done_here = 0
     for step in bar:
         loss = step_loss(step)
@@ -203,25 +221,6 @@ def optimize(step_loss: Callable[[int], torch.Tensor], params: list, opt, sched,
         if stop_after is not None and done_here >= stop_after:
             break
     return losses
-
-
-@dataclass(frozen=True)
-class TrainRun:
-    """How a fine-tuning run runs, apart from what it learns (its ``train`` section): the checkpoint folder and the
-    ``identity`` a resume must match, the seed, logging, an early stop, the DDP processes (this one's ``rank`` of
-    ``world``, ``ddp_module`` the DistributedDataParallel wrapper under torchrun) and the precision (None: the
-    system's)."""
-
-    ckpt_dir: Path | None
-    seed: int
-    identity: dict | None = None
-    log_fn: Callable[[int, float], None] | None = None
-    progress: bool = True
-    stop_after: int | None = None
-    rank: int = 0
-    world: int = 1
-    ddp_module: Any = None
-    precision: str | None = None
 
 
 def train(system, inputs: list[str], targets: list[str], t: Train, how: TrainRun, *, train_question_encoder: bool,
@@ -283,9 +282,8 @@ def train(system, inputs: list[str], targets: list[str], t: Train, how: TrainRun
 
     params = [p for g in opt.param_groups for p in g["params"]]
     try:
-        optimize(step_loss, params, opt, sched, steps=t.steps, start=start, losses=losses, scaler=scaler, checkpoint=ckpt,
-                 checkpoint_every=t.checkpoint_every, log_every=t.log_every, log_fn=how.log_fn, progress=how.progress,
-                 stop_after=how.stop_after, rank=how.rank, world=world,
+        optimize(step_loss, params, opt, sched, how, steps=t.steps, start=start, losses=losses, scaler=scaler,
+                 checkpoint=ckpt, checkpoint_every=t.checkpoint_every, log_every=t.log_every,
                  extra_state=(lambda: {"index": keeper.state()}) if keeper is not None else None,
                  after_step=keeper.after_step if keeper is not None else None)
     finally:
@@ -363,10 +361,9 @@ def pretrain(generator, titles: list[str], texts: list[str], g: Generator, how: 
         version, state, gauss = rng.getstate()
         return {"sampler_rng": [version, list(state), gauss]}
 
-    return optimize(step_loss, list(model.parameters()), opt, sched, steps=steps, start=start, losses=losses,
+    return optimize(step_loss, list(model.parameters()), opt, sched, how, steps=steps, start=start, losses=losses,
                     scaler=scaler, checkpoint=ckpt, checkpoint_every=checkpoint_every, extra_state=sampler_state,
-                    log_every=PRETRAIN_LOG_EVERY, log_fn=how.log_fn, desc="pretrain", progress=how.progress,
-                    stop_after=how.stop_after)
+                    log_every=PRETRAIN_LOG_EVERY, desc="pretrain")
 
 
 def loss_curve(losses: list[float], every: int = PRETRAIN_LOG_EVERY) -> list[tuple[int, float]]:
