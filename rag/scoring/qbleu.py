@@ -45,7 +45,8 @@ class QBleuWeights(Key):
 
     @property
     def w_sw(self) -> float:
-        return max(0.0, 1.0 - self.w_ner - self.w_qt - self.w_re)
+        """The stop-word weight."""
+        return 1.0 - self.w_ner - self.w_qt - self.w_re
 
     def weights(self) -> dict:
         """The four weights by name, in QBLEU_WEIGHT_KEYS' order."""
@@ -104,8 +105,7 @@ def qbleu1_scores(predictions: Sequence[str], references: Sequence[Sequence[str]
     An empty prediction scores 0."""
     check_pairs(predictions, references)
     W = validate(QBleuWeights, weights, "qbleu1 weights")
-    w_ner, w_qt, w_re, delta = W.w_ner, W.w_qt, W.w_re, W.delta
-    w_sw = 1.0 - w_ner - w_qt - w_re
+    w_ner, w_qt, w_re, w_sw, delta = W.w_ner, W.w_qt, W.w_re, W.w_sw, W.delta
 
     pairs = [(p, r) for p, refs in zip(predictions, references) for r in refs]
     keys = ("imp", "ner", "qt", "sw")
