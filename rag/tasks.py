@@ -227,52 +227,51 @@ def declare_tasks(tasks) -> None:
 
 def declare_task(name: str, decl: dict, where: str = "config", without_metrics: bool = False) -> TaskSpec:
     """Register the task the config declares under ``tasks.<name>`` (``decl``: its keys, as
-    rag/config_keys.py TaskDeclaration types them) in :data:`TASKS` and return its entry; one ConfigError
-    naming the key for a bad declaration. ``without_metrics``: ``decl`` is what a data or train section
-    holds (TaskKind: no metrics, primary, display): the entry has no metrics."""
-    from rag import keyspec
-    from rag.config_keys import TaskDeclaration, TaskKind
+    rag/config_keys.py describes them) in :data:`TASKS` and return its entry; one ConfigError naming
+    the key for a bad declaration. ``without_metrics``: ``decl`` is what a data or train section
+    holds (no metrics, primary, display): the entry has no metrics."""
     from rag.errors import ConfigError
 
-    prefix = "" if where == "config" else f"{where}: "
+    key = f"config key 'tasks.{name}"
 
     def fail(sub: str, msg: str):
-        raise ConfigError(f"{prefix}config key 'tasks.{name}.{sub}': {msg}")
+        prefix = "" if where == "config" else f"{where}: "
+        raise ConfigError(f"{prefix}{key}.{sub}': {msg}")
 
     if name in BUILTIN_TASKS:
         sub = next(k for k in DECLARATION_KEYS if k in decl)
         fail(sub, f"{name} is a task of rag/tasks.py TASKS, declared there; a task the config declares takes a name of its own")
     if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9][a-z0-9_]{0,63}", name):
         raise ConfigError(f"config key 'tasks.{name}': a task's name is lower-case letters, digits and _")
-    model = TaskKind if without_metrics else TaskDeclaration
-    d = keyspec.validate(model, {k: v for k, v in decl.items() if k in model.model_fields}, f"tasks.{name}", prefix)
-    if d.kind is None:
-        fail("kind", f"a declared task needs one of {', '.join(KINDS)}")
-    if d.source not in ("local", "download"):
+    kind = decl.get("kind")
+    if kind not in KINDS:
+        fail("kind", f"{kind!r} is no kind of task; a declared task needs one of {', '.join(KINDS)}")
+    if decl.get("source") not in ("local", "download"):
         fail("source", "a declared task reads its own files (source: local or download); miniworld generates the tasks "
                        "of rag/tasks.py only")
-    if not d.format:
+    fmt = decl.get("format")
+    if not isinstance(fmt, str) or not fmt:
         fail("format", "a declared task names its files' format: a parser of rag/data/parsers.py PARSERS or "
                        "\"path/to/file.py:function\" / \"module:function\"")
-    refs = () if without_metrics else d.metrics
-    if refs is None:
+    metrics = [] if without_metrics else decl.get("metrics")
+    if not without_metrics and (not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics)):
         fail("metrics", "a declared task lists its metrics: names of rag/metrics.py METRICS or \"path/to/file.py:Class\"")
-    names = tuple(metric_name(m, f"tasks.{name}.metrics") for m in refs)
+    names = tuple(metric_name(m, f"tasks.{name}.metrics") for m in metrics)
     if len(set(names)) < len(names):
         fail("metrics", f"{', '.join(names)} names a metric twice")
-    primary = getattr(d, "primary", None)
-    primary = primary if primary is not None else names[0] if names else ""
+    primary = decl.get("primary", names[0] if names else "")
     if primary not in names and not without_metrics:
         fail("primary", f"{primary!r} is not one of the task's metrics ({', '.join(names)})")
-    if (d.kind == "classification") != (d.labels is not None):
+    labels = decl.get("labels")
+    if (kind == "classification") != (labels is not None):
         fail("labels", "a classification task lists its labels (at least two), and only a classification task does")
-    if "" in (d.labels or ()):
-        fail("labels", "a label is an empty string")
-    display = getattr(d, "display", None)
-    if display == "":
+    if labels is not None and (not isinstance(labels, list) or not all(isinstance(x, str) and x for x in labels)
+                               or len(set(labels)) < max(2, len(labels))):
+        fail("labels", "at least two labels, distinct non-empty strings")
+    display = decl.get("display", name)
+    if not isinstance(display, str) or not display:
         fail("display", "the task's name in the report, a non-empty string")
-    spec = TaskSpec(name, d.kind, names, primary, d.labels or (), display=display or name, short=display or name,
-                    format=d.format)
+    spec = TaskSpec(name, kind, names, primary, tuple(labels or ()), display=display, short=display, format=fmt)
     TASKS[name] = spec
     return spec
 

@@ -334,10 +334,7 @@ def test_rag_check_knows_the_tasks_the_experiment_declares(tmp_path):
 
 @pytest.mark.parametrize("decl, key, words", [
     ({"kind": "qa", "metrics": ["em"], "format": "jsonl"}, "tasks.nq.kind", "a name of its own"),
-    ({"kind": "summary"}, "tasks.mine.kind", "'summary' is not one of ['qa', 'regex', 'generation', 'classification']"),
-    ({"metrics": ["em"]}, "tasks.mine.kind", "a declared task needs one of qa, regex, generation, classification"),
-    ({"kind": "qa", "metrics": "em"}, "tasks.mine.metrics", "expected a list of string, got str 'em'"),
-    ({"kind": "classification", "metrics": ["accuracy"], "labels": ["yes", ""]}, "tasks.mine.labels", "an empty string"),
+    ({"kind": "summary"}, "tasks.mine.kind", "qa, regex, generation, classification"),
     ({"kind": "qa", "metrics": ["f1"]}, "tasks.mine.metrics", "unknown metric 'f1'"),
     ({"kind": "qa", "metrics": ["em"], "primary": "rougeL"}, "tasks.mine.primary", "not one of the task's metrics"),
     ({"kind": "classification", "metrics": ["accuracy"]}, "tasks.mine.labels", "lists its labels"),
