@@ -20,6 +20,7 @@ from rag import config_keys, keyspec
 from rag.config_files import (check_file_names, check_input_files, check_k, check_local_corpus_k, check_models,
                               check_parsers, check_tracking_uri)
 from rag.config_keys import Config, ContextEncoder, Generator, TaskDeclaration
+from rag.declared_tasks import declare_tasks
 from rag.errors import ConfigError
 from rag.io import MAX_CONFIG_VALUES, alias_bomb, not_a_file, read_yaml
 from rag.precision import check as check_precision
@@ -27,7 +28,7 @@ from rag.runs import (experiment_runs, generator_summary, hotswap_runs, reranker
                       retriever_declarations, run_seeds, scale_summary, task_variants)
 from rag.sections import (CorpusSection, DataSection, EncodeSection, EvalSection, ExperimentsSection, GeneratorSection,
                           IndexSection, TrainSection, pick)
-from rag.tasks import BUILTIN_TASKS, ROLES, TASKS, declare_tasks, family_spec
+from rag.tasks import BUILTIN_TASKS, ROLES, TASKS, family_spec
 
 
 def read_config_file(path: str | Path) -> dict:

@@ -137,7 +137,8 @@ class TaskSection(Section):
     def from_dict(cls: type[S], data: Any, where: str, prefix: str = "") -> S:
         task = data.get("task") if isinstance(data, Mapping) else None
         if isinstance(task, Mapping) and "kind" in task:
-            from rag.tasks import TASKS, declare_task
+            from rag.declared_tasks import declare_task
+            from rag.tasks import TASKS
 
             name, whole = data.get("task_name"), "metrics" in task
             if whole or not isinstance(name, str) or name not in TASKS:  # a part never replaces the whole

@@ -55,8 +55,8 @@ def typed_sections(overrides: dict | None = None, config: Path = ROOT / "config.
 @pytest.fixture(autouse=True)
 def registry_of_its_own():
     """Each test starts and ends with the registry's own tasks: a config or section a test reads
-    declares its tasks in this process (rag.tasks.declare_tasks), as a job's process would."""
-    from rag.tasks import declare_tasks
+    declares its tasks in this process (rag.declared_tasks.declare_tasks), as a job's process would."""
+    from rag.declared_tasks import declare_tasks
 
     declare_tasks(None)
     yield

@@ -321,7 +321,7 @@ def test_rag_check_knows_the_tasks_the_experiment_declares(tmp_path):
     bands = tmp_path / "bands.yaml"
     bands.write_text(yaml.safe_dump({"version": 2, "cells": [{"task": "mine", "variant": "rag_token", "split": "test", "metric": "em",
                                                 "expected": 50.0, "tolerance": 1.0}]}))
-    from rag.tasks import declare_tasks
+    from rag.declared_tasks import declare_tasks
 
     declare_tasks(None)  # a fresh process: the registry's own tasks only
     assert main(["check", "--bands", str(bands), "--experiment", str(root)]) == 0
@@ -334,7 +334,10 @@ def test_rag_check_knows_the_tasks_the_experiment_declares(tmp_path):
 
 @pytest.mark.parametrize("decl, key, words", [
     ({"kind": "qa", "metrics": ["em"], "format": "jsonl"}, "tasks.nq.kind", "a name of its own"),
-    ({"kind": "summary"}, "tasks.mine.kind", "qa, regex, generation, classification"),
+    ({"kind": "summary"}, "tasks.mine.kind", "'summary' is not one of ['qa', 'regex', 'generation', 'classification']"),
+    ({"metrics": ["em"]}, "tasks.mine.kind", "a declared task needs one of qa, regex, generation, classification"),
+    ({"kind": "qa", "metrics": "em"}, "tasks.mine.metrics", "expected a list of string, got str 'em'"),
+    ({"kind": "classification", "metrics": ["accuracy"], "labels": ["yes", ""]}, "tasks.mine.labels", "an empty string"),
     ({"kind": "qa", "metrics": ["f1"]}, "tasks.mine.metrics", "unknown metric 'f1'"),
     ({"kind": "qa", "metrics": ["em"], "primary": "rougeL"}, "tasks.mine.primary", "not one of the task's metrics"),
     ({"kind": "classification", "metrics": ["accuracy"]}, "tasks.mine.labels", "lists its labels"),

@@ -17,7 +17,7 @@ def declare_experiment_tasks(path: str | Path):
     summary), read; the tasks the experiment's config declares, as it records them (``declared_tasks``),
     join the registry."""
     from rag.io import read_json
-    from rag.tasks import declare_task
+    from rag.declared_tasks import declare_task
 
     data = read_json(path)
     declared = data.get("declared_tasks") if isinstance(data, dict) else None
